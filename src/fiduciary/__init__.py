@@ -1,0 +1,94 @@
+"""fiduciary: a durable, approval-gated runtime for LLM agents that act on someone's behalf.
+
+The model proposes; fiduciary decides what may run, asks a person when it must, executes each
+action at most once, and records everything. This module is the whole public API.
+"""
+
+from .agent import Agent
+from .capabilities import CallContext, Capability, Executor, Kind, Principal, Replay, Risk, capability
+from .clock import Clock, ManualClock, SystemClock
+from .events import (
+    ActionResolved,
+    Event,
+    GuardFired,
+    PendingAction,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    TextDelta,
+    ToolCallEnd,
+    ToolCallRejected,
+    ToolCallStart,
+    decode_event,
+    encode_event,
+    encode_sse,
+    parse_sse,
+)
+from .exceptions import (
+    ApprovalError,
+    CapabilityError,
+    ConfigurationError,
+    FiduciaryError,
+    ModelError,
+    RunError,
+    StoreError,
+)
+from .guards import Guard, GuardCall, Verdict
+from .models.base import Model
+from .policy import Policy, Threshold
+from .redaction import Redactor
+from .registry import AuthorizationRequest
+from .stores.base import Store
+from .stores.memory import MemoryStore
+from .stores.sqlite import SQLiteStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionResolved",
+    "Agent",
+    "ApprovalError",
+    "AuthorizationRequest",
+    "CallContext",
+    "Capability",
+    "CapabilityError",
+    "Clock",
+    "ConfigurationError",
+    "Event",
+    "Executor",
+    "FiduciaryError",
+    "Guard",
+    "GuardCall",
+    "GuardFired",
+    "Kind",
+    "ManualClock",
+    "MemoryStore",
+    "Model",
+    "ModelError",
+    "PendingAction",
+    "Policy",
+    "Principal",
+    "Redactor",
+    "Replay",
+    "Risk",
+    "RunCompleted",
+    "RunError",
+    "RunFailed",
+    "RunStarted",
+    "SQLiteStore",
+    "Store",
+    "StoreError",
+    "SystemClock",
+    "TextDelta",
+    "Threshold",
+    "ToolCallEnd",
+    "ToolCallRejected",
+    "ToolCallStart",
+    "Verdict",
+    "__version__",
+    "capability",
+    "decode_event",
+    "encode_event",
+    "encode_sse",
+    "parse_sse",
+]

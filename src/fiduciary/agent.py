@@ -1,0 +1,556 @@
+"""``Agent``: the configuration of an agent and its run / resume / approve API.
+
+An agent is stateless between calls: a run lives in the store, so any process with the same
+store can continue it, decide its approvals or follow its events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import weakref
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, suppress
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from uuid import UUID, uuid4
+
+from pydantic import ValidationError
+
+from ._loop import DONE, Driver, Transcript
+from .capabilities import Capability, Executor, Kind, Principal, args_digest
+from .clock import Clock, SystemClock
+from .events import Event, RunStarted, UserMessage
+from .exceptions import ApprovalError, ConfigurationError, RunError
+from .guards import Guard, default_guards
+from .models.base import Model
+from .policy import Policy
+from .redaction import Redactor
+from .registry import PLAN_FIRST_KINDS, Authorize, CallScope, Registry
+from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store
+from .stores.memory import MemoryStore
+
+__all__ = ["DEFAULT_SYSTEM", "Agent"]
+
+DEFAULT_SYSTEM = (
+    "You act on behalf of a person through the tools you are given, and only through them. "
+    "Read before you write. Never claim an action happened unless a tool result says so. "
+    "When a tool reports an error, a refusal or an unknown outcome, tell the person plainly."
+)
+
+_SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_IDLE: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
+
+
+class Agent:
+    """An agent: a model, its capabilities, the gates they pass, and the store runs live in.
+
+    ``authorize`` is required for propose / approve / execute capabilities: without it those
+    calls are refused (fail closed).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Model,
+        capabilities: Iterable[Capability],
+        store: Store | None = None,
+        policy: Policy | None = None,
+        guards: Sequence[Guard] | None = None,
+        authorize: Authorize | None = None,
+        system: str | Sequence[str] = DEFAULT_SYSTEM,
+        max_turns: int = 12,
+        max_tool_calls: int = 40,
+        clock: Clock | None = None,
+        redactor: Redactor | None = None,
+        model_settings: Mapping[str, Any] | None = None,
+        lease_seconds: float = 30.0,
+    ) -> None:
+        if max_turns < 1 or max_tool_calls < 1:
+            raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
+        self.model = model
+        self.store: Store = store if store is not None else MemoryStore()
+        self.policy = policy or Policy()
+        self.clock: Clock = clock or SystemClock()
+        self.redactor = redactor or Redactor()
+        self.system: tuple[str, ...] = (system,) if isinstance(system, str) else tuple(system)
+        self.max_turns = max_turns
+        self.max_tool_calls = max_tool_calls
+        self.model_settings: dict[str, Any] = dict(model_settings or {})
+        self.lease_seconds = lease_seconds
+        self.registry = Registry(
+            capabilities,
+            store=self.store,
+            policy=self.policy,
+            guards=default_guards() if guards is None else list(guards),
+            authorize=authorize,
+            clock=self.clock,
+            redactor=self.redactor,
+        )
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    # --- runs ------------------------------------------------------------------------------
+    async def run(
+        self,
+        message: str,
+        *,
+        principal: Principal | str,
+        run_id: UUID | None = None,
+        capabilities: Iterable[str] | None = None,
+        plan_first: bool = False,
+    ) -> AsyncIterator[Event]:
+        """Start a run (or continue the conversation of an idle one) and stream its events.
+
+        The run is recorded durably before the first event is yielded. The stream ends when the
+        run completes, fails, or waits for a person (status ``awaiting_approval``).
+        """
+        who = _principal(principal)
+        if not isinstance(message, str) or not message.strip():
+            raise RunError("invalid", "a message must be non-empty text")
+        existing = await self.store.get_run(run_id) if run_id is not None else None
+        if existing is None:
+            run, transcript = await self._create(message, who, run_id, capabilities, plan_first)
+            driver = Driver(self, run, transcript, None)
+            for event in await self.store.read_events(run.run_id):
+                yield event
+        else:
+            if existing.principal != who.actor_id:
+                raise RunError("forbidden", "this run belongs to another principal")
+            if existing.status in _SUSPENDED:
+                raise RunError(
+                    "state", "the run is waiting for a decision; approve or deny it first"
+                )
+            if existing.status not in _IDLE:
+                raise RunError("busy", "the run is still running")
+            run, transcript = await self._lease(existing.run_id)
+            driver = Driver(self, run, transcript, None)
+            for event in await self._emit_first(
+                driver, UserMessage, {"text": self.redactor.redact_text(message)}
+            ):
+                yield event
+        async for event in self._drive(driver):
+            yield event
+
+    async def _create(
+        self,
+        message: str,
+        who: Principal,
+        run_id: UUID | None,
+        capabilities: Iterable[str] | None,
+        plan_first: bool,
+    ) -> tuple[RunRecord, Transcript]:
+        names = self.registry.names
+        if capabilities is not None:
+            wanted = list(dict.fromkeys(capabilities))
+            unknown = [n for n in wanted if self.registry.get(n) is None]
+            if unknown:
+                raise RunError("invalid", f"unknown capabilities: {', '.join(unknown)}")
+            names = wanted
+        kinds = sorted(k.value for k in (PLAN_FIRST_KINDS if plan_first else frozenset(Kind)))
+        now = self.clock.now()
+        rid = run_id or uuid4()
+        run = RunRecord(
+            run_id=rid,
+            principal=who.actor_id,
+            status="running",
+            created_at=now,
+            updated_at=now,
+            epoch=1,
+            lease_owner=self.owner,
+            lease_until=now + timedelta(seconds=self.lease_seconds),
+            title=self.redactor.redact_text(message)[:120],
+            scopes=tuple(sorted(who.scopes)),
+        )
+        first: list[Event] = [
+            RunStarted(
+                run_id=rid, seq=1, at=now, principal=who.actor_id, capabilities=names,
+                model=self.model.name, allowed_kinds=kinds,
+            ),
+            UserMessage(run_id=rid, seq=2, at=now, text=self.redactor.redact_text(message)),
+        ]
+        await self.store.create_run(run, first)
+        transcript = self._transcript()
+        for event in first:
+            transcript.apply(event)
+        return run.with_(last_seq=2), transcript
+
+    async def _emit_first(
+        self, driver: Driver, cls: type[Any], fields: dict[str, Any]
+    ) -> list[Event]:
+        try:
+            return await driver.emit((cls, fields), status="running")
+        except BaseException:
+            with suppress(Exception):
+                await self.store.release(driver.run_id, epoch=driver.epoch)
+            raise
+
+    async def resume(self, run_id: UUID) -> AsyncIterator[Event]:
+        """Continue a run from its log: after a crash, or once its approvals are decided.
+
+        Yields the new events only. A run that is idle, or still waiting for a decision, yields
+        nothing new beyond what settling it requires.
+        """
+        existing = await self.store.get_run(run_id)
+        if existing is None:
+            raise RunError("not_found", f"no run {run_id}")
+        if existing.status in _IDLE:
+            return
+        run, transcript = await self._lease(run_id)
+        driver = Driver(self, run, transcript, None)
+        async for event in self._drive(driver):
+            yield event
+
+    async def resume_all(self) -> list[UUID]:
+        """Resume every run left ``running`` by a dead process; returns their ids."""
+        runs = await self.store.runs_to_resume(now=self.clock.now())
+        done: list[UUID] = []
+
+        async def one(rid: UUID) -> None:
+            with suppress(RunError):
+                async for _ in self.resume(rid):
+                    pass
+                done.append(rid)
+
+        await asyncio.gather(*(one(r.run_id) for r in runs))
+        return done
+
+    async def _lease(self, run_id: UUID) -> tuple[RunRecord, Transcript]:
+        run = await self.store.acquire(
+            run_id, owner=self.owner, now=self.clock.now(), ttl_seconds=self.lease_seconds
+        )
+        if run is None:
+            raise RunError("busy", f"run {run_id} is being driven by another worker")
+        try:
+            events = await self.store.read_events(run_id)
+        except BaseException:
+            with suppress(Exception):
+                await self.store.release(run_id, epoch=run.epoch)
+            raise
+        transcript = self._transcript()
+        for event in events:
+            transcript.apply(event)
+        return run, transcript
+
+    def _transcript(self) -> Transcript:
+        def kind_of(name: str) -> str | None:
+            cap = self.registry.get(name)
+            return cap.kind.value if cap else None
+
+        return Transcript(kinds=kind_of)
+
+    async def _drive(self, driver: Driver) -> AsyncIterator[Event]:
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        driver.out = out
+        task = asyncio.create_task(driver.drive())
+        try:
+            while True:
+                item = await out.get()
+                if item is DONE:
+                    break
+                yield item
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+
+    # --- reading ---------------------------------------------------------------------------
+    async def get_run(self, run_id: UUID) -> RunRecord:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunError("not_found", f"no run {run_id}")
+        return run
+
+    async def events(
+        self,
+        run_id: UUID,
+        after_seq: int = 0,
+        *,
+        follow: bool = True,
+        poll_seconds: float = 0.5,
+    ) -> AsyncIterator[Event]:
+        """The run's events after ``after_seq``: the stored ones, then (``follow``) live ones.
+
+        Live events come from this process's commits at once, and from other processes' commits
+        by polling the store every ``poll_seconds``. No event is yielded twice or skipped.
+        """
+        if await self.store.get_run(run_id) is None:
+            raise RunError("not_found", f"no run {run_id}")
+        last = after_seq
+        sub = self.store.subscribe(run_id) if follow else None
+        try:
+            for event in await self.store.read_events(run_id, after_seq=last):
+                last = event.seq
+                yield event
+            if sub is None:
+                return
+            iterator = sub.__aiter__()
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(iterator), timeout=poll_seconds)
+                except (TimeoutError, StopAsyncIteration):
+                    # quiet, or our buffer overflowed: read what we missed from the store
+                    for stored in await self.store.read_events(run_id, after_seq=last):
+                        last = stored.seq
+                        yield stored
+                    if getattr(sub, "overflowed", False):
+                        sub = self.store.subscribe(run_id)
+                        iterator = sub.__aiter__()
+                    continue
+                if event.seq <= last:
+                    continue
+                if event.seq > last + 1:
+                    for stored in await self.store.read_events(
+                        run_id, after_seq=last, limit=event.seq - last - 1
+                    ):
+                        last = stored.seq
+                        yield stored
+                last = event.seq
+                yield event
+        finally:
+            if sub is not None:
+                sub.close()
+
+    async def pending_approvals(
+        self, *, principal: Principal | str | None = None, run_id: UUID | None = None
+    ) -> list[ApprovalRecord]:
+        who = None if principal is None else _principal(principal).actor_id
+        return await self.store.list_approvals(principal=who, run_id=run_id, status="pending")
+
+    # --- decisions -------------------------------------------------------------------------
+    async def approve(
+        self,
+        approval_id: UUID,
+        *,
+        by: Principal | str,
+        edits: Mapping[str, Any] | None = None,
+        confirm_amount: Decimal | str | None = None,
+        args_digest: str | None = None,
+    ) -> ApprovalRecord:
+        """Approve a pending action (optionally editing its modifiable fields).
+
+        The decision is recorded durably; the run continues with ``resume(run_id)`` (here or in
+        any other process). The approval executes exactly the approved arguments. Raises
+        ``ApprovalError`` (and changes nothing) when the approval is unknown, decided, expired,
+        someone else's, does not match ``args_digest``, edits a field that is not modifiable,
+        or needs the amount re-typed (``confirm_amount``) and did not get it.
+        """
+        record = await self._open_approval(approval_id, by, args_digest)
+        cap = self.registry.get(record.capability)
+        if cap is None:
+            raise ApprovalError("unknown", f"{record.capability} is no longer available")
+        if cap.executor is Executor.CLIENT:
+            raise ApprovalError(
+                "client_executed",
+                "the client performs this action; report its result with submit_result",
+            )
+        new_args = dict(record.args)
+        if edits:
+            bad = sorted(set(edits) - set(record.modifiable_fields))
+            if bad:
+                raise ApprovalError(
+                    "field_not_modifiable", f"these fields cannot be edited: {', '.join(bad)}"
+                )
+            new_args.update(edits)
+        try:
+            model = cap.input_model.model_validate(new_args)
+        except ValidationError as exc:
+            raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {exc}") from exc
+        approved = model.model_dump(mode="json")
+        tier = record.tier
+        amount = record.amount_usd
+        if edits:
+            tier, amount = await self._recheck(record, cap, model)
+        if tier == "explicit":
+            _check_acknowledgement(confirm_amount, amount)
+        decided = record.with_(
+            status="approved",
+            decided_by=_principal(by).actor_id,
+            decided_at=self.clock.now(),
+            approved_args=approved,
+            approved_digest=_digest(approved),
+            tier=tier,
+            amount_usd=amount,
+        )
+        if not await self.store.decide_approval(decided):
+            raise ApprovalError("already_decided", "this approval was decided meanwhile")
+        return decided
+
+    async def _recheck(
+        self, record: ApprovalRecord, cap: Capability, model: Any
+    ) -> tuple[Any, Decimal | None]:
+        """Edited arguments go through validation, guards and policy again."""
+        events = await self.store.read_events(record.run_id)
+        transcript = self._transcript()
+        for event in events:
+            transcript.apply(event)
+        run = await self.get_run(record.run_id)
+
+        async def quiet(*_: Any) -> None:
+            return None
+
+        scope = CallScope(
+            run_id=record.run_id,
+            principal=Principal(run.principal, frozenset(run.scopes)),
+            allowed=frozenset(self.registry.names),
+            allowed_kinds=frozenset(Kind),
+            history=transcript.history,
+            report_guard=quiet,
+            report_progress=quiet,
+        )
+        call = self.registry.parse(record.tool_use_id, cap.name, model.model_dump(mode="json"))
+        outcome = await self.registry.run_guards(scope, call, model, "pre")
+        if outcome.block is not None:
+            raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
+        decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
+        if decision.tier == "deny":
+            raise ApprovalError("invalid_edit", f"the edited call is not permitted: "
+                                f"{decision.reason}")
+        tier = Policy.higher(record.tier, decision.tier)
+        return ("explicit" if tier == "explicit" else "confirm"), decision.amount_usd
+
+    async def deny(
+        self, approval_id: UUID, *, by: Principal | str, reason: str = ""
+    ) -> ApprovalRecord:
+        """Decline a pending action: it never executes; the model is told, with the reason."""
+        record = await self._open_approval(approval_id, by, None)
+        decided = record.with_(
+            status="denied",
+            decided_by=_principal(by).actor_id,
+            decided_at=self.clock.now(),
+            reason=self.redactor.redact_text(reason)[:500] or None,
+        )
+        if not await self.store.decide_approval(decided):
+            raise ApprovalError("already_decided", "this approval was decided meanwhile")
+        return decided
+
+    async def submit_result(
+        self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
+    ) -> ApprovalRecord:
+        """Report the result of a client-executed action (the client performed it)."""
+        record = await self._open_approval(approval_id, by, None)
+        if record.executor != "client":
+            raise ApprovalError("not_client_executed", "this action is executed by the server")
+        cap = self.registry.get(record.capability)
+        if cap is None:
+            raise ApprovalError("unknown", f"{record.capability} is no longer available")
+        try:
+            cap.dump_output(result)
+        except ValidationError as exc:
+            raise ApprovalError("invalid_edit", f"the result does not match {cap.name}'s output: "
+                                f"{exc.error_count()} error(s)") from exc
+        decided = record.with_(
+            status="client_result",
+            decided_by=record.principal if by is None else _principal(by).actor_id,
+            decided_at=self.clock.now(),
+            approved_args=record.args,
+            approved_digest=record.args_digest,
+            client_result=result,
+        )
+        if not await self.store.decide_approval(decided):
+            raise ApprovalError("already_decided", "this approval was decided meanwhile")
+        return decided
+
+    async def _open_approval(
+        self, approval_id: UUID, by: Principal | str | None, digest: str | None
+    ) -> ApprovalRecord:
+        if not isinstance(approval_id, UUID):
+            try:
+                approval_id = UUID(str(approval_id))
+            except ValueError as exc:
+                raise ApprovalError("unknown", "no such approval") from exc
+        record = await self.store.get_approval(approval_id)
+        if record is None:
+            raise ApprovalError("unknown", "no such approval")
+        if by is not None:
+            who = _principal(by)
+            if who.actor_id != record.principal and "admin" not in who.scopes:
+                raise ApprovalError("forbidden", "this approval belongs to another principal")
+        if record.status != "pending":
+            raise ApprovalError(
+                "expired" if record.status == "expired" else "already_decided",
+                f"this approval is already {record.status}",
+            )
+        if self.clock.now() >= record.expires_at:
+            expired = record.with_(status="expired", decided_at=self.clock.now())
+            await self.store.decide_approval(expired)
+            raise ApprovalError("expired", "this approval has expired")
+        if digest is not None and digest != record.args_digest:
+            raise ApprovalError(
+                "digest_mismatch", "the arguments shown are not the ones awaiting approval"
+            )
+        return record
+
+    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Any]:
+        """Writes of one principal run one at a time (in this process)."""
+        lock = self._locks.get(actor_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[actor_id] = lock
+        return _Held(lock)
+
+    async def list_runs(
+        self,
+        *,
+        principal: Principal | str | None = None,
+        status: RunStatus | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        who = None if principal is None else _principal(principal).actor_id
+        return await self.store.list_runs(principal=who, status=status, limit=limit)
+
+    async def list_approvals(
+        self,
+        *,
+        principal: Principal | str | None = None,
+        status: ApprovalStatus | None = "pending",
+    ) -> list[ApprovalRecord]:
+        who = None if principal is None else _principal(principal).actor_id
+        return await self.store.list_approvals(principal=who, status=status)
+
+
+class _Held:
+    """Keeps a strong reference to the lock while it is held (the dict holds weak ones)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self._lock = lock
+
+    async def __aenter__(self) -> None:
+        await self._lock.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def _principal(value: Principal | str) -> Principal:
+    return value if isinstance(value, Principal) else Principal(value)
+
+
+def _digest(args: dict[str, Any]) -> str:
+    return args_digest(args)
+
+
+def _check_acknowledgement(given: Decimal | str | None, amount: Decimal | None) -> None:
+    if amount is None:
+        return
+    if given is None:
+        raise ApprovalError(
+            "acknowledgement_required",
+            f"this action needs the amount re-typed to approve it (${amount:,.2f})",
+        )
+    try:
+        value = Decimal(str(given).replace(",", "").replace("$", "").strip())
+    except InvalidOperation as exc:
+        raise ApprovalError("acknowledgement_required", "the amount re-typed is not a number") from exc
+    if value.quantize(Decimal("0.01")) != amount.quantize(Decimal("0.01")):
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed does not match the action's amount"
+        )

@@ -1,0 +1,379 @@
+"""Capabilities: typed tools with a kind, a risk, a replay policy and flags.
+
+A capability is the only way a model touches the world. ``@capability`` turns a typed function
+(async or sync) into a ``Capability``: its input model comes from the signature (or an explicit
+pydantic model), its output from the return annotation, its description from the docstring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, Literal, TypeAlias, cast, get_type_hints
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+
+from .clock import Clock
+from .exceptions import ConfigurationError
+
+__all__ = [
+    "CallContext",
+    "Capability",
+    "Executor",
+    "Kind",
+    "Principal",
+    "Replay",
+    "Risk",
+    "args_digest",
+    "canonical_json",
+    "capability",
+]
+
+
+class Kind(StrEnum):
+    READ = "read"
+    PREVIEW = "preview"
+    PROPOSE = "propose"
+    APPROVE = "approve"
+    EXECUTE = "execute"
+
+    @property
+    def is_write(self) -> bool:
+        return self not in (Kind.READ, Kind.PREVIEW)
+
+
+class Risk(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class Replay(StrEnum):
+    SAFE = "safe"
+    NEVER = "never"
+
+
+class Executor(StrEnum):
+    SERVER = "server"
+    CLIENT = "client"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """On whose behalf a run acts: an actor id and the scopes it holds."""
+
+    actor_id: str
+    scopes: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.actor_id:
+            raise ConfigurationError("a principal needs a non-empty actor_id")
+
+
+ProgressFn: TypeAlias = Callable[[str, float | None], Awaitable[None]]
+
+
+async def _no_progress(message: str, pct: float | None) -> None:
+    return None
+
+
+@dataclass(slots=True)
+class CallContext:
+    """What a handler receives besides its input."""
+
+    run_id: UUID
+    principal: Principal
+    tool_use_id: str
+    capability: str
+    idempotency_key: str
+    clock: Clock
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    _progress: ProgressFn = _no_progress
+
+    async def progress(self, message: str, pct: float | None = None) -> None:
+        """Report progress of a long call; it reaches clients as a ``tool_progress`` event."""
+        await self._progress(message, pct)
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON text of a value that digests and keys are computed from."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def args_digest(args: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a call's arguments: what an approval binds to."""
+    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+AmountFn: TypeAlias = Callable[[Any, CallContext], "Decimal | None | Awaitable[Decimal | None]"]
+KeyFn: TypeAlias = Callable[[Any, CallContext], str]
+Tier: TypeAlias = Literal["auto", "confirm", "explicit", "deny"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Capability:
+    """A declared tool. Build it with ``@capability``; the fields are read by the gates."""
+
+    name: str
+    description: str
+    handler: Callable[..., Any]
+    input_model: type[BaseModel]
+    output_adapter: TypeAdapter[Any]
+    kind: Kind
+    risk: Risk
+    replay: Replay
+    flags: frozenset[str]
+    operation: str | None
+    amount_usd: AmountFn | None
+    modifiable_fields: tuple[str, ...]
+    max_result_chars: int | None
+    timeout: float
+    version: int
+    executor: Executor
+    idempotency_key: KeyFn | None
+    tier: Tier | None
+    describe: Callable[[Any], str] | None
+    _call_style: Literal["fields", "model"]
+    _is_async: bool
+    _ctx_param: str | None
+
+    @property
+    def is_write(self) -> bool:
+        return self.kind.is_write
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON schema of the input, as offered to a model."""
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def description_of(self, args: BaseModel, amount_usd: Decimal | None) -> str:
+        """A one-line, human-readable account of what a call will do, for the person."""
+        if self.describe is not None:
+            return self.describe(args)
+        shown = ", ".join(f"{k}={v}" for k, v in args.model_dump(mode="json").items())
+        text = f"{self.name}({shown})"
+        return f"{text}, about ${amount_usd:,.2f}" if amount_usd is not None else text
+
+    def make_key(self, args: BaseModel, ctx: CallContext) -> str:
+        """The server-made idempotency key of a call (never one the model supplied)."""
+        if self.idempotency_key is not None:
+            return self.idempotency_key(args, ctx)
+        digest = args_digest(args.model_dump(mode="json"))
+        return f"{ctx.run_id}:{ctx.tool_use_id}:{self.name}:v{self.version}:{digest}"
+
+    async def amount(self, args: BaseModel, ctx: CallContext) -> Decimal | None:
+        if self.amount_usd is None:
+            return None
+        value = self.amount_usd(args, ctx)
+        if inspect.isawaitable(value):
+            value = await value
+        if value is None:
+            return None
+        if not isinstance(value, Decimal) or isinstance(value, bool):
+            raise ConfigurationError(f"{self.name}: amount_usd must return a Decimal or None")
+        return value
+
+    async def invoke(self, args: BaseModel, ctx: CallContext) -> Any:
+        """Call the handler (sync handlers run in a worker thread) and return its raw result."""
+        if self._call_style == "model":
+            call_args: tuple[Any, ...] = (args,)
+            kwargs: dict[str, Any] = {}
+        else:
+            call_args = ()
+            kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if self._ctx_param is not None:
+            kwargs[self._ctx_param] = ctx
+        if self._is_async:
+            return await self.handler(*call_args, **kwargs)
+        return await asyncio.to_thread(self.handler, *call_args, **kwargs)
+
+    def dump_output(self, raw: Any) -> Any:
+        """Validate a handler's result against the output model; extra fields are dropped."""
+        value = self.output_adapter.validate_python(raw, from_attributes=True)
+        return self.output_adapter.dump_python(value, mode="json")
+
+
+_WRITE_DEFAULT_TIMEOUT = 30.0
+
+
+def capability(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    kind: Kind | str = Kind.READ,
+    risk: Risk | str = Risk.LOW,
+    replay: Replay | str | None = None,
+    flags: Iterable[str] = (),
+    operation: str | None = None,
+    amount_usd: AmountFn | None = None,
+    modifiable_fields: Iterable[str] = (),
+    max_result_chars: int | None = None,
+    timeout: float = _WRITE_DEFAULT_TIMEOUT,
+    version: int = 1,
+    executor: Executor | str = Executor.SERVER,
+    input_model: type[BaseModel] | None = None,
+    idempotency_key: KeyFn | None = None,
+    tier: Tier | None = None,
+    describe: Callable[[Any], str] | None = None,
+) -> Any:
+    """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
+
+    The handler takes its input either as keyword arguments (one per field, the input model is
+    built from the signature) or as a single pydantic model parameter (``input_model``, or a
+    parameter annotated with a ``BaseModel`` subclass). A parameter annotated ``CallContext``
+    receives the call's context. ``replay`` defaults to ``safe`` for read/preview and ``never``
+    otherwise.
+    """
+
+    def build(func: Callable[..., Any]) -> Capability:
+        return _build(
+            func,
+            name=name,
+            description=description,
+            kind=Kind(kind),
+            risk=Risk(risk),
+            replay=replay,
+            flags=frozenset(flags),
+            operation=operation,
+            amount_usd=amount_usd,
+            modifiable_fields=tuple(modifiable_fields),
+            max_result_chars=max_result_chars,
+            timeout=timeout,
+            version=version,
+            executor=Executor(executor),
+            input_model=input_model,
+            idempotency_key=idempotency_key,
+            tier=tier,
+            describe=describe,
+        )
+
+    if fn is not None:
+        return build(fn)
+    return build
+
+
+def _build(
+    func: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    kind: Kind,
+    risk: Risk,
+    replay: Replay | str | None,
+    flags: frozenset[str],
+    operation: str | None,
+    amount_usd: AmountFn | None,
+    modifiable_fields: tuple[str, ...],
+    max_result_chars: int | None,
+    timeout: float,
+    version: int,
+    executor: Executor,
+    input_model: type[BaseModel] | None,
+    idempotency_key: KeyFn | None,
+    tier: Tier | None,
+    describe: Callable[[Any], str] | None,
+) -> Capability:
+    cap_name = name or func.__name__
+    if not cap_name.replace("_", "").replace("-", "").isalnum() or len(cap_name) > 64:
+        raise ConfigurationError(f"capability name {cap_name!r}: use letters, digits, _ or -")
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as exc:  # unresolvable annotations are a programming error
+        raise ConfigurationError(f"{cap_name}: cannot resolve type hints: {exc}") from exc
+    sig = inspect.signature(func)
+    ctx_param: str | None = None
+    fields: dict[str, Any] = {}
+    model_param: str | None = None
+    for pname, param in sig.parameters.items():
+        annotation = hints.get(pname, Any)
+        if annotation is CallContext:
+            ctx_param = pname
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(f"{cap_name}: *args/**kwargs cannot be a model's input")
+        if inspect.isclass(annotation) and issubclass(annotation, BaseModel) and input_model is None:
+            if model_param is not None or fields:
+                raise ConfigurationError(f"{cap_name}: a model parameter must be the only input")
+            model_param = pname
+            input_model = annotation
+            continue
+        if model_param is not None:
+            raise ConfigurationError(f"{cap_name}: a model parameter must be the only input")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, default)
+
+    call_style: Literal["fields", "model"]
+    if input_model is not None:
+        call_style = "model"
+        if fields:
+            raise ConfigurationError(f"{cap_name}: an explicit input_model must be the only input")
+        model = input_model
+    else:
+        call_style = "fields"
+        model = create_model(  # type: ignore[call-overload]
+            _camel(cap_name) + "Input",
+            __config__=ConfigDict(extra="ignore"),  # a model-made "user_approved" is ignored
+            **fields,
+        )
+    if ctx_param is None and "ctx" in sig.parameters:
+        ctx_param = "ctx"
+
+    returns = hints.get("return", Any)
+    output_adapter: TypeAdapter[Any] = TypeAdapter(returns)
+
+    resolved_replay = Replay(replay) if replay is not None else (
+        Replay.NEVER if kind.is_write else Replay.SAFE
+    )
+    for f in modifiable_fields:
+        if f not in model.model_fields:
+            raise ConfigurationError(f"{cap_name}: modifiable field {f!r} is not an input field")
+    if kind.is_write and resolved_replay is Replay.SAFE and "irreversible" in flags:
+        raise ConfigurationError(f"{cap_name}: an irreversible write cannot be replay='safe'")
+    doc = description or inspect.getdoc(func) or ""
+    if not doc:
+        raise ConfigurationError(f"{cap_name}: give the capability a docstring or a description")
+    return Capability(
+        name=cap_name,
+        description=doc.strip(),
+        handler=func,
+        input_model=model,
+        output_adapter=output_adapter,
+        kind=kind,
+        risk=risk,
+        replay=resolved_replay,
+        flags=flags,
+        operation=operation,
+        amount_usd=amount_usd,
+        modifiable_fields=modifiable_fields,
+        max_result_chars=max_result_chars,
+        timeout=timeout,
+        version=version,
+        executor=executor,
+        idempotency_key=idempotency_key,
+        tier=tier,
+        describe=describe,
+        _call_style=call_style,
+        _is_async=inspect.iscoroutinefunction(func),
+        _ctx_param=ctx_param,
+    )
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
+
+
+def as_capabilities(items: Iterable[Capability | Callable[..., Any]]) -> list[Capability]:
+    """Accept capabilities or plain functions (wrapped as low-risk reads)."""
+    out: list[Capability] = []
+    for item in items:
+        out.append(item if isinstance(item, Capability) else cast(Capability, capability(item)))
+    return out

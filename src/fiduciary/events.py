@@ -1,0 +1,314 @@
+"""The events of a run: their models, their JSON form, and the SSE wire codec.
+
+A run's event log is the only authoritative record of the run. Every event carries ``run_id``,
+``seq`` (1, 2, 3 ... without gaps), ``at`` (UTC) and ``type``; ``Event`` is the discriminated
+union of all of them and ``EVENT_ADAPTER`` (de)serialises it. Types are extended, never renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "EVENT_ADAPTER",
+    "ActionResolved",
+    "Compaction",
+    "Event",
+    "EventBase",
+    "GuardFired",
+    "GuardNote",
+    "PendingAction",
+    "RunCompleted",
+    "RunFailed",
+    "RunStarted",
+    "SSEMessage",
+    "TextDelta",
+    "ThinkingDelta",
+    "ThinkingDone",
+    "ToolCallEnd",
+    "ToolCallRejected",
+    "ToolCallStart",
+    "ToolProgress",
+    "TurnComplete",
+    "TurnRetracted",
+    "Usage",
+    "UserMessage",
+    "decode_event",
+    "encode_event",
+    "encode_sse",
+    "parse_sse",
+]
+
+RejectReason = Literal[
+    "not_allowed",
+    "kind_not_allowed",
+    "invalid_input",
+    "guard_blocked",
+    "unauthorized",
+    "policy_denied",
+    "denied",
+    "expired",
+    "tool_call_limit",
+    "malformed_call",
+]
+Recovery = Literal["replayed", "ledger", "unknown"]
+TierName = Literal["auto", "confirm", "explicit", "deny"]
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: UUID
+    seq: int = Field(ge=1)
+    at: datetime
+
+
+class RunStarted(EventBase):
+    type: Literal["run_started"] = "run_started"
+    principal: str
+    capabilities: list[str]
+    model: str
+    allowed_kinds: list[str]
+
+
+class UserMessage(EventBase):
+    type: Literal["user_message"] = "user_message"
+    text: str
+
+
+class TextDelta(EventBase):
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ThinkingDelta(EventBase):
+    type: Literal["thinking_delta"] = "thinking_delta"
+    text: str
+    block_index: int = 0
+
+
+class ThinkingDone(EventBase):
+    type: Literal["thinking_done"] = "thinking_done"
+    block_index: int = 0
+    signature: str | None = None
+
+
+class ToolCallStart(EventBase):
+    """The model called a tool. Exactly one ``tool_call_end`` or ``tool_call_rejected`` follows."""
+
+    type: Literal["tool_call_start"] = "tool_call_start"
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    args_digest: str
+    kind: str | None = None
+
+
+class ToolCallEnd(EventBase):
+    type: Literal["tool_call_end"] = "tool_call_end"
+    tool_use_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    error_code: str | None = None
+    recovery: Recovery | None = None
+    truncated: bool = False
+    hints: list[str] = Field(default_factory=list)
+
+
+class ToolCallRejected(EventBase):
+    type: Literal["tool_call_rejected"] = "tool_call_rejected"
+    tool_use_id: str
+    name: str
+    reason: RejectReason
+    message: str
+
+
+class GuardFired(EventBase):
+    type: Literal["guard_fired"] = "guard_fired"
+    tool_use_id: str
+    guard: str
+    tier: Literal["safety", "financial", "ux"]
+    phase: Literal["pre", "post"]
+    verdict: Literal["hint", "warn", "block"]
+    message: str
+
+
+class GuardNote(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    guard: str
+    verdict: Literal["hint", "warn"]
+    message: str
+
+
+class PendingAction(EventBase):
+    """A write waits for a person. The approval binds to ``args_digest``."""
+
+    type: Literal["pending_action"] = "pending_action"
+    approval_id: UUID
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    description: str
+    amount_usd: Decimal | None
+    tier: Literal["confirm", "explicit"]
+    acknowledge: Literal["amount"] | None = None
+    modifiable_fields: list[str]
+    guard_notes: list[GuardNote]
+    expires_at: datetime
+    args_digest: str
+    executor: Literal["server", "client"] = "server"
+
+
+class ActionResolved(EventBase):
+    type: Literal["action_resolved"] = "action_resolved"
+    approval_id: UUID
+    tool_use_id: str
+    decision: Literal["approved", "denied", "expired", "client_result"]
+    by: str | None = None
+    reason: str | None = None
+    edits: dict[str, Any] | None = None
+    args_digest: str | None = None
+
+
+class ToolProgress(EventBase):
+    type: Literal["tool_progress"] = "tool_progress"
+    tool_use_id: str
+    name: str
+    message: str
+    pct: float | None = None
+
+
+class Compaction(EventBase):
+    type: Literal["compaction"] = "compaction"
+    phase: Literal["start", "end"]
+    summary: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+
+
+class Usage(EventBase):
+    type: Literal["usage"] = "usage"
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+
+
+class TurnComplete(EventBase):
+    type: Literal["turn_complete"] = "turn_complete"
+    stop_reason: str
+
+
+class TurnRetracted(EventBase):
+    """A partial model turn lost in a crash: clients drop its text; the model is asked again."""
+
+    type: Literal["turn_retracted"] = "turn_retracted"
+    from_seq: int
+
+
+class RunCompleted(EventBase):
+    type: Literal["run_completed"] = "run_completed"
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+
+
+class RunFailed(EventBase):
+    type: Literal["run_failed"] = "run_failed"
+    reason: Literal["budget", "max_turns", "aborted", "error"]
+    message: str
+
+
+Event = Annotated[
+    RunStarted
+    | UserMessage
+    | TextDelta
+    | ThinkingDelta
+    | ThinkingDone
+    | ToolCallStart
+    | ToolCallEnd
+    | ToolCallRejected
+    | GuardFired
+    | PendingAction
+    | ActionResolved
+    | ToolProgress
+    | Compaction
+    | Usage
+    | TurnComplete
+    | TurnRetracted
+    | RunCompleted
+    | RunFailed,
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def encode_event(event: Event) -> str:
+    """The event as one line of JSON."""
+    return event.model_dump_json()
+
+
+def decode_event(data: str | bytes) -> Event:
+    """Parse one event from JSON; raises ``pydantic.ValidationError`` on anything malformed."""
+    return EVENT_ADAPTER.validate_json(data)
+
+
+# --- Server-sent events -------------------------------------------------------------------
+
+
+class SSEMessage(BaseModel):
+    """One parsed SSE message: ``id`` is the event's seq when it carries one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+def encode_sse(event: Event) -> str:
+    """The event as an SSE message with ``id: <seq>`` so a client can resume after it."""
+    return f"id: {event.seq}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n"
+
+
+def parse_sse(stream: str) -> Iterator[SSEMessage]:
+    """Parse SSE text (per the WHATWG rules: fields, comments, multi-line data, CRLF)."""
+    event = "message"
+    data: list[str] = []
+    msg_id: str | None = None
+    retry: int | None = None
+    seen = False
+    for raw in stream.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if raw == "":
+            if seen:
+                yield SSEMessage(event=event, data="\n".join(data), id=msg_id, retry=retry)
+            event, data, msg_id, retry, seen = "message", [], None, None, False
+            continue
+        if raw.startswith(":"):
+            continue
+        name, sep, value = raw.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        seen = True
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+        elif name == "id":
+            msg_id = value
+        elif name == "retry" and value.isdigit():
+            retry = int(value)

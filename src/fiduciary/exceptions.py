@@ -1,0 +1,91 @@
+"""Every error fiduciary raises, under one root.
+
+```
+FiduciaryError
+├── ConfigurationError        an Agent, capability or policy set up wrongly (a programming error)
+├── CapabilityError           raised by a handler: a clear, expected refusal the model may act on
+├── ApprovalError             approve / deny / submit_result refused (``code`` says why)
+├── RunError                  a run cannot be started, continued or found (``code`` says why)
+├── StoreError                the store failed; driver errors are translated into this
+│   ├── StaleEpochError       an append from a worker whose lease was taken over (fencing)
+│   └── ConflictError         a uniqueness rule held (a seq already written, a key already used)
+└── ModelError                the model could not be reached or answered something unusable
+```
+
+A run suspended for approval is not an error: ``Agent.run`` simply ends after the
+``pending_action`` events and the run's status says ``awaiting_approval``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalError",
+    "CapabilityError",
+    "ConfigurationError",
+    "ConflictError",
+    "FiduciaryError",
+    "ModelError",
+    "RunError",
+    "StaleEpochError",
+    "StoreError",
+]
+
+
+class FiduciaryError(Exception):
+    """The root of every error fiduciary raises."""
+
+
+class ConfigurationError(FiduciaryError):
+    """fiduciary was set up wrongly: a bad capability declaration, an unknown preset, ..."""
+
+
+class CapabilityError(FiduciaryError):
+    """A handler's refusal: the model receives ``code`` and ``message`` as a tool error.
+
+    Raise it for expected, explainable failures (insufficient funds, unknown asset). Any other
+    exception from a handler is reported to the model as ``handler_error`` without its text.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ApprovalError(FiduciaryError):
+    """A decision on a pending action was refused; nothing was changed.
+
+    ``code`` is one of: ``unknown``, ``already_decided``, ``expired``, ``forbidden``,
+    ``digest_mismatch``, ``field_not_modifiable``, ``invalid_edit``, ``acknowledgement_required``,
+    ``client_executed``, ``not_client_executed``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RunError(FiduciaryError):
+    """A run could not be started or continued: ``not_found``, ``busy``, ``forbidden``, ``state``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class StoreError(FiduciaryError):
+    """The store failed. The write it was asked for did not happen (it is all or nothing)."""
+
+
+class StaleEpochError(StoreError):
+    """The run's lease was taken over by another worker; this worker must stop writing."""
+
+
+class ConflictError(StoreError):
+    """A uniqueness rule of the store held: the write was refused and nothing changed."""
+
+
+class ModelError(FiduciaryError):
+    """The model could not be reached or its answer could not be used."""

@@ -1,0 +1,196 @@
+"""Guards: checks that run around a call and pass, hint, warn or block.
+
+A guard has a name, a tier (safety > financial > ux: the order the runner asks them in) and a
+phase (``pre``: before authorization and policy, ``post``: after execution, hints only). A block
+becomes a tool error the model can act on; hints and warnings go to the model with the result
+and to the person on the pending action.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+from uuid import UUID
+
+from .capabilities import Capability, Kind, Principal
+
+__all__ = [
+    "CallRecord",
+    "Guard",
+    "GuardCall",
+    "GuardOutcome",
+    "IrreversibilityGuard",
+    "RetryProtectionGuard",
+    "RunHistory",
+    "Verdict",
+    "default_guards",
+    "run_guards",
+]
+
+GuardTier = Literal["safety", "financial", "ux"]
+Phase = Literal["pre", "post"]
+_TIER_ORDER: dict[str, int] = {"safety": 0, "financial": 1, "ux": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    kind: Literal["pass", "hint", "warn", "block"]
+    message: str = ""
+
+    @classmethod
+    def ok(cls) -> Verdict:
+        return _PASS
+
+    @classmethod
+    def hint(cls, message: str) -> Verdict:
+        return cls("hint", message)
+
+    @classmethod
+    def warn(cls, message: str) -> Verdict:
+        return cls("warn", message)
+
+    @classmethod
+    def block(cls, message: str) -> Verdict:
+        return cls("block", message)
+
+
+_PASS = Verdict("pass")
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call the model made earlier in the run, as the log records it."""
+
+    tool_use_id: str
+    name: str
+    kind: str | None
+    input: dict[str, Any]
+    args_digest: str
+    at: datetime
+    ok: bool | None = None  # None: no outcome (yet)
+    output: str | None = None
+
+
+@dataclass(slots=True)
+class RunHistory:
+    """What guards may know of the run so far: the person's messages and the calls made."""
+
+    user_messages: list[str] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+
+    def succeeded(self) -> Iterable[CallRecord]:
+        return (c for c in self.calls if c.ok)
+
+    def since_last_user_message(self) -> list[CallRecord]:
+        return self.calls[self._turn_start :]
+
+    _turn_start: int = 0
+
+    def add_user_message(self, text: str) -> None:
+        self.user_messages.append(text)
+        self._turn_start = len(self.calls)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardCall:
+    """The call a guard judges. ``output`` is set for post guards only."""
+
+    capability: Capability
+    args: dict[str, Any]
+    args_digest: str
+    tool_use_id: str
+    run_id: UUID
+    principal: Principal
+    history: RunHistory
+    now: datetime
+    output: Any = None
+
+
+class Guard(Protocol):
+    name: str
+    tier: GuardTier
+    phase: Phase
+
+    def check(self, call: GuardCall) -> Verdict | Awaitable[Verdict]: ...
+
+
+@dataclass(slots=True)
+class GuardOutcome:
+    block: tuple[str, GuardTier, Verdict] | None = None
+    notes: list[tuple[Guard, Verdict]] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[str]:
+        return [f"[{g.name}] {v.message}" for g, v in self.notes]
+
+
+def order_guards(guards: Iterable[Guard]) -> list[Guard]:
+    """Safety before financial before UX; a stable sort keeps the configured order within a tier."""
+    return sorted(guards, key=lambda g: _TIER_ORDER[g.tier])
+
+
+async def run_guards(guards: Sequence[Guard], call: GuardCall, phase: Phase) -> GuardOutcome:
+    """Ask the guards of one phase in tier order; stop at the first block."""
+    outcome = GuardOutcome()
+    for guard in guards:
+        if guard.phase != phase:
+            continue
+        verdict = guard.check(call)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if verdict.kind == "pass":
+            continue
+        if verdict.kind == "block":
+            if phase == "post":  # after the effect nothing can be blocked; tell the model
+                outcome.notes.append((guard, Verdict.warn(verdict.message)))
+                continue
+            outcome.block = (guard.name, guard.tier, verdict)
+            return outcome
+        outcome.notes.append((guard, verdict))
+    return outcome
+
+
+class RetryProtectionGuard:
+    """Block an irreversible call whose identical input already succeeded in this run."""
+
+    name = "retry_protection"
+    tier: GuardTier = "safety"
+    phase: Phase = "pre"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if "irreversible" not in call.capability.flags:
+            return Verdict.ok()
+        for prior in call.history.succeeded():
+            if prior.name == call.capability.name and prior.args_digest == call.args_digest:
+                return Verdict.block(
+                    f"{call.capability.name} with these exact arguments already succeeded in this "
+                    f"run (call {prior.tool_use_id}); it is irreversible and will not run twice. "
+                    "If the person really wants it again, ask them to say so with new details."
+                )
+        return Verdict.ok()
+
+
+class IrreversibilityGuard:
+    """Hint when an irreversible call comes without a preview shown since the person spoke."""
+
+    name = "irreversibility"
+    tier: GuardTier = "ux"
+    phase: Phase = "pre"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if "irreversible" not in call.capability.flags:
+            return Verdict.ok()
+        recent = call.history.since_last_user_message()
+        if any(c.kind == Kind.PREVIEW and c.ok for c in recent):
+            return Verdict.ok()
+        return Verdict.hint(
+            f"{call.capability.name} cannot be undone and no preview was shown to the person; "
+            "state exactly what will happen before or with this action."
+        )
+
+
+def default_guards() -> list[Guard]:
+    return [RetryProtectionGuard(), IrreversibilityGuard()]

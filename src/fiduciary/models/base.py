@@ -1,0 +1,165 @@
+"""The ``Model`` seam: a model streams ``ModelEvent``s for a ``ModelRequest``.
+
+Messages here are fiduciary's own, provider-neutral types; each provider module translates them
+to and from its wire format. The loop never sees a provider SDK type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "Model",
+    "ModelEvent",
+    "ModelRequest",
+    "StreamStop",
+    "StreamTextDelta",
+    "StreamThinkingDelta",
+    "StreamThinkingDone",
+    "StreamToolCall",
+    "StreamUsage",
+    "TextPart",
+    "ThinkingPart",
+    "ToolResult",
+    "ToolResultsMessage",
+    "ToolSpec",
+    "ToolUsePart",
+    "UserTextMessage",
+]
+
+
+# --- messages -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingPart:
+    text: str
+    signature: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUsePart:
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UserTextMessage:
+    text: str
+    role: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    parts: tuple[TextPart | ThinkingPart | ToolUsePart, ...]
+    role: Literal["assistant"] = "assistant"
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_uses(self) -> list[ToolUsePart]:
+        return [p for p in self.parts if isinstance(p, ToolUsePart)]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultsMessage:
+    results: tuple[ToolResult, ...]
+    role: Literal["tool"] = "tool"
+
+
+Message = UserTextMessage | AssistantMessage | ToolResultsMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    system: tuple[str, ...]
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+# --- stream events --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamThinkingDelta:
+    text: str
+    block_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamThinkingDone:
+    block_index: int = 0
+    signature: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamToolCall:
+    """A complete tool call: ``arguments`` is the raw JSON text the model produced."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStop:
+    reason: str  # end_turn | tool_use | max_tokens | refusal | ...
+
+
+ModelEvent = (
+    StreamTextDelta
+    | StreamThinkingDelta
+    | StreamThinkingDone
+    | StreamToolCall
+    | StreamUsage
+    | StreamStop
+)
+
+
+class Model(Protocol):
+    """Anything that can stream a model's answer to a request."""
+
+    @property
+    def name(self) -> str: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...

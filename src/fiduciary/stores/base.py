@@ -1,0 +1,307 @@
+"""The ``Store`` contract: what every backend (memory, SQLite, PostgreSQL) must do.
+
+The store holds runs (status, lease, fencing epoch), events (primary key run_id, seq), the
+idempotency ledger, approvals, audit records and the per-principal autonomous spend. One contract
+test suite (``tests/contract``) runs against every implementation.
+
+Rules every implementation keeps:
+- ``commit`` is all or nothing: its events, status change, approvals and audit rows land together.
+- Events are appended with the next seqs (last_seq + 1, + 2 ...) or the commit is refused with
+  ``ConflictError``; a commit with an epoch that is no longer the run's raises ``StaleEpochError``.
+- Listeners (``subscribe``) see an event only after the commit that holds it has returned from the
+  database, in seq order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal, Protocol
+from uuid import UUID
+
+from ..events import Event
+
+__all__ = [
+    "ApprovalRecord",
+    "ApprovalStatus",
+    "AuditRecord",
+    "Broadcaster",
+    "LedgerEntry",
+    "LedgerStatus",
+    "RunRecord",
+    "RunStatus",
+    "Store",
+    "Subscription",
+]
+
+RunStatus = Literal[
+    "running",
+    "awaiting_approval",
+    "awaiting_client_result",
+    "completed",
+    "failed",
+    "cancelled",
+]
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "client_result"]
+LedgerStatus = Literal["started", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: UUID
+    principal: str
+    status: RunStatus
+    created_at: datetime
+    updated_at: datetime
+    last_seq: int = 0
+    epoch: int = 0
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    title: str = ""
+    scopes: tuple[str, ...] = ()
+
+    def with_(self, **changes: Any) -> RunRecord:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    approval_id: UUID
+    run_id: UUID
+    tool_use_id: str
+    principal: str
+    capability: str
+    args: dict[str, Any]
+    args_digest: str
+    tier: Literal["confirm", "explicit"]
+    amount_usd: Decimal | None
+    modifiable_fields: tuple[str, ...]
+    executor: Literal["server", "client"]
+    status: ApprovalStatus
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    reason: str | None = None
+    approved_args: dict[str, Any] | None = None
+    approved_digest: str | None = None
+    client_result: Any = None
+
+    def with_(self, **changes: Any) -> ApprovalRecord:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    key: str
+    run_id: UUID
+    tool_use_id: str
+    capability: str
+    status: LedgerStatus
+    started_at: datetime
+    finished_at: datetime | None = None
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    run_id: UUID
+    at: datetime
+    principal: str
+    capability: str
+    kind: str
+    tool_use_id: str
+    outcome: str  # ok | error | rejected:<reason> | pending | ledger | unknown
+    tier: str | None = None
+    amount_usd: Decimal | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+    output: str | None = None
+    idempotency_key: str | None = None
+    duration_ms: float | None = None
+
+
+class Subscription(Protocol):
+    def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    def close(self) -> None: ...
+
+
+class Store(Protocol):
+    """The durable state of fiduciary. Every method is a coroutine and every write is atomic."""
+
+    # --- runs -----------------------------------------------------------------------------
+    async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
+        """Record a new run (and its first events) durably. ``ConflictError`` if it exists."""
+
+    async def get_run(self, run_id: UUID) -> RunRecord | None: ...
+
+    async def list_runs(
+        self,
+        *,
+        principal: str | None = None,
+        status: RunStatus | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Newest first."""
+
+    async def commit(
+        self,
+        run_id: UUID,
+        *,
+        epoch: int,
+        events: Sequence[Event] = (),
+        status: RunStatus | None = None,
+        approvals: Sequence[ApprovalRecord] = (),
+        audit: Sequence[AuditRecord] = (),
+    ) -> None:
+        """Append events (with the next seqs) and apply the rest, all or nothing."""
+
+    async def read_events(
+        self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]: ...
+
+    async def acquire(
+        self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float
+    ) -> RunRecord | None:
+        """Take the run's lease: free, lapsed or already ours → a new epoch; else None."""
+
+    async def renew(
+        self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float
+    ) -> bool: ...
+
+    async def release(self, run_id: UUID, *, epoch: int) -> None: ...
+
+    async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
+        """Runs that are ``running`` with no live lease (their worker died)."""
+
+    # --- approvals ------------------------------------------------------------------------
+    async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None: ...
+
+    async def list_approvals(
+        self,
+        *,
+        principal: str | None = None,
+        run_id: UUID | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> list[ApprovalRecord]: ...
+
+    async def decide_approval(
+        self, approval: ApprovalRecord, *, expected_status: ApprovalStatus = "pending"
+    ) -> bool:
+        """Write a decision only if the row is still in ``expected_status``; False otherwise."""
+
+    # --- ledger ---------------------------------------------------------------------------
+    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """Insert a ``started`` row durably. If the key exists, return the existing row."""
+
+    async def ledger_finish(
+        self,
+        key: str,
+        *,
+        status: LedgerStatus,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+    ) -> None: ...
+
+    async def ledger_get(self, key: str) -> LedgerEntry | None: ...
+
+    # --- audit and spend ------------------------------------------------------------------
+    async def audit_records(self, run_id: UUID) -> list[AuditRecord]: ...
+
+    async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
+        """USD auto-executed (tier auto, outcome ok) for a principal since a time."""
+
+    # --- live events ----------------------------------------------------------------------
+    def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:
+        """Committed events of a run as they are committed (not the past: read those first)."""
+
+    async def close(self) -> None: ...
+
+
+class _Queue:
+    __slots__ = ("buffer", "closed", "overflowed", "queue")
+
+    def __init__(self, buffer: int) -> None:
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self.buffer = buffer
+        self.closed = False
+        self.overflowed = False
+
+
+class BroadcastSubscription:
+    """One listener's view of a run's committed events.
+
+    A slow listener never slows the run: when its buffer is full it is marked overflowed and its
+    iteration ends, so it must re-read from its last seq (``Store.read_events``).
+    """
+
+    def __init__(self, owner: Broadcaster, run_id: UUID, buffer: int) -> None:
+        self._owner = owner
+        self._run_id = run_id
+        self._q = _Queue(buffer)
+
+    @property
+    def overflowed(self) -> bool:
+        return self._q.overflowed
+
+    def put(self, event: Event) -> None:
+        if self._q.closed:
+            return
+        if self._q.queue.qsize() >= self._q.buffer:
+            self._q.overflowed = True
+            self.close()
+            return
+        self._q.queue.put_nowait(event)
+
+    def close(self) -> None:
+        if not self._q.closed:
+            self._q.closed = True
+            self._q.queue.put_nowait(None)
+            self._owner._remove(self._run_id, self)
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        while True:
+            item = await self._q.queue.get()
+            if item is None:
+                return
+            yield item
+
+
+class Broadcaster:
+    """In-process fan-out of committed events to the subscribers of each run."""
+
+    def __init__(self) -> None:
+        self._subs: dict[UUID, list[BroadcastSubscription]] = {}
+
+    def subscribe(self, run_id: UUID, buffer: int = 1024) -> BroadcastSubscription:
+        sub = BroadcastSubscription(self, run_id, buffer)
+        self._subs.setdefault(run_id, []).append(sub)
+        return sub
+
+    def publish(self, run_id: UUID, events: Sequence[Event]) -> None:
+        subs = self._subs.get(run_id)
+        if not subs:
+            return
+        for sub in list(subs):
+            for event in events:
+                sub.put(event)
+
+    def _remove(self, run_id: UUID, sub: BroadcastSubscription) -> None:
+        subs = self._subs.get(run_id)
+        if subs and sub in subs:
+            subs.remove(sub)
+            if not subs:
+                del self._subs[run_id]
+
+    def close_all(self) -> None:
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                sub.close()

@@ -1,0 +1,256 @@
+"""The in-memory store: the full ``Store`` contract in dictionaries, for tests and benchmarks.
+
+Nothing survives the process; everything else behaves as the durable stores do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from ..events import Event
+from ..exceptions import ConflictError, StaleEpochError, StoreError
+from .base import (
+    ApprovalRecord,
+    ApprovalStatus,
+    AuditRecord,
+    Broadcaster,
+    BroadcastSubscription,
+    LedgerEntry,
+    LedgerStatus,
+    RunRecord,
+    RunStatus,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._runs: dict[UUID, RunRecord] = {}
+        self._events: dict[UUID, list[Event]] = {}
+        self._approvals: dict[UUID, ApprovalRecord] = {}
+        self._ledger: dict[str, LedgerEntry] = {}
+        self._audit: list[AuditRecord] = []
+        self._broadcaster = Broadcaster()
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    # --- runs ----------------------------------------------------------------------------
+    async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
+        self._check_open()
+        if run.run_id in self._runs:
+            raise ConflictError(f"run {run.run_id} already exists")
+        _check_seqs(run.run_id, 0, events)
+        self._runs[run.run_id] = replace(run, last_seq=len(events))
+        self._events[run.run_id] = list(events)
+        self._broadcaster.publish(run.run_id, events)
+
+    async def get_run(self, run_id: UUID) -> RunRecord | None:
+        self._check_open()
+        return self._runs.get(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        principal: str | None = None,
+        status: RunStatus | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        self._check_open()
+        runs = [
+            r
+            for r in self._runs.values()
+            if (principal is None or r.principal == principal)
+            and (status is None or r.status == status)
+        ]
+        runs.sort(key=lambda r: (r.created_at, str(r.run_id)), reverse=True)
+        return runs[:limit]
+
+    async def commit(
+        self,
+        run_id: UUID,
+        *,
+        epoch: int,
+        events: Sequence[Event] = (),
+        status: RunStatus | None = None,
+        approvals: Sequence[ApprovalRecord] = (),
+        audit: Sequence[AuditRecord] = (),
+    ) -> None:
+        self._check_open()
+        run = self._runs.get(run_id)
+        if run is None:
+            raise StoreError(f"run {run_id} does not exist")
+        if run.epoch != epoch:
+            raise StaleEpochError(f"run {run_id}: epoch {epoch} is stale (now {run.epoch})")
+        _check_seqs(run_id, run.last_seq, events)
+        for a in approvals:
+            if a.approval_id in self._approvals:
+                raise ConflictError(f"approval {a.approval_id} already exists")
+        changes: dict[str, Any] = {"last_seq": run.last_seq + len(events)}
+        if status is not None:
+            changes["status"] = status
+        if events:
+            changes["updated_at"] = events[-1].at
+        self._runs[run_id] = replace(run, **changes)
+        self._events[run_id].extend(events)
+        for a in approvals:
+            self._approvals[a.approval_id] = a
+        self._audit.extend(audit)
+        self._broadcaster.publish(run_id, events)
+
+    async def read_events(
+        self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        self._check_open()
+        events = self._events.get(run_id, [])
+        out = events[after_seq:] if after_seq >= 0 else events
+        return out[:limit] if limit is not None else list(out)
+
+    async def acquire(
+        self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float
+    ) -> RunRecord | None:
+        self._check_open()
+        run = self._runs.get(run_id)
+        if run is None:
+            return None
+        live = run.lease_owner is not None and run.lease_until is not None and run.lease_until > now
+        if live and run.lease_owner != owner:
+            return None
+        run = replace(
+            run,
+            lease_owner=owner,
+            lease_until=now + timedelta(seconds=ttl_seconds),
+            epoch=run.epoch + 1,
+        )
+        self._runs[run_id] = run
+        return run
+
+    async def renew(self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float) -> bool:
+        self._check_open()
+        run = self._runs.get(run_id)
+        if run is None or run.epoch != epoch:
+            return False
+        self._runs[run_id] = replace(run, lease_until=now + timedelta(seconds=ttl_seconds))
+        return True
+
+    async def release(self, run_id: UUID, *, epoch: int) -> None:
+        self._check_open()
+        run = self._runs.get(run_id)
+        if run is not None and run.epoch == epoch:
+            self._runs[run_id] = replace(run, lease_owner=None, lease_until=None)
+
+    async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
+        self._check_open()
+        out = [
+            r
+            for r in self._runs.values()
+            if r.status == "running" and (r.lease_until is None or r.lease_until <= now)
+        ]
+        out.sort(key=lambda r: r.created_at)
+        return out[:limit]
+
+    # --- approvals ------------------------------------------------------------------------
+    async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None:
+        self._check_open()
+        return self._approvals.get(approval_id)
+
+    async def list_approvals(
+        self,
+        *,
+        principal: str | None = None,
+        run_id: UUID | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> list[ApprovalRecord]:
+        self._check_open()
+        out = [
+            a
+            for a in self._approvals.values()
+            if (principal is None or a.principal == principal)
+            and (run_id is None or a.run_id == run_id)
+            and (status is None or a.status == status)
+        ]
+        out.sort(key=lambda a: (a.created_at, str(a.approval_id)))
+        return out
+
+    async def decide_approval(
+        self, approval: ApprovalRecord, *, expected_status: ApprovalStatus = "pending"
+    ) -> bool:
+        self._check_open()
+        current = self._approvals.get(approval.approval_id)
+        if current is None or current.status != expected_status:
+            return False
+        self._approvals[approval.approval_id] = approval
+        return True
+
+    # --- ledger ---------------------------------------------------------------------------
+    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+        self._check_open()
+        existing = self._ledger.get(entry.key)
+        if existing is not None:
+            return existing
+        self._ledger[entry.key] = entry
+        return None
+
+    async def ledger_finish(
+        self,
+        key: str,
+        *,
+        status: LedgerStatus,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+    ) -> None:
+        self._check_open()
+        entry = self._ledger.get(key)
+        if entry is None:
+            raise StoreError(f"no ledger entry {key!r}")
+        self._ledger[key] = replace(entry, status=status, finished_at=at, result=result, error=error)
+
+    async def ledger_get(self, key: str) -> LedgerEntry | None:
+        self._check_open()
+        return self._ledger.get(key)
+
+    # --- audit and spend ------------------------------------------------------------------
+    async def audit_records(self, run_id: UUID) -> list[AuditRecord]:
+        self._check_open()
+        return [a for a in self._audit if a.run_id == run_id]
+
+    async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
+        self._check_open()
+        total = Decimal(0)
+        for a in self._audit:
+            if (
+                a.principal == principal
+                and a.tier == "auto"
+                and a.outcome == "ok"
+                and a.amount_usd is not None
+                and a.at >= since
+            ):
+                total += a.amount_usd
+        return total
+
+    # --- live events ----------------------------------------------------------------------
+    def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:
+        return self._broadcaster.subscribe(run_id, buffer)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._broadcaster.close_all()
+
+
+def _check_seqs(run_id: UUID, last_seq: int, events: Sequence[Event]) -> None:
+    expected = last_seq + 1
+    for event in events:
+        if event.run_id != run_id:
+            raise ConflictError(f"event for run {event.run_id} appended to run {run_id}")
+        if event.seq != expected:
+            raise ConflictError(f"run {run_id}: expected seq {expected}, got {event.seq}")
+        expected += 1

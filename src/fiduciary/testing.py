@@ -1,0 +1,61 @@
+"""Every fake in one place: a scripted model, the in-memory store, a manual clock, approvers.
+
+These ship with the package so that users test their own agents the way fiduciary tests itself:
+no network, no keys, no sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import UUID
+
+from .agent import Agent
+from .capabilities import Principal
+from .clock import ManualClock
+from .events import Event, PendingAction
+from .models.scripted import Call, Reply, Results, Script, ScriptedModel, ToolCalls
+from .registry import AuthorizationRequest
+from .stores.memory import MemoryStore
+
+__all__ = [
+    "Call",
+    "ManualClock",
+    "MemoryStore",
+    "Reply",
+    "Results",
+    "Script",
+    "ScriptedModel",
+    "ToolCalls",
+    "allow_all",
+    "approve_all",
+    "collect",
+]
+
+
+def allow_all(request: AuthorizationRequest) -> bool:
+    """An ``authorize`` callback that allows everything: for tests and demos only."""
+    return True
+
+
+async def collect(events: AsyncIterator[Event]) -> list[Event]:
+    """Drain an event stream into a list."""
+    return [event async for event in events]
+
+
+async def approve_all(
+    agent: Agent, run_id: UUID, *, by: Principal | str, rounds: int = 20
+) -> list[Event]:
+    """Approve every pending action of a run (re-typing amounts where asked) until it rests."""
+    seen: list[Event] = []
+    for _ in range(rounds):
+        pending = await agent.pending_approvals(run_id=run_id)
+        if not pending:
+            break
+        for record in pending:
+            await agent.approve(record.approval_id, by=by, confirm_amount=record.amount_usd)
+        seen.extend(await collect(agent.resume(run_id)))
+    return seen
+
+
+def pending_actions(events: list[Event]) -> list[PendingAction]:
+    return [e for e in events if isinstance(e, PendingAction)]

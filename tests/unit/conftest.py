@@ -1,0 +1,68 @@
+"""Shared fixtures for unit tests: a manual clock, an in-memory store, a ledger of effects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from fiduciary import CallContext, ManualClock, capability
+from fiduciary.capabilities import Capability
+from fiduciary.testing import MemoryStore
+
+
+@dataclass
+class Effects:
+    """What the toy capabilities did: every handler entry, by idempotency key."""
+
+    payments: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store() -> Iterator[MemoryStore]:
+    yield MemoryStore()
+
+
+@pytest.fixture
+def effects() -> Effects:
+    return Effects()
+
+
+def toy_capabilities(effects: Effects) -> list[Capability]:
+    @capability(kind="read")
+    async def balance(account: str = "main") -> dict[str, str]:
+        """The balance of an account, in USD."""
+        return {"account": account, "usd": "250.00"}
+
+    @capability(kind="read")
+    async def rates(currency: str = "EUR") -> dict[str, str]:
+        """The exchange rate of a currency to USD."""
+        return {"currency": currency, "usd": "1.08"}
+
+    def amount(args: Any, ctx: CallContext) -> Decimal:
+        return Decimal(str(args.amount))
+
+    @capability(
+        kind="execute",
+        risk="high",
+        operation="send",
+        amount_usd=amount,
+        flags={"irreversible", "mutating"},
+        modifiable_fields=["amount", "memo"],
+    )
+    async def send(to: str, amount: Decimal, memo: str = "", *, ctx: CallContext) -> dict[str, Any]:
+        """Send USD to a recipient."""
+        effects.entries.append(ctx.idempotency_key)
+        effects.payments.append({"to": to, "amount": amount, "memo": memo})
+        return {"sent": str(amount), "to": to, "reference": ctx.idempotency_key[-8:]}
+
+    return [balance, rates, send]
