@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fiduciary import CallContext, ManualClock, capability
 from fiduciary.capabilities import Capability
+from fiduciary.stores.base import Store
+from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import MemoryStore
 
 
@@ -27,9 +30,14 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture
-def store() -> Iterator[MemoryStore]:
-    yield MemoryStore()
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """Each loop test runs on the in-memory store and on a real SQLite file."""
+    backend: Store = (
+        MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "runs.sqlite3")
+    )
+    yield backend
+    await backend.close()
 
 
 @pytest.fixture

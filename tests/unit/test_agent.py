@@ -30,6 +30,7 @@ from fiduciary import (
 )
 from fiduciary.events import ActionResolved, Event, TurnComplete
 from fiduciary.models.base import ModelEvent, ModelRequest, StreamStop, StreamToolCall
+from fiduciary.stores.base import Store
 from fiduciary.testing import (
     Call,
     MemoryStore,
@@ -53,7 +54,7 @@ class Out(BaseModel):
 
 def make_agent(
     effects: Effects,
-    store: MemoryStore,
+    store: Store,
     clock: ManualClock,
     *scripts: Script,
     **kwargs: Any,
@@ -89,7 +90,7 @@ PAY_TWO = Script(
 
 
 async def test_reads_auto_write_and_pending(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     agent = make_agent(effects, store, clock, PAY_TWO)
     events = await collect(agent.run("please pay two people", principal=ALICE))
@@ -107,7 +108,7 @@ async def test_reads_auto_write_and_pending(
 
 
 async def test_two_writes_approved_in_reverse_order(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     agent = make_agent(effects, store, clock, PAY_TWO)
     events = await collect(agent.run("pay two", principal=ALICE))
@@ -129,7 +130,7 @@ async def test_two_writes_approved_in_reverse_order(
 
 
 async def test_denied_call_never_executes(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     agent = make_agent(effects, store, clock, PAY_TWO)
     events = await collect(agent.run("pay two", principal=ALICE))
@@ -149,7 +150,7 @@ async def test_denied_call_never_executes(
 
 
 async def test_approval_errors_change_nothing(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     agent = make_agent(effects, store, clock, PAY_TWO)
     events = await collect(agent.run("pay two", principal=ALICE))
@@ -172,7 +173,8 @@ async def test_approval_errors_change_nothing(
         carol.approval_id, by=ALICE, edits={"amount": "900"}, confirm_amount="900.00"
     )
     assert record.tier == "explicit"
-    assert record.approved_args is not None and record.approved_args["amount"] == "900"
+    assert record.approved_args is not None
+    assert record.approved_args["amount"] == "900"
     with pytest.raises(ApprovalError) as err:
         await agent.approve(carol.approval_id, by=ALICE)
     assert err.value.code == "already_decided"
@@ -188,7 +190,7 @@ async def test_approval_errors_change_nothing(
 
 
 async def test_approval_expiring_while_suspended_tells_model(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     agent = make_agent(effects, store, clock, PAY_TWO)
     events = await collect(agent.run("pay two", principal=ALICE))
@@ -200,13 +202,14 @@ async def test_approval_expiring_while_suspended_tells_model(
 
 
 async def test_explicit_tier_needs_retyped_amount(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script("big", [ToolCalls([Call("send", {"to": "bob", "amount": "700"})]), Reply("ok")])
     agent = make_agent(effects, store, clock, script)
     events = await collect(agent.run("big payment", principal=ALICE))
     (pending,) = of(events, PendingAction)
-    assert pending.tier == "explicit" and pending.acknowledge == "amount"
+    assert pending.tier == "explicit"
+    assert pending.acknowledge == "amount"
     assert pending.amount_usd == Decimal("700")
     for wrong in (None, "70", "seven hundred"):
         with pytest.raises(ApprovalError) as err:
@@ -218,7 +221,7 @@ async def test_explicit_tier_needs_retyped_amount(
 
 
 async def test_model_claiming_approval_changes_nothing(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script(
         "sneaky",
@@ -235,10 +238,12 @@ async def test_model_claiming_approval_changes_nothing(
 
 
 async def test_fail_closed_without_authorize(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    script = Script("small", [ToolCalls([Call("send", {"to": "bob", "amount": "1"}),
-                                         Call("balance")]), Reply("ok")])
+    script = Script(
+        "small",
+        [ToolCalls([Call("send", {"to": "bob", "amount": "1"}), Call("balance")]), Reply("ok")],
+    )
     agent = make_agent(effects, store, clock, script, authorize=None)
     events = await collect(agent.run("small", principal=ALICE))
     (rejected,) = of(events, ToolCallRejected)
@@ -258,10 +263,12 @@ async def test_fail_closed_without_authorize(
 
 
 async def test_plan_first_allows_only_read_preview_propose(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    script = Script("plan", [ToolCalls([Call("balance"), Call("send", {"to": "b", "amount": "1"})]),
-                             Reply("plan")])
+    script = Script(
+        "plan",
+        [ToolCalls([Call("balance"), Call("send", {"to": "b", "amount": "1"})]), Reply("plan")],
+    )
     agent = make_agent(effects, store, clock, script)
     events = await collect(agent.run("plan it", principal=ALICE, plan_first=True))
     (rejected,) = of(events, ToolCallRejected)
@@ -271,60 +278,74 @@ async def test_plan_first_allows_only_read_preview_propose(
 
 
 async def test_whitelist_per_run_and_unknown_tools(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script(
         "list",
-        [ToolCalls([Call("balance"), Call("rates"), Call("rm_rf"), Call("balance", raw="{oops")]),
-         Reply("ok")],
+        [
+            ToolCalls(
+                [Call("balance"), Call("rates"), Call("rm_rf"), Call("balance", raw="{oops")]
+            ),
+            Reply("ok"),
+        ],
     )
     agent = make_agent(effects, store, clock, script)
     events = await collect(agent.run("list", principal=ALICE, capabilities=["balance"]))
     reasons = {(r.name, r.reason) for r in of(events, ToolCallRejected)}
-    assert reasons == {("rates", "not_allowed"), ("rm_rf", "not_allowed"),
-                       ("balance", "malformed_call")}
+    assert reasons == {
+        ("rates", "not_allowed"),
+        ("rm_rf", "not_allowed"),
+        ("balance", "malformed_call"),
+    }
     assert [e.name for e in of(events, ToolCallEnd)] == ["balance"]
     with pytest.raises(RunError):
         await collect(agent.run("list", principal=ALICE, capabilities=["nope"]))
 
 
 async def test_invalid_input_goes_back_to_the_model(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script(
         "bad",
         [ToolCalls([Call("send", {"to": "bob"})]), Reply(lambda r: f"error seen: {r.errors}")],
     )
     model = ScriptedModel([script])
-    agent = Agent(model=model, capabilities=toy_capabilities(effects), store=store, clock=clock,
-                  authorize=allow_all)
+    agent = Agent(
+        model=model,
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
     events = await collect(agent.run("bad input", principal=ALICE))
     (rejected,) = of(events, ToolCallRejected)
-    assert rejected.reason == "invalid_input" and "amount" in rejected.message
+    assert rejected.reason == "invalid_input"
+    assert "amount" in rejected.message
     last = model.requests[-1].messages[-1]
     assert "invalid_input" in str(last)
     assert isinstance(events[-1], RunCompleted)
 
 
 async def test_retry_protection_blocks_identical_irreversible_call(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script(
         "twice",
-        [ToolCalls([Call("send", {"to": "bob", "amount": "2"})]),
-         ToolCalls([Call("send", {"to": "bob", "amount": "2"})]),
-         Reply("ok")],
+        [
+            ToolCalls([Call("send", {"to": "bob", "amount": "2"})]),
+            ToolCalls([Call("send", {"to": "bob", "amount": "2"})]),
+            Reply("ok"),
+        ],
     )
     agent = make_agent(effects, store, clock, script)
     events = await collect(agent.run("twice", principal=ALICE))
     (rejected,) = of(events, ToolCallRejected)
-    assert rejected.reason == "guard_blocked" and "retry_protection" in rejected.message
+    assert rejected.reason == "guard_blocked"
+    assert "retry_protection" in rejected.message
     assert len(effects.payments) == 1
 
 
-async def test_daily_autonomous_limit(
-    effects: Effects, store: MemoryStore, clock: ManualClock
-) -> None:
+async def test_daily_autonomous_limit(effects: Effects, store: Store, clock: ManualClock) -> None:
     calls = [Call("send", {"to": f"p{i}", "amount": "8"}) for i in range(3)]
     script = Script("many", [ToolCalls(calls), Reply("ok")])
     policy = Policy(daily_autonomous_limit_usd=Decimal("20"))
@@ -339,17 +360,18 @@ async def test_daily_autonomous_limit(
     assert len(effects.payments) == 4
 
 
-async def test_policy_deny(effects: Effects, store: MemoryStore, clock: ManualClock) -> None:
+async def test_policy_deny(effects: Effects, store: Store, clock: ManualClock) -> None:
     script = Script("deny", [ToolCalls([Call("send", {"to": "b", "amount": "1"})]), Reply("ok")])
-    agent = make_agent(effects, store, clock, script,
-                       policy=Policy(deny_operations=frozenset({"send"})))
+    agent = make_agent(
+        effects, store, clock, script, policy=Policy(deny_operations=frozenset({"send"}))
+    )
     events = await collect(agent.run("deny", principal=ALICE))
     assert [r.reason for r in of(events, ToolCallRejected)] == ["policy_denied"]
     assert effects.payments == []
 
 
 async def test_conversation_continues_on_same_run(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script("hello", [Reply("hi"), ToolCalls([Call("balance")]), Reply("250")])
     agent = make_agent(effects, store, clock, script)
@@ -357,29 +379,31 @@ async def test_conversation_continues_on_same_run(
     run_id = first[0].run_id
     second = await collect(agent.run("balance?", principal=ALICE, run_id=run_id))
     assert second[0].seq == first[-1].seq + 1
-    assert isinstance(second[-1], RunCompleted) and second[-1].text == "250"
+    assert isinstance(second[-1], RunCompleted)
+    assert second[-1].text == "250"
     with pytest.raises(RunError) as err:
         await collect(agent.run("hi", principal="mallory", run_id=run_id))
     assert err.value.code == "forbidden"
 
 
-async def test_max_turns(effects: Effects, store: MemoryStore, clock: ManualClock) -> None:
+async def test_max_turns(effects: Effects, store: Store, clock: ManualClock) -> None:
     script = Script("loop", [ToolCalls([Call("rates", {"currency": f"C{i}"})]) for i in range(10)])
     agent = make_agent(effects, store, clock, script, max_turns=3)
     events = await collect(agent.run("loop", principal=ALICE))
-    assert isinstance(events[-1], RunFailed) and events[-1].reason == "max_turns"
+    assert isinstance(events[-1], RunFailed)
+    assert events[-1].reason == "max_turns"
     assert len(of(events, TurnComplete)) == 3
     assert (await agent.get_run(events[0].run_id)).status == "failed"
 
 
-async def test_max_tool_calls(effects: Effects, store: MemoryStore, clock: ManualClock) -> None:
+async def test_max_tool_calls(effects: Effects, store: Store, clock: ManualClock) -> None:
     script = Script("calls", [ToolCalls([Call("rates")] * 4), Reply("ok")])
     agent = make_agent(effects, store, clock, script, max_tool_calls=2)
     events = await collect(agent.run("calls", principal=ALICE))
     assert [r.reason for r in of(events, ToolCallRejected)] == ["tool_call_limit"] * 2
 
 
-async def test_timeout_and_truncation(store: MemoryStore, clock: ManualClock) -> None:
+async def test_timeout_and_truncation(store: Store, clock: ManualClock) -> None:
     release = asyncio.Event()
 
     @capability(kind="read", timeout=0.05)
@@ -397,13 +421,15 @@ async def test_timeout_and_truncation(store: MemoryStore, clock: ManualClock) ->
     agent = Agent(model=ScriptedModel([script]), capabilities=[slow, big], store=store, clock=clock)
     events = await collect(agent.run("x", principal=ALICE))
     ends = {e.name: e for e in of(events, ToolCallEnd)}
-    assert ends["slow"].is_error and ends["slow"].error_code == "timeout"
-    assert ends["big"].truncated and len(ends["big"].output) < 400
+    assert ends["slow"].is_error
+    assert ends["slow"].error_code == "timeout"
+    assert ends["big"].truncated
+    assert len(ends["big"].output) < 400
     assert "narrow the request" in ends["big"].output
 
 
 async def test_reads_run_concurrently_and_start_before_turn_ends(
-    store: MemoryStore, clock: ManualClock
+    store: Store, clock: ManualClock
 ) -> None:
     a_started, b_started = asyncio.Event(), asyncio.Event()
     started_during_stream: list[bool] = []
@@ -441,7 +467,7 @@ async def test_reads_run_concurrently_and_start_before_turn_ends(
     assert sorted(e.output for e in of(events, ToolCallEnd)) == ['"a"', '"b"']
 
 
-async def test_handler_errors_are_tool_errors(store: MemoryStore, clock: ManualClock) -> None:
+async def test_handler_errors_are_tool_errors(store: Store, clock: ManualClock) -> None:
     from fiduciary import CapabilityError
 
     @capability(kind="read")
@@ -455,8 +481,9 @@ async def test_handler_errors_are_tool_errors(store: MemoryStore, clock: ManualC
         raise RuntimeError("db password=hunter2 leaked")
 
     script = Script("x", [ToolCalls([Call("refuses"), Call("crashes")]), Reply("ok")])
-    agent = Agent(model=ScriptedModel([script]), capabilities=[refuses, crashes], store=store,
-                  clock=clock)
+    agent = Agent(
+        model=ScriptedModel([script]), capabilities=[refuses, crashes], store=store, clock=clock
+    )
     events = await collect(agent.run("x", principal=ALICE))
     ends = {e.name: e for e in of(events, ToolCallEnd)}
     assert ends["refuses"].error_code == "insufficient_funds"
@@ -466,7 +493,7 @@ async def test_handler_errors_are_tool_errors(store: MemoryStore, clock: ManualC
     assert isinstance(events[-1], RunCompleted)
 
 
-async def test_output_validation_drops_extra_fields(store: MemoryStore, clock: ManualClock) -> None:
+async def test_output_validation_drops_extra_fields(store: Store, clock: ManualClock) -> None:
     @capability(kind="read")
     async def quote() -> Out:
         """A quote."""
@@ -479,7 +506,7 @@ async def test_output_validation_drops_extra_fields(store: MemoryStore, clock: M
     assert json.loads(end.output) == {"usd": "1"}
 
 
-async def test_progress_and_context(store: MemoryStore, clock: ManualClock) -> None:
+async def test_progress_and_context(store: Store, clock: ManualClock) -> None:
     seen: list[CallContext] = []
 
     @capability(kind="read")
@@ -495,12 +522,14 @@ async def test_progress_and_context(store: MemoryStore, clock: ManualClock) -> N
     from fiduciary.events import ToolProgress
 
     (progress,) = of(events, ToolProgress)
-    assert progress.message == "half way" and progress.pct == 50.0
-    assert seen[0].run_id == events[0].run_id and seen[0].principal.actor_id == ALICE
+    assert progress.message == "half way"
+    assert progress.pct == 50.0
+    assert seen[0].run_id == events[0].run_id
+    assert seen[0].principal.actor_id == ALICE
     assert seen[0].tool_use_id == of(events, ToolCallStart)[0].tool_use_id
 
 
-async def test_model_failure_fails_run_cleanly(store: MemoryStore, clock: ManualClock) -> None:
+async def test_model_failure_fails_run_cleanly(store: Store, clock: ManualClock) -> None:
     class Broken:
         name = "broken"
 
@@ -511,12 +540,13 @@ async def test_model_failure_fails_run_cleanly(store: MemoryStore, clock: Manual
     agent = Agent(model=Broken(), capabilities=[], store=store, clock=clock)
     events = await collect(agent.run("x", principal=ALICE))
     assert events[-2].type == "turn_retracted"
-    assert isinstance(events[-1], RunFailed) and events[-1].reason == "error"
+    assert isinstance(events[-1], RunFailed)
+    assert events[-1].reason == "error"
     assert "sk-ant" not in events[-1].message
 
 
 async def test_approve_all_helper_and_text_stream(
-    effects: Effects, store: MemoryStore, clock: ManualClock
+    effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     agent = make_agent(effects, store, clock, PAY_TWO)
     events = await collect(agent.run("pay two", principal=ALICE))
@@ -524,5 +554,6 @@ async def test_approve_all_helper_and_text_stream(
     final = more[-1]
     assert isinstance(final, RunCompleted)
     text = "".join(e.text for e in of(more, TextDelta))
-    assert text == final.text and text.startswith("Done:")
+    assert text == final.text
+    assert text.startswith("Done:")
     assert {p["to"] for p in effects.payments} == {"bob", "carol", "dave"}

@@ -9,7 +9,9 @@ Rules every implementation keeps:
 - Events are appended with the next seqs (last_seq + 1, + 2 ...) or the commit is refused with
   ``ConflictError``; a commit with an epoch that is no longer the run's raises ``StaleEpochError``.
 - Listeners (``subscribe``) see an event only after the commit that holds it has returned from the
-  database, in seq order.
+  database, in seq order. To follow a run without a gap: subscribe, then read the past, then skip
+  seqs already read.
+- Times are timezone-aware UTC.
 """
 
 from __future__ import annotations
@@ -125,6 +127,12 @@ class AuditRecord:
 
 
 class Subscription(Protocol):
+    """Committed events of one run, live. Ends when closed or when its buffer overflowed
+    (``overflowed`` is then True and the listener must re-read from its last seq)."""
+
+    @property
+    def overflowed(self) -> bool: ...
+
     def __aiter__(self) -> AsyncIterator[Event]: ...
 
     def close(self) -> None: ...
@@ -196,7 +204,10 @@ class Store(Protocol):
 
     # --- ledger ---------------------------------------------------------------------------
     async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
-        """Insert a ``started`` row durably. If the key exists, return the existing row."""
+        """Insert a ``started`` row durably. If the key exists, return the existing row.
+
+        Results (here and in ``client_result``) must be JSON values: a durable store keeps JSON.
+        """
 
     async def ledger_finish(
         self,

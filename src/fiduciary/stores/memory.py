@@ -136,7 +136,7 @@ class MemoryStore:
     async def renew(self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float) -> bool:
         self._check_open()
         run = self._runs.get(run_id)
-        if run is None or run.epoch != epoch:
+        if run is None or run.epoch != epoch or run.lease_owner is None:
             return False
         self._runs[run_id] = replace(run, lease_until=now + timedelta(seconds=ttl_seconds))
         return True
@@ -212,7 +212,9 @@ class MemoryStore:
         entry = self._ledger.get(key)
         if entry is None:
             raise StoreError(f"no ledger entry {key!r}")
-        self._ledger[key] = replace(entry, status=status, finished_at=at, result=result, error=error)
+        self._ledger[key] = replace(
+            entry, status=status, finished_at=at, result=result, error=error
+        )
 
     async def ledger_get(self, key: str) -> LedgerEntry | None:
         self._check_open()

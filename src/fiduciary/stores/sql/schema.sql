@@ -1,0 +1,112 @@
+-- The current full schema of fiduciary's SQLite store.
+--
+-- This file is documentation and a test oracle: a database built from it is identical to one
+-- built by applying migrations/NNNN_name.sql in order (tests/unit/stores/test_sqlite.py checks
+-- it). The store never executes it; it applies the migrations. Change the schema by adding a
+-- migration AND updating this file.
+--
+-- Conventions:
+-- - ids (run_id, approval_id) are canonical UUID text (lowercase, hyphenated);
+-- - times are ISO-8601 UTC text with microseconds, '2026-01-01T12:00:00.000000+00:00', so
+--   comparing and ordering them as text is comparing and ordering the instants;
+-- - money (amount_usd) is decimal TEXT, parsed back with Decimal(): never REAL;
+-- - structured values (args, scopes, payload ...) are JSON text.
+
+CREATE TABLE schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+);
+
+CREATE TABLE runs (
+    run_id      TEXT PRIMARY KEY,
+    principal   TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    last_seq    INTEGER NOT NULL DEFAULT 0 CHECK (last_seq >= 0),
+    epoch       INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until TEXT,
+    title       TEXT NOT NULL DEFAULT '',
+    scopes      TEXT NOT NULL DEFAULT '[]'
+);
+
+CREATE INDEX runs_by_created ON runs (created_at, run_id);
+
+CREATE INDEX runs_by_principal ON runs (principal, created_at, run_id);
+
+CREATE INDEX runs_by_status ON runs (status, created_at, run_id);
+
+CREATE TABLE events (
+    run_id  TEXT NOT NULL REFERENCES runs (run_id),
+    seq     INTEGER NOT NULL CHECK (seq >= 1),
+    type    TEXT NOT NULL,
+    at      TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE approvals (
+    approval_id       TEXT PRIMARY KEY,
+    run_id            TEXT NOT NULL REFERENCES runs (run_id),
+    tool_use_id       TEXT NOT NULL,
+    principal         TEXT NOT NULL,
+    capability        TEXT NOT NULL,
+    args              TEXT NOT NULL,
+    args_digest       TEXT NOT NULL,
+    tier              TEXT NOT NULL,
+    amount_usd        TEXT,
+    modifiable_fields TEXT NOT NULL DEFAULT '[]',
+    executor          TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    created_at        TEXT NOT NULL,
+    expires_at        TEXT NOT NULL,
+    decided_by        TEXT,
+    decided_at        TEXT,
+    reason            TEXT,
+    approved_args     TEXT,
+    approved_digest   TEXT,
+    client_result     TEXT
+);
+
+CREATE INDEX approvals_by_principal ON approvals (principal, status, created_at, approval_id);
+
+CREATE INDEX approvals_by_run ON approvals (run_id, created_at, approval_id);
+
+CREATE INDEX approvals_by_status ON approvals (status, created_at, approval_id);
+
+CREATE TABLE ledger (
+    key         TEXT PRIMARY KEY,
+    run_id      TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    capability  TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    started_at  TEXT NOT NULL,
+    finished_at TEXT,
+    result      TEXT,
+    error       TEXT
+);
+
+CREATE INDEX ledger_by_run ON ledger (run_id);
+
+CREATE TABLE audit (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id          TEXT NOT NULL REFERENCES runs (run_id),
+    at              TEXT NOT NULL,
+    principal       TEXT NOT NULL,
+    capability      TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    tool_use_id     TEXT NOT NULL,
+    outcome         TEXT NOT NULL,
+    tier            TEXT,
+    amount_usd      TEXT,
+    input           TEXT NOT NULL DEFAULT '{}',
+    output          TEXT,
+    idempotency_key TEXT,
+    duration_ms     REAL
+);
+
+CREATE INDEX audit_by_run ON audit (run_id, id);
+
+CREATE INDEX audit_by_principal_at ON audit (principal, at);

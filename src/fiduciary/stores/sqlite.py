@@ -1,0 +1,995 @@
+"""The SQLite store: the embedded default, one file, the full ``Store`` contract.
+
+Opening
+    ``SQLiteStore(path)`` is cheap; the file is opened (created if missing) on first use, or
+    eagerly with ``await SQLiteStore.open(path)``. Opening sets WAL mode and foreign keys and
+    applies the migrations of ``sql/migrations`` (``NNNN_name.sql``) that ``schema_migrations``
+    does not list yet, in order, each in one transaction with its ``schema_migrations`` row.
+    A file whose schema is newer than this code is refused with ``StoreError``.
+
+Group commit
+    ``commit`` and ``create_run`` do not write at once: they queue a request and wait. The first
+    request of an event-loop iteration schedules a flush with ``loop.call_soon``; the flush writes
+    every request queued by then (at most ``batch_size``; the rest go in the next flush) in ONE
+    transaction, each request inside its own SAVEPOINT so that a refused request
+    (``StaleEpochError``, ``ConflictError``, ...) is rolled back and fails alone while its
+    batch-mates commit. A caller's future resolves only after the COMMIT of its transaction, and
+    listeners (``subscribe``) receive the events only after that COMMIT, in seq order.
+    ``transactions`` counts the write transactions committed, so group commit can be observed.
+
+    The SQL runs on the event-loop thread, with no hop to a worker thread: a small WAL
+    transaction with ``synchronous=NORMAL`` takes tens of microseconds, less than a thread hop.
+    The price is that a write waiting for another process's lock (``busy_timeout_ms``) holds the
+    loop; writers from other processes are expected to be rare and short (a person deciding an
+    approval from the CLI while a worker idles). Reads never wait in WAL mode.
+
+Durability: ``synchronous="NORMAL"`` (the default, deliberately) vs ``"FULL"``
+    In WAL mode with NORMAL, a commit is written to the WAL file but not fsynced. A process
+    crash or ``kill -9`` loses nothing that was committed (the OS holds the writes); an OS crash
+    or power loss may lose the last transactions, but never corrupts the database. With FULL
+    the WAL is fsynced at every commit, so a commit also survives power loss, at the cost of
+    one fsync per transaction. NORMAL is the default because a run appends many small events
+    (streamed tokens) and fiduciary's recovery is built for losing a suffix of the log: a lost
+    partial turn is retracted and asked again.
+
+    What must not be lost is the record that a non-replayable side effect is about to happen,
+    so ``ledger_begin`` is always written with FULL: its fsync of the WAL also makes durable
+    everything committed before it (the WAL is one file, appended in order). Hence, even with
+    NORMAL, a side effect is never started while its ledger row or the events that led to it
+    could still vanish in a power loss.
+
+Encoding
+    Times are ISO-8601 UTC text with microseconds (ordered as text = ordered in time; a naive
+    datetime is refused with ``StoreError``); decimals are TEXT read back with ``Decimal()``,
+    never floats; events are stored as ``event.model_dump_json()`` and read back with
+    ``decode_event``. Other structured values (approval args, ledger results, ...) are JSON:
+    values JSON has no type for (Decimal, UUID, datetime, models) are stored as pydantic's JSON
+    form and read back as that form (a Decimal becomes a string).
+
+Errors
+    Every ``sqlite3`` error is translated at the boundary: a uniqueness violation becomes
+    ``ConflictError``, anything else ``StoreError`` (with the ``sqlite3`` error as its cause).
+
+Several processes may open the same file. Each process's listeners see the events committed
+by that process only; another process's commits are visible to ``read_events`` and the other
+reads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from uuid import UUID
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from ..events import Event, decode_event
+from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreError
+from .base import (
+    ApprovalRecord,
+    ApprovalStatus,
+    AuditRecord,
+    Broadcaster,
+    BroadcastSubscription,
+    LedgerEntry,
+    LedgerStatus,
+    RunRecord,
+    RunStatus,
+)
+
+if TYPE_CHECKING:
+    from .base import Store
+
+__all__ = [
+    "MIGRATIONS_DIR",
+    "SCHEMA_PATH",
+    "Migration",
+    "SQLiteStore",
+    "apply_migrations",
+    "load_migrations",
+    "split_statements",
+]
+
+SQL_DIR = Path(__file__).with_name("sql")
+SCHEMA_PATH = SQL_DIR / "schema.sql"
+MIGRATIONS_DIR = SQL_DIR / "migrations"
+
+# Created by the migration runner before the first migration; identical to its definition in
+# schema.sql (the schema test compares them). Never change it: it is migration zero.
+_BOOTSTRAP_SQL = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+)"""
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+Synchronous = Literal["NORMAL", "FULL"]
+
+
+# --- migrations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migrations of ``directory`` (``NNNN_name.sql``), in order, numbered 1, 2, 3 ..."""
+    migrations: list[Migration] = []
+    try:
+        paths = sorted(directory.iterdir())
+    except OSError as exc:
+        raise StoreError(f"cannot read the migrations in {directory}: {exc}") from exc
+    for path in paths:
+        if path.suffix != ".sql":
+            continue
+        match = _MIGRATION_NAME.match(path.name)
+        if match is None:
+            raise StoreError(f"migration file {path.name!r} is not named NNNN_name.sql")
+        migrations.append(
+            Migration(int(match.group(1)), match.group(2), path.read_text(encoding="utf-8"))
+        )
+    for expected, migration in enumerate(migrations, start=1):
+        if migration.version != expected:
+            raise StoreError(
+                f"migrations must be numbered 1, 2, 3 ... without gaps: "
+                f"found {migration.version:04d} where {expected:04d} was expected"
+            )
+    return migrations
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a SQL script into statements (one ends where a line completes it)."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    leftover = "\n".join(
+        line for line in buffer.splitlines() if not line.strip().startswith("--")
+    ).strip()
+    if leftover:
+        raise StoreError(f"incomplete SQL statement at the end of a script: {leftover[:80]!r}")
+    return statements
+
+
+def apply_migrations(
+    conn: sqlite3.Connection, migrations: Sequence[Migration] | None = None
+) -> list[int]:
+    """Apply the migrations ``schema_migrations`` does not list, in order; return their versions.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Safe when several processes
+    open a fresh file at once: the check is repeated under the write lock.
+    """
+    if migrations is None:
+        migrations = load_migrations()
+    known = {m.version for m in migrations}
+
+    def applied_versions() -> set[int] | None:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        ).fetchone()
+        if exists is None:
+            return None
+        return {int(v) for (v,) in conn.execute("SELECT version FROM schema_migrations")}
+
+    try:
+        applied = applied_versions()
+        if applied == known:
+            return []  # up to date: no write lock taken
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_BOOTSTRAP_SQL)
+            applied = applied_versions() or set()
+            newer = applied - known
+            if newer:
+                raise StoreError(
+                    f"the database has schema version {max(newer)}, newer than this fiduciary "
+                    f"knows ({max(known, default=0)}): upgrade fiduciary"
+                )
+            done: list[int] = []
+            for migration in migrations:
+                if migration.version in applied:
+                    continue
+                for statement in split_statements(migration.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (migration.version, migration.name, _ts(datetime.now(UTC))),
+                )
+                done.append(migration.version)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+    except sqlite3.Error as exc:
+        raise _translate(exc, "migrating the database") from exc
+    return done
+
+
+# --- encoding -----------------------------------------------------------------------------
+
+
+def _ts(value: datetime) -> str:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise StoreError(f"naive datetime {value!r}: the store keeps timezone-aware UTC times")
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _ts_or_none(value: datetime | None) -> str | None:
+    return None if value is None else _ts(value)
+
+
+def _dt(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _dt_or_none(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _dec_or_none(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _parse_dec(text: str | None) -> Decimal | None:
+    return None if text is None else Decimal(text)
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+    except (TypeError, ValueError, PydanticSerializationError) as exc:
+        raise StoreError(f"value cannot be stored as JSON: {exc}") from exc
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else _json(value)
+
+
+def _jsonable(value: Any) -> Any:
+    return to_jsonable_python(value)
+
+
+def _unjson(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+# --- rows ---------------------------------------------------------------------------------
+
+_RUN_COLUMNS = (
+    "run_id, principal, status, created_at, updated_at, last_seq, epoch, lease_owner, "
+    "lease_until, title, scopes"
+)
+_APPROVAL_COLUMNS = (
+    "approval_id, run_id, tool_use_id, principal, capability, args, args_digest, tier, "
+    "amount_usd, modifiable_fields, executor, status, created_at, expires_at, decided_by, "
+    "decided_at, reason, approved_args, approved_digest, client_result"
+)
+_LEDGER_COLUMNS = (
+    "key, run_id, tool_use_id, capability, status, started_at, finished_at, result, error"
+)
+_AUDIT_COLUMNS = (
+    "run_id, at, principal, capability, kind, tool_use_id, outcome, tier, amount_usd, input, "
+    "output, idempotency_key, duration_ms"
+)
+
+_INSERT_RUN = f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_EVENT = "INSERT INTO events (run_id, seq, type, at, payload) VALUES (?, ?, ?, ?, ?)"
+_INSERT_APPROVAL = (
+    f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# A decision replaces the whole record (as the memory store does), if the status is as expected.
+_DECIDE_APPROVAL = (
+    "UPDATE approvals SET "
+    + ", ".join(f"{column.strip()} = ?" for column in _APPROVAL_COLUMNS.split(",")[1:])
+    + " WHERE approval_id = ? AND status = ?"
+)
+_INSERT_AUDIT = (
+    f"INSERT INTO audit ({_AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+EventRow = tuple[str, int, str, str, str]
+Params = tuple[Any, ...]
+
+
+def _run_params(run: RunRecord, last_seq: int) -> Params:
+    return (
+        str(run.run_id),
+        run.principal,
+        run.status,
+        _ts(run.created_at),
+        _ts(run.updated_at),
+        last_seq,
+        run.epoch,
+        run.lease_owner,
+        _ts_or_none(run.lease_until),
+        run.title,
+        _json(list(run.scopes)),
+    )
+
+
+def _run_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=UUID(row[0]),
+        principal=row[1],
+        status=row[2],
+        created_at=_dt(row[3]),
+        updated_at=_dt(row[4]),
+        last_seq=row[5],
+        epoch=row[6],
+        lease_owner=row[7],
+        lease_until=_dt_or_none(row[8]),
+        title=row[9],
+        scopes=tuple(json.loads(row[10])),
+    )
+
+
+def _approval_params(a: ApprovalRecord) -> Params:
+    return (
+        str(a.approval_id),
+        str(a.run_id),
+        a.tool_use_id,
+        a.principal,
+        a.capability,
+        _json(a.args),
+        a.args_digest,
+        a.tier,
+        _dec_or_none(a.amount_usd),
+        _json(list(a.modifiable_fields)),
+        a.executor,
+        a.status,
+        _ts(a.created_at),
+        _ts(a.expires_at),
+        a.decided_by,
+        _ts_or_none(a.decided_at),
+        a.reason,
+        _json_or_none(a.approved_args),
+        a.approved_digest,
+        _json_or_none(a.client_result),
+    )
+
+
+def _approval_from_row(row: Sequence[Any]) -> ApprovalRecord:
+    return ApprovalRecord(
+        approval_id=UUID(row[0]),
+        run_id=UUID(row[1]),
+        tool_use_id=row[2],
+        principal=row[3],
+        capability=row[4],
+        args=json.loads(row[5]),
+        args_digest=row[6],
+        tier=row[7],
+        amount_usd=_parse_dec(row[8]),
+        modifiable_fields=tuple(json.loads(row[9])),
+        executor=row[10],
+        status=row[11],
+        created_at=_dt(row[12]),
+        expires_at=_dt(row[13]),
+        decided_by=row[14],
+        decided_at=_dt_or_none(row[15]),
+        reason=row[16],
+        approved_args=_unjson(row[17]),
+        approved_digest=row[18],
+        client_result=_unjson(row[19]),
+    )
+
+
+def _ledger_from_row(row: Sequence[Any]) -> LedgerEntry:
+    return LedgerEntry(
+        key=row[0],
+        run_id=UUID(row[1]),
+        tool_use_id=row[2],
+        capability=row[3],
+        status=row[4],
+        started_at=_dt(row[5]),
+        finished_at=_dt_or_none(row[6]),
+        result=_unjson(row[7]),
+        error=row[8],
+    )
+
+
+def _audit_params(a: AuditRecord) -> Params:
+    return (
+        str(a.run_id),
+        _ts(a.at),
+        a.principal,
+        a.capability,
+        a.kind,
+        a.tool_use_id,
+        a.outcome,
+        a.tier,
+        _dec_or_none(a.amount_usd),
+        _json(a.input),
+        a.output,
+        a.idempotency_key,
+        a.duration_ms,
+    )
+
+
+def _audit_from_row(row: Sequence[Any]) -> AuditRecord:
+    return AuditRecord(
+        run_id=UUID(row[0]),
+        at=_dt(row[1]),
+        principal=row[2],
+        capability=row[3],
+        kind=row[4],
+        tool_use_id=row[5],
+        outcome=row[6],
+        tier=row[7],
+        amount_usd=_parse_dec(row[8]),
+        input=json.loads(row[9]),
+        output=row[10],
+        idempotency_key=row[11],
+        duration_ms=row[12],
+    )
+
+
+def _event_rows(run_id: UUID, events: Sequence[Event]) -> list[EventRow]:
+    key = str(run_id)
+    return [(key, e.seq, e.type, _ts(e.at), e.model_dump_json()) for e in events]
+
+
+def _seq_error(run_id: UUID, last_seq: int, events: Sequence[Event]) -> ConflictError | None:
+    """Why ``events`` cannot follow ``last_seq`` in run ``run_id`` (None: they can)."""
+    expected = last_seq + 1
+    for event in events:
+        if event.run_id != run_id:
+            return ConflictError(f"event for run {event.run_id} appended to run {run_id}")
+        if event.seq != expected:
+            return ConflictError(f"run {run_id}: expected seq {expected}, got {event.seq}")
+        expected += 1
+    return None
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def _translate(exc: sqlite3.Error, doing: str = "") -> StoreError:
+    where = f" ({doing})" if doing else ""
+    if isinstance(exc, sqlite3.IntegrityError) and (
+        "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc)
+    ):
+        error: StoreError = ConflictError(f"{exc}{where}")
+    else:
+        error = StoreError(f"sqlite: {exc}{where}")
+    error.__cause__ = exc
+    return error
+
+
+def _as_store_error(exc: Exception) -> FiduciaryError:
+    if isinstance(exc, FiduciaryError):
+        return exc
+    if isinstance(exc, sqlite3.Error):
+        return _translate(exc)
+    error = StoreError(f"{type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _copy_error(exc: FiduciaryError) -> FiduciaryError:
+    """A fresh exception of the same kind, so that no two callers raise one object."""
+    try:
+        copy = type(exc)(*exc.args)
+    except TypeError:
+        return exc
+    copy.__cause__ = exc.__cause__
+    return copy
+
+
+def _rollback_quietly(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+# --- the store ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Request:
+    """One queued ``commit`` or ``create_run``, its rows encoded before the flush."""
+
+    run_id: UUID
+    epoch: int  # ignored for a create
+    event_rows: list[EventRow]
+    events: Sequence[Event]
+    status: RunStatus | None
+    updated_at: str | None
+    approval_rows: list[Params]
+    audit_rows: list[Params]
+    future: asyncio.Future[None]
+    create: Params | None = None  # the runs row of a create_run
+
+
+class SQLiteStore:
+    """The ``Store`` contract on one SQLite file (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout_ms: int = 5000,
+        batch_size: int = 256,
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if busy_timeout_ms < 0:
+            raise ValueError("busy_timeout_ms must not be negative")
+        self.path = os.fspath(path)
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self.batch_size = batch_size
+        self.transactions = 0
+        """Write transactions committed by this store (a batch of commits counts once)."""
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._pending: list[_Request] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._broadcaster = Broadcaster()
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout_ms: int = 5000,
+        batch_size: int = 256,
+    ) -> SQLiteStore:
+        """Open the file now (create it, migrate it) rather than on first use."""
+        store = cls(
+            path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, batch_size=batch_size
+        )
+        store._connection()
+        return store
+
+    # --- connection -----------------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the store is closed")
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise _translate(exc, f"opening {self.path}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal" and self.path != ":memory:":
+                raise StoreError(f"{self.path}: cannot use WAL mode (journal_mode is {mode})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            apply_migrations(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise _translate(exc, f"opening {self.path}") from exc
+            raise
+        return conn
+
+    @contextmanager
+    def _write(self, *, full_sync: bool = False) -> Iterator[sqlite3.Connection]:
+        """One immediate write transaction (outside the group commit)."""
+        conn = self._connection()
+        switch = full_sync and self.synchronous != "FULL"
+        try:
+            if switch:
+                conn.execute("PRAGMA synchronous = FULL")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback_quietly(conn)
+                raise
+            finally:
+                if switch:
+                    conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
+        self.transactions += 1
+
+    def _read(self, sql: str, params: Params = ()) -> list[Any]:
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
+
+    # --- group commit ---------------------------------------------------------------------
+    async def _submit(self, request: _Request) -> None:
+        self._pending.append(request)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        await request.future
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        batch = self._pending[: self.batch_size]
+        del self._pending[: self.batch_size]
+        if self._pending:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        if batch:
+            self._write_batch(batch)
+
+    def _write_batch(self, batch: list[_Request]) -> None:
+        live = [r for r in batch if not r.future.done()]  # a cancelled caller's write is skipped
+        if not live:
+            return
+        conn = self._conn
+        if conn is None:  # closed underneath (cannot happen: requests open the connection)
+            self._fail_all(live, StoreError("the store is closed"))
+            return
+        outcomes: list[FiduciaryError | None] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for request in live:
+                conn.execute("SAVEPOINT fiduciary_commit")
+                try:
+                    self._apply(conn, request)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO fiduciary_commit")
+                    conn.execute("RELEASE fiduciary_commit")
+                    outcomes.append(_as_store_error(exc))
+                else:
+                    conn.execute("RELEASE fiduciary_commit")
+                    outcomes.append(None)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback_quietly(conn)
+            self._fail_all(live, _translate(exc, "group commit"))
+            return
+        except BaseException as exc:
+            _rollback_quietly(conn)
+            self._fail_all(live, StoreError(f"group commit interrupted: {exc!r}"))
+            raise
+        self.transactions += 1
+        for request, outcome in zip(live, outcomes, strict=True):
+            if outcome is None:
+                self._broadcaster.publish(request.run_id, request.events)
+                if not request.future.done():
+                    request.future.set_result(None)
+            elif not request.future.done():
+                request.future.set_exception(outcome)
+
+    @staticmethod
+    def _fail_all(requests: list[_Request], error: FiduciaryError) -> None:
+        for request in requests:
+            if not request.future.done():
+                request.future.set_exception(_copy_error(error))
+
+    def _apply(self, conn: sqlite3.Connection, r: _Request) -> None:
+        key = str(r.run_id)
+        if r.create is not None:
+            try:
+                conn.execute(_INSERT_RUN, r.create)
+            except sqlite3.IntegrityError as exc:
+                raise ConflictError(f"run {r.run_id} already exists") from exc
+            seq_error = _seq_error(r.run_id, 0, r.events)
+            if seq_error is not None:
+                raise seq_error
+            conn.executemany(_INSERT_EVENT, r.event_rows)
+            return
+        row = conn.execute("SELECT epoch, last_seq FROM runs WHERE run_id = ?", (key,)).fetchone()
+        if row is None:
+            raise StoreError(f"run {r.run_id} does not exist")
+        epoch, last_seq = int(row[0]), int(row[1])
+        if epoch != r.epoch:
+            raise StaleEpochError(f"run {r.run_id}: epoch {r.epoch} is stale (now {epoch})")
+        seq_error = _seq_error(r.run_id, last_seq, r.events)
+        if seq_error is not None:
+            raise seq_error
+        if r.event_rows:
+            conn.executemany(_INSERT_EVENT, r.event_rows)
+        for params in r.approval_rows:
+            try:
+                conn.execute(_INSERT_APPROVAL, params)
+            except sqlite3.IntegrityError as exc:
+                if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                    raise ConflictError(f"approval {params[0]} already exists") from exc
+                raise
+        if r.audit_rows:
+            conn.executemany(_INSERT_AUDIT, r.audit_rows)
+        if r.event_rows or r.status is not None:
+            conn.execute(
+                "UPDATE runs SET last_seq = ?, status = COALESCE(?, status), "
+                "updated_at = COALESCE(?, updated_at) WHERE run_id = ?",
+                (last_seq + len(r.event_rows), r.status, r.updated_at, key),
+            )
+
+    # --- runs ----------------------------------------------------------------------------
+    async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
+        self._connection()
+        request = _Request(
+            run_id=run.run_id,
+            epoch=run.epoch,
+            event_rows=_event_rows(run.run_id, events),
+            events=tuple(events),
+            status=None,
+            updated_at=None,
+            approval_rows=[],
+            audit_rows=[],
+            future=asyncio.get_running_loop().create_future(),
+            create=_run_params(run, last_seq=len(events)),
+        )
+        await self._submit(request)
+
+    async def get_run(self, run_id: UUID) -> RunRecord | None:
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (str(run_id),))
+        return _run_from_row(rows[0]) if rows else None
+
+    async def list_runs(
+        self,
+        *,
+        principal: str | None = None,
+        status: RunStatus | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if principal is not None:
+            where.append("principal = ?")
+            params.append(principal)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs {clause}"
+            "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_run_from_row(row) for row in rows]
+
+    async def commit(
+        self,
+        run_id: UUID,
+        *,
+        epoch: int,
+        events: Sequence[Event] = (),
+        status: RunStatus | None = None,
+        approvals: Sequence[ApprovalRecord] = (),
+        audit: Sequence[AuditRecord] = (),
+    ) -> None:
+        self._connection()
+        request = _Request(
+            run_id=run_id,
+            epoch=epoch,
+            event_rows=_event_rows(run_id, events),
+            events=tuple(events),
+            status=status,
+            updated_at=_ts(events[-1].at) if events else None,
+            approval_rows=[_approval_params(a) for a in approvals],
+            audit_rows=[_audit_params(a) for a in audit],
+            future=asyncio.get_running_loop().create_future(),
+        )
+        await self._submit(request)
+
+    async def read_events(
+        self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        rows = self._read(
+            "SELECT payload FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (str(run_id), after_seq, -1 if limit is None else limit),
+        )
+        try:
+            return [decode_event(payload) for (payload,) in rows]
+        except ValueError as exc:  # pydantic.ValidationError is a ValueError
+            raise StoreError(f"run {run_id}: a stored event cannot be decoded: {exc}") from exc
+
+    async def acquire(
+        self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float
+    ) -> RunRecord | None:
+        key = str(run_id)
+        now_text = _ts(now)
+        until = _ts(now + timedelta(seconds=ttl_seconds))
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET lease_owner = ?, lease_until = ?, epoch = epoch + 1 "
+                "WHERE run_id = ? AND (lease_owner IS NULL OR lease_until IS NULL "
+                "OR lease_until <= ? OR lease_owner = ?)",
+                (owner, until, key, now_text, owner),
+            )
+            if cursor.rowcount != 1:
+                return None
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (key,)
+            ).fetchone()
+        return _run_from_row(row)
+
+    async def renew(self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float) -> bool:
+        until = _ts(now + timedelta(seconds=ttl_seconds))
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET lease_until = ? "
+                "WHERE run_id = ? AND epoch = ? AND lease_owner IS NOT NULL",
+                (until, str(run_id), epoch),
+            )
+            return cursor.rowcount == 1
+
+    async def release(self, run_id: UUID, *, epoch: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE runs SET lease_owner = NULL, lease_until = NULL "
+                "WHERE run_id = ? AND epoch = ?",
+                (str(run_id), epoch),
+            )
+
+    async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running' "
+            "AND (lease_until IS NULL OR lease_until <= ?) "
+            "ORDER BY created_at, run_id LIMIT ?",
+            (_ts(now), limit),
+        )
+        return [_run_from_row(row) for row in rows]
+
+    # --- approvals ------------------------------------------------------------------------
+    async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None:
+        rows = self._read(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?",
+            (str(approval_id),),
+        )
+        return _approval_from_row(rows[0]) if rows else None
+
+    async def list_approvals(
+        self,
+        *,
+        principal: str | None = None,
+        run_id: UUID | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> list[ApprovalRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if principal is not None:
+            where.append("principal = ?")
+            params.append(principal)
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(str(run_id))
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._read(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals {clause}ORDER BY created_at, approval_id",
+            tuple(params),
+        )
+        return [_approval_from_row(row) for row in rows]
+
+    async def decide_approval(
+        self, approval: ApprovalRecord, *, expected_status: ApprovalStatus = "pending"
+    ) -> bool:
+        params = _approval_params(approval)
+        with self._write() as conn:
+            cursor = conn.execute(
+                _DECIDE_APPROVAL,
+                (*params[1:], params[0], expected_status),
+            )
+            return cursor.rowcount == 1
+
+    # --- ledger ---------------------------------------------------------------------------
+    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+        params = (
+            entry.key,
+            str(entry.run_id),
+            entry.tool_use_id,
+            entry.capability,
+            entry.status,
+            _ts(entry.started_at),
+            _ts_or_none(entry.finished_at),
+            _json_or_none(entry.result),
+            entry.error,
+        )
+        with self._write(full_sync=True) as conn:
+            cursor = conn.execute(
+                f"INSERT INTO ledger ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                params,
+            )
+            if cursor.rowcount == 1:
+                return None
+            row = conn.execute(
+                f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE key = ?", (entry.key,)
+            ).fetchone()
+        return _ledger_from_row(row)
+
+    async def ledger_finish(
+        self,
+        key: str,
+        *,
+        status: LedgerStatus,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+    ) -> None:
+        params = (status, _ts(at), _json_or_none(result), error, key)
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE ledger SET status = ?, finished_at = ?, result = ?, error = ? "
+                "WHERE key = ?",
+                params,
+            )
+            if cursor.rowcount != 1:
+                raise StoreError(f"no ledger entry {key!r}")
+
+    async def ledger_get(self, key: str) -> LedgerEntry | None:
+        rows = self._read(f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE key = ?", (key,))
+        return _ledger_from_row(rows[0]) if rows else None
+
+    # --- audit and spend ------------------------------------------------------------------
+    async def audit_records(self, run_id: UUID) -> list[AuditRecord]:
+        rows = self._read(
+            f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE run_id = ? ORDER BY id", (str(run_id),)
+        )
+        return [_audit_from_row(row) for row in rows]
+
+    async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
+        rows = self._read(
+            "SELECT amount_usd FROM audit WHERE principal = ? AND at >= ? AND tier = 'auto' "
+            "AND outcome = 'ok' AND amount_usd IS NOT NULL",
+            (principal, _ts(since)),
+        )
+        total = Decimal(0)
+        for (amount,) in rows:
+            total += Decimal(amount)
+        return total
+
+    # --- live events ----------------------------------------------------------------------
+    def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:
+        if self._closed:
+            raise StoreError("the store is closed")
+        return self._broadcaster.subscribe(run_id, buffer)
+
+    async def close(self) -> None:
+        """Write the queued commits, end the subscriptions and close the file. Idempotent."""
+        if self._closed:
+            return
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        while self._pending:
+            batch = self._pending[: self.batch_size]
+            del self._pending[: self.batch_size]
+            self._write_batch(batch)
+        self._closed = True
+        self._broadcaster.close_all()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                raise _translate(exc, "closing") from exc
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: SQLiteStore) -> Store:
+        return store

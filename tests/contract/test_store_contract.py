@@ -1,0 +1,715 @@
+"""The ``Store`` contract, run against every backend of ``conftest.BACKENDS``."""
+
+from __future__ import annotations
+
+import asyncio
+import typing
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID, uuid4
+
+import pytest
+
+from fiduciary.events import Event, PendingAction, UserMessage
+from fiduciary.exceptions import ConflictError, StaleEpochError, StoreError
+from fiduciary.stores.base import (
+    ApprovalRecord,
+    AuditRecord,
+    RunRecord,
+    Store,
+    Subscription,
+)
+
+from .builders import (
+    at,
+    deltas,
+    every_event,
+    make_approval,
+    make_audit,
+    make_ledger,
+    make_run,
+    started,
+)
+
+TIMEOUT = 5.0
+
+
+@runtime_checkable
+class OverflowAware(Protocol):
+    """A subscription that says whether it was closed for falling behind."""
+
+    @property
+    def overflowed(self) -> bool: ...
+
+
+Snapshot = tuple[RunRecord | None, list[Event], list[ApprovalRecord], list[AuditRecord]]
+
+
+async def snapshot(store: Store, run_id: UUID) -> Snapshot:
+    return (
+        await store.get_run(run_id),
+        await store.read_events(run_id),
+        await store.list_approvals(run_id=run_id),
+        await store.audit_records(run_id),
+    )
+
+
+async def new_run(store: Store, **kwargs: Any) -> RunRecord:
+    """A run created with its ``run_started`` event (last_seq 1, epoch 0)."""
+    run = make_run(**kwargs)
+    await store.create_run(run, [started(run.run_id, principal=run.principal)])
+    return run
+
+
+async def drain(sub: Subscription) -> list[Event]:
+    """Close ``sub`` and return what it had received (bounded)."""
+    sub.close()
+    async with asyncio.timeout(TIMEOUT):
+        return [event async for event in sub]
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+async def test_create_and_get_run_round_trips(store: Store) -> None:
+    run = make_run(title="Rent — März ✓", scopes=("a:b", "c"))
+    await store.create_run(run)
+
+    assert await store.get_run(run.run_id) == run
+    assert await store.read_events(run.run_id) == []
+    assert await store.get_run(uuid4()) is None
+
+
+async def test_create_run_with_events_sets_last_seq(store: Store) -> None:
+    run = make_run()
+    events = [started(run.run_id), *deltas(run.run_id, 2, 3)]
+    await store.create_run(run, events)
+
+    stored = await store.get_run(run.run_id)
+    assert stored is not None
+    assert stored.last_seq == 4
+    assert await store.read_events(run.run_id) == events
+
+
+async def test_create_run_twice_is_a_conflict_and_changes_nothing(store: Store) -> None:
+    run = await new_run(store)
+    before = await snapshot(store, run.run_id)
+
+    with pytest.raises(ConflictError):
+        await store.create_run(
+            replace(run, principal="mallory", title="other"), deltas(run.run_id, 1, 2)
+        )
+
+    assert await snapshot(store, run.run_id) == before
+
+
+async def test_create_run_with_bad_seqs_is_a_conflict_and_creates_nothing(store: Store) -> None:
+    run = make_run()
+    with pytest.raises(ConflictError):
+        await store.create_run(run, deltas(run.run_id, 2, 2))
+
+    assert await store.get_run(run.run_id) is None
+    assert await store.read_events(run.run_id) == []
+
+
+async def test_list_runs_filters_newest_first_with_limit(store: Store) -> None:
+    a1 = await new_run(store, principal="alice", created=1)
+    b1 = await new_run(store, principal="bob", created=2)
+    a2 = await new_run(store, principal="alice", created=3, status="awaiting_approval")
+    a3 = await new_run(store, principal="alice", created=4, status="completed")
+
+    def ids(runs: list[RunRecord]) -> list[UUID]:
+        return [r.run_id for r in runs]
+
+    assert ids(await store.list_runs()) == [a3.run_id, a2.run_id, b1.run_id, a1.run_id]
+    assert ids(await store.list_runs(principal="alice")) == [a3.run_id, a2.run_id, a1.run_id]
+    assert ids(await store.list_runs(status="running")) == [b1.run_id, a1.run_id]
+    assert ids(await store.list_runs(principal="alice", status="awaiting_approval")) == [a2.run_id]
+    assert ids(await store.list_runs(principal="alice", limit=2)) == [a3.run_id, a2.run_id]
+    assert await store.list_runs(principal="nobody") == []
+    listed = await store.list_runs(principal="bob")
+    assert listed == [await store.get_run(b1.run_id)]
+
+
+# --- commit -----------------------------------------------------------------------------
+
+
+async def test_commit_appends_with_gapless_seqs(store: Store) -> None:
+    run = await new_run(store)
+    first = deltas(run.run_id, 2, 3)
+    second = deltas(run.run_id, 5, 2)
+
+    await store.commit(run.run_id, epoch=0, events=first)
+    await store.commit(run.run_id, epoch=0, events=second, status="awaiting_approval")
+
+    events = await store.read_events(run.run_id)
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5, 6]
+    assert events[1:] == first + second
+    stored = await store.get_run(run.run_id)
+    assert stored is not None
+    assert stored.last_seq == 6
+    assert stored.status == "awaiting_approval"
+    assert stored.updated_at == second[-1].at
+    assert stored.created_at == run.created_at
+
+
+async def test_commit_without_events_changes_status_only(store: Store) -> None:
+    run = await new_run(store)
+    await store.commit(run.run_id, epoch=0, status="cancelled")
+
+    stored = await store.get_run(run.run_id)
+    assert stored == replace(run, last_seq=1, status="cancelled")
+
+
+async def test_read_events_after_seq_and_limit(store: Store) -> None:
+    run = await new_run(store)
+    await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 9))
+
+    assert [e.seq for e in await store.read_events(run.run_id, after_seq=7)] == [8, 9, 10]
+    assert [e.seq for e in await store.read_events(run.run_id, after_seq=2, limit=3)] == [
+        3,
+        4,
+        5,
+    ]
+    assert await store.read_events(run.run_id, after_seq=10) == []
+    assert await store.read_events(run.run_id, limit=0) == []
+    assert await store.read_events(uuid4()) == []
+
+
+@pytest.mark.parametrize(
+    "case", ["gap", "already_written", "not_consecutive", "other_run", "starts_at_zero"]
+)
+async def test_commit_with_wrong_seqs_is_a_conflict_and_writes_nothing(
+    store: Store, case: str
+) -> None:
+    run = await new_run(store)
+    await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 2))  # last_seq 3
+    before = await snapshot(store, run.run_id)
+    rid = run.run_id
+    bad: dict[str, list[Event]] = {
+        "gap": deltas(rid, 5, 2),
+        "already_written": deltas(rid, 3, 2),
+        "not_consecutive": [*deltas(rid, 4, 1), *deltas(rid, 6, 1)],
+        "other_run": [*deltas(rid, 4, 1), *deltas(uuid4(), 5, 1)],
+        "starts_at_zero": [UserMessage.model_construct(run_id=rid, seq=0, at=at(9), text="x")],
+    }
+
+    with pytest.raises(ConflictError):
+        await store.commit(
+            rid,
+            epoch=0,
+            events=bad[case],
+            status="awaiting_approval",
+            approvals=[make_approval(rid)],
+            audit=[make_audit(rid)],
+        )
+
+    assert await snapshot(store, rid) == before
+    assert await store.autonomous_spend("alice", since=at(0)) == 0
+
+
+async def test_commit_with_an_existing_approval_is_a_conflict_and_writes_nothing(
+    store: Store,
+) -> None:
+    run = await new_run(store)
+    approval = make_approval(run.run_id)
+    await store.commit(run.run_id, epoch=0, approvals=[approval])
+    before = await snapshot(store, run.run_id)
+
+    with pytest.raises(ConflictError):
+        await store.commit(
+            run.run_id,
+            epoch=0,
+            events=deltas(run.run_id, 2, 3),  # valid: only the approval is refused
+            status="completed",
+            approvals=[replace(approval, status="approved")],
+            audit=[make_audit(run.run_id)],
+        )
+
+    assert await snapshot(store, run.run_id) == before
+
+
+async def test_commit_with_a_stale_epoch_is_refused_and_writes_nothing(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(1), ttl_seconds=30)
+    assert lease is not None
+    assert lease.epoch == 1
+    before = await snapshot(store, run.run_id)
+
+    for epoch in (0, 2):
+        with pytest.raises(StaleEpochError):
+            await store.commit(
+                run.run_id,
+                epoch=epoch,
+                events=deltas(run.run_id, 2, 1),
+                status="failed",
+                approvals=[make_approval(run.run_id)],
+                audit=[make_audit(run.run_id)],
+            )
+
+    assert await snapshot(store, run.run_id) == before
+    await store.commit(run.run_id, epoch=1, events=deltas(run.run_id, 2, 1))
+    assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2]
+
+
+async def test_commit_to_an_unknown_run_is_refused(store: Store) -> None:
+    run_id = uuid4()
+    with pytest.raises(StoreError):
+        await store.commit(run_id, epoch=0, events=deltas(run_id, 1, 1))
+    assert await store.get_run(run_id) is None
+    assert await store.read_events(run_id) == []
+
+
+async def test_events_of_every_type_round_trip_exactly(store: Store) -> None:
+    run = make_run()
+    events = every_event(run.run_id)
+    union = typing.get_args(typing.get_args(Event)[0])
+    all_types = {cls.model_fields["type"].default for cls in union}
+    assert {e.type for e in events} == all_types, "every_event() must cover every event type"
+
+    await store.create_run(run, events[:1])
+    await store.commit(run.run_id, epoch=0, events=events[1:])
+
+    read = await store.read_events(run.run_id)
+    assert read == events
+    assert [type(e) for e in read] == [type(e) for e in events]
+    assert [e.model_dump_json() for e in read] == [e.model_dump_json() for e in events]
+    pending = next(e for e in read if isinstance(e, PendingAction))
+    assert str(pending.amount_usd) == "1250.10"
+
+
+# --- leases -----------------------------------------------------------------------------
+
+
+async def test_acquire_a_free_run_gives_a_new_epoch_and_a_lease(store: Store) -> None:
+    run = await new_run(store)
+
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+
+    assert lease == replace(run, last_seq=1, epoch=1, lease_owner="w1", lease_until=at(40))
+    assert await store.get_run(run.run_id) == lease
+
+
+async def test_acquire_is_refused_to_another_owner_while_the_lease_is_live(
+    store: Store,
+) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+
+    assert await store.acquire(run.run_id, owner="w2", now=at(39.999999), ttl_seconds=30) is None
+    assert await store.get_run(run.run_id) == lease
+
+
+async def test_acquire_again_by_the_owner_gives_a_higher_epoch(store: Store) -> None:
+    run = await new_run(store)
+    first = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+    again = await store.acquire(run.run_id, owner="w1", now=at(20), ttl_seconds=30)
+
+    assert first is not None
+    assert again is not None
+    assert again.epoch == first.epoch + 1
+    assert again.lease_until == at(50)
+
+
+async def test_a_lapsed_lease_is_taken_over_and_the_old_epoch_fenced(store: Store) -> None:
+    run = await new_run(store)
+    old = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+    assert old is not None
+
+    new = await store.acquire(run.run_id, owner="w2", now=at(40), ttl_seconds=30)  # lapsed at 40
+
+    assert new is not None
+    assert new.lease_owner == "w2"
+    assert new.epoch > old.epoch
+    with pytest.raises(StaleEpochError):
+        await store.commit(run.run_id, epoch=old.epoch, events=deltas(run.run_id, 2, 1))
+    assert await store.renew(run.run_id, epoch=old.epoch, now=at(41), ttl_seconds=30) is False
+    await store.release(run.run_id, epoch=old.epoch)
+    assert await store.get_run(run.run_id) == new
+    await store.commit(run.run_id, epoch=new.epoch, events=deltas(run.run_id, 2, 1))
+
+
+async def test_renew_extends_the_lease_of_the_current_epoch_only(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+    assert lease is not None
+
+    assert await store.renew(run.run_id, epoch=lease.epoch, now=at(35), ttl_seconds=30) is True
+    assert await store.get_run(run.run_id) == replace(lease, lease_until=at(65))
+    # Live until 65 now: another owner is still refused at 50.
+    assert await store.acquire(run.run_id, owner="w2", now=at(50), ttl_seconds=30) is None
+    assert await store.renew(run.run_id, epoch=lease.epoch + 1, now=at(35), ttl_seconds=1) is False
+    assert await store.renew(uuid4(), epoch=1, now=at(35), ttl_seconds=1) is False
+
+
+async def test_release_frees_the_run_for_another_owner(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=300)
+    assert lease is not None
+
+    await store.release(run.run_id, epoch=lease.epoch)
+
+    released = await store.get_run(run.run_id)
+    assert released == replace(lease, lease_owner=None, lease_until=None)
+    taken = await store.acquire(run.run_id, owner="w2", now=at(11), ttl_seconds=30)
+    assert taken is not None
+    assert taken.epoch == lease.epoch + 1
+    await store.release(uuid4(), epoch=1)  # an unknown run: nothing to do
+
+
+async def test_acquire_an_unknown_run_gives_none(store: Store) -> None:
+    assert await store.acquire(uuid4(), owner="w1", now=at(0), ttl_seconds=30) is None
+
+
+async def test_runs_to_resume_are_running_runs_without_a_live_lease(store: Store) -> None:
+    free = await new_run(store, created=1)
+    live = await new_run(store, created=2)
+    lapsed = await new_run(store, created=3)
+    released = await new_run(store, created=4)
+    waiting = await new_run(store, created=0, status="awaiting_approval")
+    done = await new_run(store, created=0, status="completed")
+    await store.acquire(live.run_id, owner="w1", now=at(100), ttl_seconds=60)
+    await store.acquire(lapsed.run_id, owner="w1", now=at(30), ttl_seconds=60)  # until 90
+    lease = await store.acquire(released.run_id, owner="w1", now=at(100), ttl_seconds=60)
+    assert lease is not None
+    await store.release(released.run_id, epoch=lease.epoch)
+    await store.acquire(waiting.run_id, owner="w1", now=at(0), ttl_seconds=1)
+    await store.acquire(done.run_id, owner="w1", now=at(0), ttl_seconds=1)
+
+    resume = await store.runs_to_resume(now=at(100))
+
+    assert [r.run_id for r in resume] == [free.run_id, lapsed.run_id, released.run_id]
+    assert resume[1] == await store.get_run(lapsed.run_id)
+    limited = await store.runs_to_resume(now=at(100), limit=1)
+    assert [r.run_id for r in limited] == [free.run_id]
+    later = await store.runs_to_resume(now=at(160))  # the live lease lapsed at 160
+    assert live.run_id in [r.run_id for r in later]
+
+
+# --- approvals --------------------------------------------------------------------------
+
+
+async def test_an_approval_is_created_by_commit_with_its_event(store: Store) -> None:
+    run = await new_run(store)
+    approval = make_approval(run.run_id, amount_usd=Decimal("1250.10"))
+    pending = PendingAction(
+        run_id=run.run_id,
+        seq=2,
+        at=at(5),
+        approval_id=approval.approval_id,
+        tool_use_id=approval.tool_use_id,
+        name="send",
+        input=approval.args,
+        description="Send 1,250.10 USD to landlord",
+        amount_usd=approval.amount_usd,
+        tier="confirm",
+        modifiable_fields=list(approval.modifiable_fields),
+        guard_notes=[],
+        expires_at=approval.expires_at,
+        args_digest=approval.args_digest,
+    )
+
+    await store.commit(
+        run.run_id, epoch=0, events=[pending], status="awaiting_approval", approvals=[approval]
+    )
+
+    stored = await store.get_approval(approval.approval_id)
+    assert stored == approval
+    assert stored is not None
+    assert str(stored.amount_usd) == "1250.10"
+    assert isinstance(stored.modifiable_fields, tuple)
+    assert await store.read_events(run.run_id, after_seq=1) == [pending]
+    assert await store.get_approval(uuid4()) is None
+
+
+async def test_approvals_round_trip_every_field(store: Store) -> None:
+    run = await new_run(store)
+    undecided = make_approval(run.run_id, amount_usd=None, executor="client")
+    decided = replace(
+        make_approval(run.run_id, amount_usd=Decimal("0.000001")),
+        status="client_result",
+        decided_by="alice",
+        decided_at=at(7.654321),
+        reason="done on the phone",
+        approved_args={"to": "landlord", "amount": "12.00", "memo": None},
+        approved_digest="sha256:" + "99" * 32,
+        client_result={"ok": True, "ref": ["tx", 42], "fee": 0.25},
+    )
+
+    await store.commit(run.run_id, epoch=0, approvals=[undecided, decided])
+
+    assert await store.get_approval(undecided.approval_id) == undecided
+    assert await store.get_approval(decided.approval_id) == decided
+
+
+async def test_list_approvals_filters(store: Store) -> None:
+    run_a = await new_run(store, principal="alice")
+    run_b = await new_run(store, principal="bob")
+    a1 = make_approval(run_a.run_id, principal="alice", created=1)
+    a2 = make_approval(run_a.run_id, principal="alice", created=2, status="approved")
+    b1 = make_approval(run_b.run_id, principal="bob", created=3)
+    await store.commit(run_a.run_id, epoch=0, approvals=[a2, a1])
+    await store.commit(run_b.run_id, epoch=0, approvals=[b1])
+
+    def ids(records: list[ApprovalRecord]) -> list[UUID]:
+        return [r.approval_id for r in records]
+
+    assert ids(await store.list_approvals()) == [a1.approval_id, a2.approval_id, b1.approval_id]
+    assert await store.list_approvals(principal="alice") == [a1, a2]
+    assert await store.list_approvals(run_id=run_b.run_id) == [b1]
+    assert await store.list_approvals(status="pending") == [a1, b1]
+    assert await store.list_approvals(principal="alice", status="pending") == [a1]
+    assert await store.list_approvals(principal="bob", run_id=run_a.run_id) == []
+    assert await store.list_approvals(status="denied") == []
+
+
+async def test_decide_approval_is_conditional_on_the_expected_status(store: Store) -> None:
+    run = await new_run(store)
+    approval = make_approval(run.run_id)
+    await store.commit(run.run_id, epoch=0, approvals=[approval])
+    approve = approval.with_(
+        status="approved",
+        decided_by="alice",
+        decided_at=at(30),
+        approved_args={**approval.args, "amount": "1200.00"},
+        approved_digest="sha256:" + "12" * 32,
+    )
+    deny = approval.with_(status="denied", decided_by="bob", decided_at=at(31), reason="no")
+
+    assert await store.decide_approval(approve) is True
+    assert await store.decide_approval(deny) is False  # no longer pending
+    assert await store.get_approval(approval.approval_id) == approve
+
+    executed = approve.with_(status="client_result", client_result={"ref": "tx-1"})
+    assert await store.decide_approval(executed, expected_status="pending") is False
+    assert await store.decide_approval(executed, expected_status="approved") is True
+    assert await store.get_approval(approval.approval_id) == executed
+
+    unknown = make_approval(run.run_id)
+    assert await store.decide_approval(unknown.with_(status="approved")) is False
+    assert await store.get_approval(unknown.approval_id) is None
+
+
+# --- ledger -----------------------------------------------------------------------------
+
+
+async def test_ledger_begin_inserts_once_and_then_returns_the_existing_row(
+    store: Store,
+) -> None:
+    run = await new_run(store)
+    entry = make_ledger(run.run_id)
+
+    assert await store.ledger_begin(entry) is None
+    other = replace(entry, tool_use_id="toolu_99", capability="other", started_at=at(99))
+    assert await store.ledger_begin(other) == entry
+    assert await store.ledger_get(entry.key) == entry
+    assert await store.ledger_get("missing") is None
+
+
+async def test_ledger_finish_records_the_outcome(store: Store) -> None:
+    run = await new_run(store)
+    done = make_ledger(run.run_id, key="k:done")
+    failed = make_ledger(run.run_id, key="k:failed")
+    await store.ledger_begin(done)
+    await store.ledger_begin(failed)
+    result = {"sent": "1250.10", "reference": "tx-81", "fees": [0.1, None], "ok": True}
+
+    await store.ledger_finish("k:done", status="done", at=at(21.5), result=result)
+    await store.ledger_finish("k:failed", status="failed", at=at(22), error="timeout")
+
+    assert await store.ledger_get("k:done") == replace(
+        done, status="done", finished_at=at(21.5), result=result
+    )
+    assert await store.ledger_get("k:failed") == replace(
+        failed, status="failed", finished_at=at(22), error="timeout"
+    )
+    # A finished key is still "taken": begin returns the finished row.
+    assert await store.ledger_begin(make_ledger(run.run_id, key="k:done")) == replace(
+        done, status="done", finished_at=at(21.5), result=result
+    )
+    with pytest.raises(StoreError):
+        await store.ledger_finish("k:missing", status="done", at=at(23))
+
+
+# --- audit and spend --------------------------------------------------------------------
+
+
+async def test_audit_records_round_trip_in_order_per_run(store: Store) -> None:
+    run = await new_run(store)
+    other = await new_run(store)
+    first = make_audit(run.run_id, when=10, amount_usd=Decimal("12.30"))
+    second = replace(
+        make_audit(run.run_id, when=11, tier=None, outcome="rejected:policy_denied"),
+        amount_usd=None,
+        output=None,
+        idempotency_key=None,
+        duration_ms=None,
+        input={"nested": {"list": [1, "two", 3.5, None, False]}},
+    )
+    elsewhere = make_audit(other.run_id, when=10)
+
+    await store.commit(run.run_id, epoch=0, audit=[first])
+    await store.commit(other.run_id, epoch=0, audit=[elsewhere])
+    await store.commit(run.run_id, epoch=0, audit=[second])
+
+    records = await store.audit_records(run.run_id)
+    assert records == [first, second]
+    assert str(records[0].amount_usd) == "12.30"
+    assert await store.audit_records(other.run_id) == [elsewhere]
+    assert await store.audit_records(uuid4()) == []
+
+
+async def test_autonomous_spend_sums_auto_ok_amounts_exactly_since_a_time(
+    store: Store,
+) -> None:
+    run = await new_run(store, principal="alice")
+    bob = await new_run(store, principal="bob")
+    counted = [
+        make_audit(run.run_id, when=100, amount_usd=Decimal("0.1")),
+        make_audit(run.run_id, when=101, amount_usd=Decimal("0.2")),
+        make_audit(run.run_id, when=102, amount_usd=Decimal("1234567890.000000001")),
+        make_audit(run.run_id, when=50, amount_usd=Decimal("0.7")),  # exactly at `since`
+    ]
+    ignored = [
+        make_audit(run.run_id, when=49.999999, amount_usd=Decimal("1000")),  # before since
+        make_audit(run.run_id, when=103, tier="confirm", amount_usd=Decimal("1000")),
+        make_audit(run.run_id, when=104, tier="explicit", amount_usd=Decimal("1000")),
+        make_audit(run.run_id, when=105, tier=None, amount_usd=Decimal("1000")),
+        make_audit(run.run_id, when=106, outcome="error", amount_usd=Decimal("1000")),
+        make_audit(run.run_id, when=107, outcome="rejected:guard_blocked"),
+        make_audit(run.run_id, when=108, outcome="pending"),
+        make_audit(run.run_id, when=109, amount_usd=None),
+    ]
+    await store.commit(run.run_id, epoch=0, audit=[*counted, *ignored])
+    await store.commit(bob.run_id, epoch=0, audit=[make_audit(bob.run_id, principal="bob")])
+
+    spent = await store.autonomous_spend("alice", since=at(50))
+
+    assert isinstance(spent, Decimal)
+    assert spent == Decimal("1234567891.000000001")
+    assert await store.autonomous_spend("alice", since=at(102.000001)) == 0
+    assert await store.autonomous_spend("bob", since=at(0)) == Decimal("0.10")
+    assert await store.autonomous_spend("nobody", since=at(0)) == 0
+
+
+# --- live events ------------------------------------------------------------------------
+
+
+async def test_subscribers_see_committed_events_only_in_order(store: Store) -> None:
+    run = await new_run(store)
+    other = await new_run(store)
+    sub = store.subscribe(run.run_id)
+    seen: list[tuple[int, int]] = []  # (seq received, last seq readable at that moment)
+
+    async def listen() -> None:
+        async for event in sub:
+            readable = await store.read_events(run.run_id, after_seq=event.seq - 1, limit=1)
+            seen.append((event.seq, readable[0].seq if readable else 0))
+
+    listener = asyncio.create_task(listen())
+    await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 2))
+    with pytest.raises(ConflictError):
+        await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 9, 1))
+    with pytest.raises(StaleEpochError):
+        await store.commit(run.run_id, epoch=7, events=deltas(run.run_id, 4, 1))
+    await store.commit(other.run_id, epoch=0, events=deltas(other.run_id, 2, 1))
+    await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 4, 3))
+    sub.close()
+    async with asyncio.timeout(TIMEOUT):
+        await listener
+
+    assert seen == [(2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]
+
+
+async def test_subscribers_see_only_events_after_they_subscribed(store: Store) -> None:
+    run = await new_run(store)
+    await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 2))
+    first = store.subscribe(run.run_id)
+    second = store.subscribe(run.run_id)
+
+    later = deltas(run.run_id, 4, 2)
+    await store.commit(run.run_id, epoch=0, events=later)
+
+    assert await drain(first) == later
+    assert await drain(second) == later
+
+
+async def test_a_subscriber_that_falls_behind_is_closed_and_marked_overflowed(
+    store: Store,
+) -> None:
+    run = await new_run(store)
+    slow = store.subscribe(run.run_id, buffer=3)
+    fast = store.subscribe(run.run_id, buffer=100)
+    events = deltas(run.run_id, 2, 5)
+
+    await store.commit(run.run_id, epoch=0, events=events)
+
+    assert isinstance(slow, OverflowAware)
+    assert isinstance(fast, OverflowAware)
+    assert slow.overflowed is True
+    async with asyncio.timeout(TIMEOUT):
+        received = [event async for event in slow]  # ends by itself: it was closed
+    assert received == events[:3]
+    assert fast.overflowed is False
+    assert await drain(fast) == events
+    # The run itself was not slowed or refused: everything is stored.
+    assert await store.read_events(run.run_id, after_seq=1) == events
+
+
+async def test_close_ends_the_subscriptions(store: Store) -> None:
+    run = await new_run(store)
+    sub = store.subscribe(run.run_id)
+    await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 1))
+
+    await store.close()
+
+    async with asyncio.timeout(TIMEOUT):
+        received = [event async for event in sub]
+    assert [e.seq for e in received] == [2]
+
+
+# --- lifecycle --------------------------------------------------------------------------
+
+
+async def test_a_closed_store_refuses_every_call(store: Store) -> None:
+    run = await new_run(store)
+    await store.close()
+    await store.close()  # idempotent
+
+    with pytest.raises(StoreError):
+        await store.get_run(run.run_id)
+    with pytest.raises(StoreError):
+        await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 1))
+    with pytest.raises(StoreError):
+        await store.create_run(make_run())
+    with pytest.raises(StoreError):
+        await store.read_events(run.run_id)
+    with pytest.raises(StoreError):
+        await store.ledger_begin(make_ledger(run.run_id))
+
+
+async def test_concurrent_commits_of_many_runs_all_land(store: Store) -> None:
+    runs = [await new_run(store, created=i) for i in range(20)]
+
+    await asyncio.gather(
+        *(store.commit(r.run_id, epoch=0, events=deltas(r.run_id, 2, 3)) for r in runs)
+    )
+
+    for r in runs:
+        assert [e.seq for e in await store.read_events(r.run_id)] == [1, 2, 3, 4]
+
+
+async def test_two_commits_of_one_run_in_one_tick_apply_in_order(store: Store) -> None:
+    run = await new_run(store)
+    results = await asyncio.gather(
+        store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 2)),
+        store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 4, 2)),
+        store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 4, 1)),  # now a duplicate
+        return_exceptions=True,
+    )
+
+    assert results[0] is None
+    assert results[1] is None
+    assert isinstance(results[2], ConflictError)
+    assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2, 3, 4, 5]
