@@ -133,8 +133,9 @@ class Transcript:
                     )
                 )
             case ToolCallEnd():
-                self._result(event.tool_use_id, ToolResult(event.tool_use_id, event.output,
-                                                           event.is_error))
+                self._result(
+                    event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
+                )
                 self._outcome(event.tool_use_id, not event.is_error, event.output)
             case ToolCallRejected():
                 content = error_content(event.reason, event.message)
@@ -302,8 +303,10 @@ class Driver:
         self, tool_use_id: str, name: str, message: str, pct: float | None
     ) -> None:
         await self.emit(
-            (ToolProgress, {"tool_use_id": tool_use_id, "name": name, "message": message,
-                            "pct": pct})
+            (
+                ToolProgress,
+                {"tool_use_id": tool_use_id, "name": name, "message": message, "pct": pct},
+            )
         )
 
     # --- the run -------------------------------------------------------------------------
@@ -320,8 +323,10 @@ class Driver:
             log.exception("run %s failed", self.run_id)
             with contextlib.suppress(Exception):
                 await self.emit(
-                    (RunFailed, {"reason": "error",
-                                 "message": f"internal error ({type(exc).__name__})"}),
+                    (
+                        RunFailed,
+                        {"reason": "error", "message": f"internal error ({type(exc).__name__})"},
+                    ),
                     status="failed",
                 )
         finally:
@@ -354,8 +359,13 @@ class Driver:
         while True:
             if self.t.turns_since_user >= self.agent.max_turns:
                 await self.emit(
-                    (RunFailed, {"reason": "max_turns",
-                                 "message": f"stopped after {self.agent.max_turns} model turns"}),
+                    (
+                        RunFailed,
+                        {
+                            "reason": "max_turns",
+                            "message": f"stopped after {self.agent.max_turns} model turns",
+                        },
+                    ),
                     status="failed",
                 )
                 return
@@ -365,10 +375,15 @@ class Driver:
             called, writes = turn
             if not called:
                 await self.emit(
-                    (RunCompleted, {"text": self.t.last_text,
-                                    "input_tokens": self.t.input_tokens,
-                                    "output_tokens": self.t.output_tokens,
-                                    "tool_calls": self.t.tool_calls}),
+                    (
+                        RunCompleted,
+                        {
+                            "text": self.t.last_text,
+                            "input_tokens": self.t.input_tokens,
+                            "output_tokens": self.t.output_tokens,
+                            "tool_calls": self.t.tool_calls,
+                        },
+                    ),
                     status="completed",
                 )
                 return
@@ -410,20 +425,25 @@ class Driver:
                     case StreamThinkingDelta(text=text, block_index=index):
                         await self.emit((ThinkingDelta, {"text": text, "block_index": index}))
                     case StreamThinkingDone(block_index=index, signature=signature):
-                        await self.emit((ThinkingDone, {"block_index": index,
-                                                        "signature": signature}))
+                        await self.emit(
+                            (ThinkingDone, {"block_index": index, "signature": signature})
+                        )
                     case StreamToolCall(id=call_id, name=name, arguments=arguments):
                         any_calls = True
-                        call = agent.registry.parse(call_id or f"call_{uuid4().hex[:12]}", name,
-                                                    arguments)
+                        call = agent.registry.parse(
+                            call_id or f"call_{uuid4().hex[:12]}", name, arguments
+                        )
                         over = self.t.calls_since_user >= agent.max_tool_calls
                         await self._start(call)
                         if over:
-                            await self._reject(call, Refused(
-                                "tool_call_limit",
-                                f"The limit of {agent.max_tool_calls} tool calls per request was "
-                                "reached; answer with what you have.",
-                            ))
+                            await self._reject(
+                                call,
+                                Refused(
+                                    "tool_call_limit",
+                                    f"The limit of {agent.max_tool_calls} tool calls per "
+                                    "request was reached; answer with what you have.",
+                                ),
+                            )
                         elif call.cap is not None and not call.cap.is_write:
                             reads.append(asyncio.create_task(self._run_read(call)))
                         else:
@@ -455,13 +475,18 @@ class Driver:
             await self.emit(*events, status="failed")
             return None
         await self.emit(
-            (Usage, {"model": agent.model.name,
-                     "input_tokens": usage.input_tokens,
-                     "output_tokens": usage.output_tokens,
-                     "cache_read_tokens": usage.cache_read_tokens,
-                     "cache_write_tokens": usage.cache_write_tokens,
-                     "total_input_tokens": self.t.input_tokens + usage.input_tokens,
-                     "total_output_tokens": self.t.output_tokens + usage.output_tokens}),
+            (
+                Usage,
+                {
+                    "model": agent.model.name,
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "cache_read_tokens": usage.cache_read_tokens,
+                    "cache_write_tokens": usage.cache_write_tokens,
+                    "total_input_tokens": self.t.input_tokens + usage.input_tokens,
+                    "total_output_tokens": self.t.output_tokens + usage.output_tokens,
+                },
+            ),
             (TurnComplete, {"stop_reason": stop}),
         )
         if reads:
@@ -470,11 +495,16 @@ class Driver:
 
     async def _start(self, call: ParsedCall) -> None:
         await self.emit(
-            (ToolCallStart, {"tool_use_id": call.tool_use_id,
-                             "name": call.name,
-                             "input": self.agent.redactor.redact(call.args_json),
-                             "args_digest": call.digest,
-                             "kind": call.cap.kind.value if call.cap else None})
+            (
+                ToolCallStart,
+                {
+                    "tool_use_id": call.tool_use_id,
+                    "name": call.name,
+                    "input": self.agent.redactor.redact(call.args_json),
+                    "args_digest": call.digest,
+                    "kind": call.cap.kind.value if call.cap else None,
+                },
+            )
         )
 
     async def _run_read(self, call: ParsedCall) -> None:
@@ -483,7 +513,12 @@ class Driver:
             await self._reject(call, verdict)
             return
         outcome = await self.agent.registry.execute(
-            self.scope, verdict.cap, call, verdict.args, tier="auto", amount_usd=None,
+            self.scope,
+            verdict.cap,
+            call,
+            verdict.args,
+            tier="auto",
+            amount_usd=None,
             notes=verdict.notes,
         )
         await self._end(call, outcome)
@@ -491,26 +526,47 @@ class Driver:
     async def _reject(self, call: ParsedCall, refused: Refused) -> None:
         audit: list[AuditRecord] = []
         if call.cap is not None:
-            audit.append(self.agent.registry.audit(
-                self.scope, call.cap, call, f"rejected:{refused.reason}", None, None, call.args,
-                refused.message, None,
-            ))
+            audit.append(
+                self.agent.registry.audit(
+                    self.scope,
+                    call.cap,
+                    call,
+                    f"rejected:{refused.reason}",
+                    None,
+                    None,
+                    call.args,
+                    refused.message,
+                    None,
+                )
+            )
         await self.emit(
-            (ToolCallRejected, {"tool_use_id": call.tool_use_id, "name": call.name,
-                                "reason": refused.reason, "message": refused.message}),
+            (
+                ToolCallRejected,
+                {
+                    "tool_use_id": call.tool_use_id,
+                    "name": call.name,
+                    "reason": refused.reason,
+                    "message": refused.message,
+                },
+            ),
             audit=audit,
         )
 
     async def _end(self, call: ParsedCall, outcome: Outcome) -> None:
         await self.emit(
-            (ToolCallEnd, {"tool_use_id": call.tool_use_id,
-                           "name": call.name,
-                           "output": outcome.content,
-                           "is_error": outcome.is_error,
-                           "error_code": outcome.error_code,
-                           "recovery": outcome.recovery,
-                           "truncated": outcome.truncated,
-                           "hints": outcome.hints}),
+            (
+                ToolCallEnd,
+                {
+                    "tool_use_id": call.tool_use_id,
+                    "name": call.name,
+                    "output": outcome.content,
+                    "is_error": outcome.is_error,
+                    "error_code": outcome.error_code,
+                    "recovery": outcome.recovery,
+                    "truncated": outcome.truncated,
+                    "hints": outcome.hints,
+                },
+            ),
             audit=[outcome.audit] if outcome.audit else [],
         )
 
@@ -536,8 +592,14 @@ class Driver:
         cap = verdict.cap
         if verdict.decision.tier == "auto" and cap.executor is Executor.SERVER:
             outcome = await self.agent.registry.execute(
-                self.scope, cap, call, verdict.args, tier="auto",
-                amount_usd=verdict.decision.amount_usd, recovery=recovery, notes=verdict.notes,
+                self.scope,
+                cap,
+                call,
+                verdict.args,
+                tier="auto",
+                amount_usd=verdict.decision.amount_usd,
+                recovery=recovery,
+                notes=verdict.notes,
             )
             await self._end(call, outcome)
             return None
@@ -571,25 +633,33 @@ class Driver:
             self.scope, cap, call, "pending", tier, decision.amount_usd, admitted.args, None, None
         )
         await self.emit(
-            (PendingAction, {
-                "approval_id": record.approval_id,
-                "tool_use_id": call.tool_use_id,
-                "name": cap.name,
-                "input": redactor.redact(args),
-                "description": redactor.redact_text(
-                    cap.description_of(admitted.args, decision.amount_usd)
-                ),
-                "amount_usd": decision.amount_usd,
-                "tier": tier,
-                "acknowledge": "amount" if tier == "explicit" else None,
-                "modifiable_fields": list(cap.modifiable_fields),
-                "guard_notes": [GuardNote(guard=n.guard, verdict=n.verdict,
-                                          message=redactor.redact_text(n.message))
-                                for n in admitted.notes],
-                "expires_at": record.expires_at,
-                "args_digest": record.args_digest,
-                "executor": cap.executor.value,
-            }),
+            (
+                PendingAction,
+                {
+                    "approval_id": record.approval_id,
+                    "tool_use_id": call.tool_use_id,
+                    "name": cap.name,
+                    "input": redactor.redact(args),
+                    "description": redactor.redact_text(
+                        cap.description_of(admitted.args, decision.amount_usd)
+                    ),
+                    "amount_usd": decision.amount_usd,
+                    "tier": tier,
+                    "acknowledge": "amount" if tier == "explicit" else None,
+                    "modifiable_fields": list(cap.modifiable_fields),
+                    "guard_notes": [
+                        GuardNote(
+                            guard=n.guard,
+                            verdict=n.verdict,
+                            message=redactor.redact_text(n.message),
+                        )
+                        for n in admitted.notes
+                    ],
+                    "expires_at": record.expires_at,
+                    "args_digest": record.args_digest,
+                    "executor": cap.executor.value,
+                },
+            ),
             approvals=[record],
             audit=[audit],
         )
@@ -613,8 +683,9 @@ class Driver:
                     ctx = registry.context(self.scope, cap, call.args, call.tool_use_id)
                     entry = await self.agent.store.ledger_get(ctx.idempotency_key)
                     if entry is not None:
-                        await self._end(call, registry.recorded(self.scope, cap, call, call.args,
-                                                                entry))
+                        await self._end(
+                            call, registry.recorded(self.scope, cap, call, call.args, entry)
+                        )
                         continue
                     record = await self._dispatch(call)
                 else:
@@ -623,14 +694,14 @@ class Driver:
                     pending.append(record)
         return pending
 
-    async def _settle_approval(
-        self, use: ToolUsePart, approval_id: UUID
-    ) -> ApprovalRecord | None:
+    async def _settle_approval(self, use: ToolUsePart, approval_id: UUID) -> ApprovalRecord | None:
         store, registry, clock = self.agent.store, self.agent.registry, self.agent.clock
         record = await store.get_approval(approval_id)
         if record is None:  # the log says pending but the row is gone: treat as expired
-            await self._reject(ParsedCall(use.id, use.name, use.input, registry.get(use.name)),
-                               Refused("expired", "The approval request no longer exists."))
+            await self._reject(
+                ParsedCall(use.id, use.name, use.input, registry.get(use.name)),
+                Refused("expired", "The approval request no longer exists."),
+            )
             return None
         if record.status == "pending":
             if clock.now() < record.expires_at:
@@ -644,73 +715,122 @@ class Driver:
                 return record
         call = registry.parse(use.id, use.name, record.approved_args or record.args)
         if approval_id not in self.t.resolved:
-            await self.emit((ActionResolved, {
-                "approval_id": approval_id,
-                "tool_use_id": use.id,
-                "decision": record.status,
-                "by": record.decided_by,
-                "reason": record.reason,
-                "edits": _edits(record),
-                "args_digest": record.approved_digest,
-            }))
+            await self.emit(
+                (
+                    ActionResolved,
+                    {
+                        "approval_id": approval_id,
+                        "tool_use_id": use.id,
+                        "decision": record.status,
+                        "by": record.decided_by,
+                        "reason": record.reason,
+                        "edits": _edits(record),
+                        "args_digest": record.approved_digest,
+                    },
+                )
+            )
         if record.status == "denied":
             reason = f": {record.reason}" if record.reason else ""
-            await self._reject(call, Refused(
-                "denied",
-                f"The person declined this action{reason}. It was not executed; do not retry "
-                "it unless they ask again.",
-            ))
+            await self._reject(
+                call,
+                Refused(
+                    "denied",
+                    f"The person declined this action{reason}. It was not executed; do not retry "
+                    "it unless they ask again.",
+                ),
+            )
             return None
         if record.status == "expired":
-            await self._reject(call, Refused(
-                "expired",
-                "Nobody approved this action in time; it was not executed. Ask the person "
-                "whether they still want it.",
-            ))
+            await self._reject(
+                call,
+                Refused(
+                    "expired",
+                    "Nobody approved this action in time; it was not executed. Ask the person "
+                    "whether they still want it.",
+                ),
+            )
             return None
         cap = call.cap
         if cap is None or call.args is None:
-            await self._reject(call, Refused(
-                "not_allowed", f"{use.name} is no longer available; it was not executed."
-            ))
+            await self._reject(
+                call,
+                Refused("not_allowed", f"{use.name} is no longer available; it was not executed."),
+            )
             return None
         if record.status == "client_result":
             await self._end(call, self._client_outcome(cap, call, record))
             return None
         # approved: execute exactly the approved arguments
         if args_digest(call.args_json) != record.approved_digest:
-            await self._reject(call, Refused(
-                "denied", "The approved arguments do not match what was approved; not executed."
-            ))
+            await self._reject(
+                call,
+                Refused(
+                    "denied", "The approved arguments do not match what was approved; not executed."
+                ),
+            )
             return None
         edits = _edits(record)
         notes = (
-            [GuardNote(guard="approval", verdict="hint",
-                       message=f"The person edited the call before approving it: {edits}.")]
-            if edits else []
+            [
+                GuardNote(
+                    guard="approval",
+                    verdict="hint",
+                    message=f"The person edited the call before approving it: {edits}.",
+                )
+            ]
+            if edits
+            else []
         )
         outcome = await registry.execute(
-            self.scope, cap, call, call.args, tier=record.tier, amount_usd=record.amount_usd,
+            self.scope,
+            cap,
+            call,
+            call.args,
+            tier=record.tier,
+            amount_usd=record.amount_usd,
             notes=notes,
         )
         await self._end(call, outcome)
         return None
 
-    def _client_outcome(
-        self, cap: Capability, call: ParsedCall, record: ApprovalRecord
-    ) -> Outcome:
+    def _client_outcome(self, cap: Capability, call: ParsedCall, record: ApprovalRecord) -> Outcome:
         registry = self.agent.registry
         try:
             output = registry.redactor.redact(cap.dump_output(record.client_result))
         except Exception:
             content = error_content("invalid_output", "The client's result was not understood.")
-            return Outcome(content=content, is_error=True, error_code="invalid_output",
-                           audit=registry.audit(self.scope, cap, call, "error", record.tier,
-                                                record.amount_usd, call.args, content, None))
+            return Outcome(
+                content=content,
+                is_error=True,
+                error_code="invalid_output",
+                audit=registry.audit(
+                    self.scope,
+                    cap,
+                    call,
+                    "error",
+                    record.tier,
+                    record.amount_usd,
+                    call.args,
+                    content,
+                    None,
+                ),
+            )
         content, truncated = registry.render(cap, output, [])
-        return Outcome(content=content, truncated=truncated,
-                       audit=registry.audit(self.scope, cap, call, "ok", record.tier,
-                                            record.amount_usd, call.args, content, None))
+        return Outcome(
+            content=content,
+            truncated=truncated,
+            audit=registry.audit(
+                self.scope,
+                cap,
+                call,
+                "ok",
+                record.tier,
+                record.amount_usd,
+                call.args,
+                content,
+                None,
+            ),
+        )
 
 
 def _edits(record: ApprovalRecord) -> dict[str, Any] | None:

@@ -90,9 +90,7 @@ class Agent:
             redactor=self.redactor,
         )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -168,8 +166,13 @@ class Agent:
         )
         first: list[Event] = [
             RunStarted(
-                run_id=rid, seq=1, at=now, principal=who.actor_id, capabilities=names,
-                model=self.model.name, allowed_kinds=kinds,
+                run_id=rid,
+                seq=1,
+                at=now,
+                principal=who.actor_id,
+                capabilities=names,
+                model=self.model.name,
+                allowed_kinds=kinds,
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=self.redactor.redact_text(message)),
         ]
@@ -299,7 +302,7 @@ class Agent:
                     for stored in await self.store.read_events(run_id, after_seq=last):
                         last = stored.seq
                         yield stored
-                    if getattr(sub, "overflowed", False):
+                    if sub.overflowed:
                         sub = self.store.subscribe(run_id)
                         iterator = sub.__aiter__()
                     continue
@@ -410,8 +413,9 @@ class Agent:
             raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
         decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
         if decision.tier == "deny":
-            raise ApprovalError("invalid_edit", f"the edited call is not permitted: "
-                                f"{decision.reason}")
+            raise ApprovalError(
+                "invalid_edit", f"the edited call is not permitted: {decision.reason}"
+            )
         tier = Policy.higher(record.tier, decision.tier)
         return ("explicit" if tier == "explicit" else "confirm"), decision.amount_usd
 
@@ -443,8 +447,10 @@ class Agent:
         try:
             cap.dump_output(result)
         except ValidationError as exc:
-            raise ApprovalError("invalid_edit", f"the result does not match {cap.name}'s output: "
-                                f"{exc.error_count()} error(s)") from exc
+            raise ApprovalError(
+                "invalid_edit",
+                f"the result does not match {cap.name}'s output: {exc.error_count()} error(s)",
+            ) from exc
         decided = record.with_(
             status="client_result",
             decided_by=record.principal if by is None else _principal(by).actor_id,
@@ -549,7 +555,9 @@ def _check_acknowledgement(given: Decimal | str | None, amount: Decimal | None) 
     try:
         value = Decimal(str(given).replace(",", "").replace("$", "").strip())
     except InvalidOperation as exc:
-        raise ApprovalError("acknowledgement_required", "the amount re-typed is not a number") from exc
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed is not a number"
+        ) from exc
     if value.quantize(Decimal("0.01")) != amount.quantize(Decimal("0.01")):
         raise ApprovalError(
             "acknowledgement_required", "the amount re-typed does not match the action's amount"

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal, TypeAlias, cast, get_type_hints
+from typing import Any, Literal, TypeAlias, get_type_hints, overload
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
@@ -112,7 +112,7 @@ def args_digest(args: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(args).encode()).hexdigest()
 
 
-AmountFn: TypeAlias = Callable[[Any, CallContext], "Decimal | None | Awaitable[Decimal | None]"]
+AmountFn: TypeAlias = Callable[[Any, CallContext], "Decimal | Awaitable[Decimal | None] | None"]
 KeyFn: TypeAlias = Callable[[Any, CallContext], str]
 Tier: TypeAlias = Literal["auto", "confirm", "explicit", "deny"]
 
@@ -204,8 +204,14 @@ class Capability:
 _WRITE_DEFAULT_TIMEOUT = 30.0
 
 
+@overload
+def capability(fn: Callable[..., Any], /) -> Capability: ...
+
+
+@overload
 def capability(
-    fn: Callable[..., Any] | None = None,
+    fn: None = None,
+    /,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -224,7 +230,31 @@ def capability(
     idempotency_key: KeyFn | None = None,
     tier: Tier | None = None,
     describe: Callable[[Any], str] | None = None,
-) -> Any:
+) -> Callable[[Callable[..., Any]], Capability]: ...
+
+
+def capability(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    kind: Kind | str = Kind.READ,
+    risk: Risk | str = Risk.LOW,
+    replay: Replay | str | None = None,
+    flags: Iterable[str] = (),
+    operation: str | None = None,
+    amount_usd: AmountFn | None = None,
+    modifiable_fields: Iterable[str] = (),
+    max_result_chars: int | None = None,
+    timeout: float = _WRITE_DEFAULT_TIMEOUT,
+    version: int = 1,
+    executor: Executor | str = Executor.SERVER,
+    input_model: type[BaseModel] | None = None,
+    idempotency_key: KeyFn | None = None,
+    tier: Tier | None = None,
+    describe: Callable[[Any], str] | None = None,
+) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
     The handler takes its input either as keyword arguments (one per field, the input model is
@@ -300,7 +330,11 @@ def _build(
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(f"{cap_name}: *args/**kwargs cannot be a model's input")
-        if inspect.isclass(annotation) and issubclass(annotation, BaseModel) and input_model is None:
+        if (
+            inspect.isclass(annotation)
+            and issubclass(annotation, BaseModel)
+            and input_model is None
+        ):
             if model_param is not None or fields:
                 raise ConfigurationError(f"{cap_name}: a model parameter must be the only input")
             model_param = pname
@@ -319,7 +353,7 @@ def _build(
         model = input_model
     else:
         call_style = "fields"
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             _camel(cap_name) + "Input",
             __config__=ConfigDict(extra="ignore"),  # a model-made "user_approved" is ignored
             **fields,
@@ -330,8 +364,8 @@ def _build(
     returns = hints.get("return", Any)
     output_adapter: TypeAdapter[Any] = TypeAdapter(returns)
 
-    resolved_replay = Replay(replay) if replay is not None else (
-        Replay.NEVER if kind.is_write else Replay.SAFE
+    resolved_replay = (
+        Replay(replay) if replay is not None else (Replay.NEVER if kind.is_write else Replay.SAFE)
     )
     for f in modifiable_fields:
         if f not in model.model_fields:
@@ -375,5 +409,5 @@ def as_capabilities(items: Iterable[Capability | Callable[..., Any]]) -> list[Ca
     """Accept capabilities or plain functions (wrapped as low-risk reads)."""
     out: list[Capability] = []
     for item in items:
-        out.append(item if isinstance(item, Capability) else cast(Capability, capability(item)))
+        out.append(item if isinstance(item, Capability) else capability(item))
     return out

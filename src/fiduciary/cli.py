@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +34,11 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """fiduciary: a durable, approval-gated runtime for agents that act on someone's behalf."""
 
 DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
 
@@ -72,8 +76,10 @@ class Renderer:
             who = f" by {event.by}" if event.by else ""
             self.out.print(f"  [magenta]◆ {event.decision}{who}[/]")
         elif isinstance(event, RunCompleted):
-            self.out.print(f"[dim]run completed · {event.tool_calls} tool calls · "
-                           f"{event.input_tokens}/{event.output_tokens} tokens[/]")
+            self.out.print(
+                f"[dim]run completed · {event.tool_calls} tool calls · "
+                f"{event.input_tokens}/{event.output_tokens} tokens[/]"
+            )
         elif isinstance(event, RunFailed):
             self.out.print(f"[red]run failed ({event.reason}): {event.message}[/]")
 
@@ -98,8 +104,10 @@ def _ask(event: PendingAction, out: Console) -> tuple[bool, str | None]:
     """Ask the person at the terminal. End of input counts as a refusal."""
     try:
         if event.tier == "explicit" and event.amount_usd is not None:
-            typed = out.input(f"Type the amount (${event.amount_usd:,.2f}) to approve, "
-                              "or anything else to decline: ")
+            typed = out.input(
+                f"Type the amount (${event.amount_usd:,.2f}) to approve, "
+                "or anything else to decline: "
+            )
             return True, typed
         answer = out.input("Approve? [y/N] ").strip().lower()
     except EOFError:
@@ -134,18 +142,26 @@ async def drive_with_approvals(
         for action in pending:
             if yes:
                 out.print(f"  [green]auto-approving ({action.name}) because of --yes[/]")
-                await agent.approve(action.approval_id, by=principal,
-                                    confirm_amount=action.amount_usd,
-                                    args_digest=action.args_digest)
+                await agent.approve(
+                    action.approval_id,
+                    by=principal,
+                    confirm_amount=action.amount_usd,
+                    args_digest=action.args_digest,
+                )
                 continue
             approved, typed = _ask(action, out)
             try:
                 if approved:
-                    await agent.approve(action.approval_id, by=principal, confirm_amount=typed,
-                                        args_digest=action.args_digest)
+                    await agent.approve(
+                        action.approval_id,
+                        by=principal,
+                        confirm_amount=typed,
+                        args_digest=action.args_digest,
+                    )
                 else:
-                    await agent.deny(action.approval_id, by=principal, reason="declined at the "
-                                     "terminal")
+                    await agent.deny(
+                        action.approval_id, by=principal, reason="declined at the terminal"
+                    )
             except FiduciaryError as exc:
                 out.print(f"[red]{exc}[/] — declining instead")
                 await agent.deny(action.approval_id, by=principal, reason=str(exc))
@@ -167,15 +183,18 @@ def demo(
         try:
             agent = build_demo_agent(store, Billing())
             console.print(Panel(DEMO_MESSAGE, title=f"[bold]{DEMO_PRINCIPAL}[/]", expand=False))
-            seen = await drive_with_approvals(agent, DEMO_MESSAGE, DEMO_PRINCIPAL, yes=yes,
-                                              out=console)
+            seen = await drive_with_approvals(
+                agent, DEMO_MESSAGE, DEMO_PRINCIPAL, yes=yes, out=console
+            )
             run_id = seen[0].run_id
             run = await agent.get_run(run_id)
             console.print()
-            console.print(f"run [bold]{run_id}[/] is [bold]{run.status}[/] after {run.last_seq} "
-                          "events.")
-            console.print(f"Its event log lives in [bold]{db.resolve()}[/] "
-                          f"(table events, run_id {run_id}).")
+            console.print(
+                f"run [bold]{run_id}[/] is [bold]{run.status}[/] after {run.last_seq} events."
+            )
+            console.print(
+                f"Its event log lives in [bold]{db.resolve()}[/] (table events, run_id {run_id})."
+            )
             return 0 if run.status == "completed" else 1
         finally:
             await store.close()
@@ -199,4 +218,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

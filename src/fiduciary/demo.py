@@ -53,10 +53,12 @@ class Billing:
     balance: Decimal = Decimal("120.00")
     invoices: dict[str, Invoice] = field(
         default_factory=lambda: {
-            "inv-101": Invoice(id="inv-101", payee="Bean There Coffee", amount_usd=Decimal("4.00"),
-                               paid=False),
-            "inv-102": Invoice(id="inv-102", payee="Mobile Co", amount_usd=Decimal("42.50"),
-                               paid=False),
+            "inv-101": Invoice(
+                id="inv-101", payee="Bean There Coffee", amount_usd=Decimal("4.00"), paid=False
+            ),
+            "inv-102": Invoice(
+                id="inv-102", payee="Mobile Co", amount_usd=Decimal("42.50"), paid=False
+            ),
         }
     )
     references: dict[str, Payment] = field(default_factory=dict)
@@ -84,11 +86,12 @@ class Billing:
             operation="pay",
             amount_usd=amount,
             flags={"mutating", "requires_balance"},
-            idempotency_key=lambda args, ctx: f"pay:{args.invoice_id}",
-            describe=lambda args: f"Pay invoice {args.invoice_id} "
-            f"({billing.invoices[args.invoice_id].payee})"
-            if args.invoice_id in billing.invoices
-            else f"Pay invoice {args.invoice_id}",
+            idempotency_key=lambda args, ctx: f"{ctx.run_id}:pay:{args.invoice_id}",
+            describe=lambda args: (
+                f"Pay invoice {args.invoice_id} ({billing.invoices[args.invoice_id].payee})"
+                if args.invoice_id in billing.invoices
+                else f"Pay invoice {args.invoice_id}"
+            ),
         )
         async def pay_invoice(invoice_id: str, ctx: CallContext) -> Payment:
             """Pay one invoice in full from the account. One payment per invoice, ever."""
@@ -126,8 +129,10 @@ def _summary(results: Results) -> str:
     declined = [e for e in results.errors.values() if "declined" in e or "denied" in e]
     if declined:
         lines.append("- the phone bill was not paid: you declined it")
-    balance = paid[-1]["balance_after_usd"] if paid else results.get("account_balance", {}).get(
-        "available_usd", "?"
+    balance = (
+        paid[-1]["balance_after_usd"]
+        if paid
+        else results.get("account_balance", {}).get("available_usd", "?")
     )
     return "Here is what I did:\n" + "\n".join(lines) + f"\nYour balance is now ${balance}."
 

@@ -67,7 +67,10 @@ class ApprovalError(FiduciaryError):
 
 
 class RunError(FiduciaryError):
-    """A run could not be started or continued: ``not_found``, ``busy``, ``forbidden``, ``state``."""
+    """A run could not be started or continued.
+
+    ``code`` is one of: ``not_found``, ``busy``, ``forbidden``, ``state``, ``invalid``.
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

@@ -126,11 +126,11 @@ class Policy:
         if not cap.is_write:
             return PolicyDecision("auto", "reads and previews run on their own", amount_usd)
         threshold = self.threshold(cap.operation) if cap.operation else None
-        if threshold is not None and threshold.deny_above is not None and amount_usd is not None:
-            if amount_usd > threshold.deny_above:
-                return PolicyDecision(
-                    "deny", f"${amount_usd} is above the ${threshold.deny_above} limit", amount_usd
-                )
+        cap_usd = threshold.deny_above if threshold is not None else None
+        if cap_usd is not None and amount_usd is not None and amount_usd > cap_usd:
+            return PolicyDecision(
+                "deny", f"${amount_usd} is above the ${cap_usd} limit", amount_usd
+            )
         if cap.tier is not None:
             decision = PolicyDecision(cap.tier, "fixed by the capability", amount_usd)
         elif threshold is None:
@@ -146,14 +146,14 @@ class Policy:
                 "explicit", f"${threshold.confirm_below} or more: re-type the amount", amount_usd
             )
         limit = self.daily_autonomous_limit_usd
-        if decision.tier == "auto" and limit is not None and amount_usd is not None:
-            if spent_today + amount_usd > limit:
-                return PolicyDecision(
-                    "confirm",
-                    f"the daily autonomous limit of ${limit} would be exceeded "
-                    f"(${spent_today} already today)",
-                    amount_usd,
-                )
+        over = limit is not None and amount_usd is not None and spent_today + amount_usd > limit
+        if decision.tier == "auto" and over:
+            return PolicyDecision(
+                "confirm",
+                f"the daily autonomous limit of ${limit} would be exceeded "
+                f"(${spent_today} already today)",
+                amount_usd,
+            )
         return decision
 
     @staticmethod

@@ -217,7 +217,8 @@ class Registry:
             return Refused(
                 "kind_not_allowed",
                 f"{cap.name} is a {cap.kind.value} capability and this run may only use "
-                f"{', '.join(sorted(k.value for k in scope.allowed_kinds))}: propose a plan instead.",
+                f"{', '.join(sorted(k.value for k in scope.allowed_kinds))}: "
+                "propose a plan instead.",
             )
         # 3 validate
         if call.raw is None:
@@ -231,17 +232,19 @@ class Registry:
             name, _, verdict = outcome.block
             return Refused("guard_blocked", f"Blocked by {name}: {verdict.message}")
         notes = tuple(
-            GuardNote(guard=g.name, verdict="warn" if v.kind == "warn" else "hint", message=v.message)
+            GuardNote(
+                guard=g.name, verdict="warn" if v.kind == "warn" else "hint", message=v.message
+            )
             for g, v in outcome.notes
         )
         # 5 authorize (server side; fail closed)
-        if cap.kind in (Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE):
-            if not await self._authorized(scope, call, cap, args):
-                return Refused(
-                    "unauthorized",
-                    f"{scope.principal.actor_id} is not authorized to use {cap.name}. "
-                    "Do not retry; tell the person it is not permitted.",
-                )
+        needs_auth = cap.kind in (Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE)
+        if needs_auth and not await self._authorized(scope, call, cap, args):
+            return Refused(
+                "unauthorized",
+                f"{scope.principal.actor_id} is not authorized to use {cap.name}. "
+                "Do not retry; tell the person it is not permitted.",
+            )
         # 6 policy
         decision = await self.decide(scope, cap, args, call.tool_use_id)
         if decision.tier == "deny":
@@ -249,7 +252,11 @@ class Registry:
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
 
     async def run_guards(
-        self, scope: CallScope, call: ParsedCall, args: BaseModel, phase: Literal["pre", "post"],
+        self,
+        scope: CallScope,
+        call: ParsedCall,
+        args: BaseModel,
+        phase: Literal["pre", "post"],
         output: Any = None,
     ) -> GuardOutcome:
         if not self.guards:
@@ -364,28 +371,61 @@ class Registry:
             output = cap.dump_output(raw)
         except CapabilityError as exc:
             return await self._failed(
-                scope, cap, call, args, ctx, exc.code, self.redactor.redact_text(exc.message),
-                tier, amount_usd, started, effect_possible=False,
+                scope,
+                cap,
+                call,
+                args,
+                ctx,
+                exc.code,
+                self.redactor.redact_text(exc.message),
+                tier,
+                amount_usd,
+                started,
+                effect_possible=False,
             )
         except TimeoutError:
             return await self._failed(
-                scope, cap, call, args, ctx, "timeout",
+                scope,
+                cap,
+                call,
+                args,
+                ctx,
+                "timeout",
                 f"{cap.name} did not finish within {cap.timeout:g}s.",
-                tier, amount_usd, started, effect_possible=True,
+                tier,
+                amount_usd,
+                started,
+                effect_possible=True,
             )
         except ValidationError:
             log.warning("%s returned output that does not match its declared type", cap.name)
             return await self._failed(
-                scope, cap, call, args, ctx, "invalid_output",
+                scope,
+                cap,
+                call,
+                args,
+                ctx,
+                "invalid_output",
                 f"{cap.name} ran but its result did not match its declared output.",
-                tier, amount_usd, started, effect_possible=True,
+                tier,
+                amount_usd,
+                started,
+                effect_possible=True,
             )
         except Exception as exc:
             log.exception("handler of %s failed", cap.name)
             return await self._failed(
-                scope, cap, call, args, ctx, "handler_error",
+                scope,
+                cap,
+                call,
+                args,
+                ctx,
+                "handler_error",
                 f"{cap.name} failed unexpectedly ({type(exc).__name__}).",
-                tier, amount_usd, started, effect_possible=True,
+                tier,
+                amount_usd,
+                started,
+                effect_possible=True,
             )
         # 10 guards (post): hints for the model
         post = await self.run_guards(scope, call, args, "post", output=output)
@@ -401,7 +441,11 @@ class Registry:
             scope, cap, call, "ok", tier, amount_usd, args, content, ctx.idempotency_key, started
         )
         return Outcome(
-            content=content, truncated=truncated, hints=hints, audit=audit, recovery=recovery,
+            content=content,
+            truncated=truncated,
+            hints=hints,
+            audit=audit,
+            recovery=recovery,
             ok_output=safe,
         )
 
@@ -427,7 +471,9 @@ class Registry:
             )
         if cap.replay is Replay.NEVER:
             await self.store.ledger_finish(
-                ctx.idempotency_key, status="failed", at=self.clock.now(),
+                ctx.idempotency_key,
+                status="failed",
+                at=self.clock.now(),
                 error=json.dumps({"code": code, "message": message, "unknown": effect_possible}),
             )
         content = error_content(code, message)
@@ -453,8 +499,13 @@ class Registry:
             audit = self.audit(
                 scope, cap, call, "ledger", tier, amount_usd, args, content, entry.key, started
             )
-            return Outcome(content=content, truncated=truncated, recovery="ledger", audit=audit,
-                           ok_output=entry.result)
+            return Outcome(
+                content=content,
+                truncated=truncated,
+                recovery="ledger",
+                audit=audit,
+                ok_output=entry.result,
+            )
         if entry.status == "failed":
             try:
                 err = json.loads(entry.error or "{}")
@@ -464,8 +515,13 @@ class Registry:
             audit = self.audit(
                 scope, cap, call, "ledger", tier, amount_usd, args, content, entry.key, started
             )
-            return Outcome(content=content, is_error=True, error_code=str(err.get("code")),
-                           recovery="ledger", audit=audit)
+            return Outcome(
+                content=content,
+                is_error=True,
+                error_code=str(err.get("code")),
+                recovery="ledger",
+                audit=audit,
+            )
         message = (
             f"{cap.name} was started before an interruption and its outcome is unknown. It will "
             "not be run again. Check the current state with a read capability before anything "
@@ -475,8 +531,13 @@ class Registry:
         audit = self.audit(
             scope, cap, call, "unknown", tier, amount_usd, args, content, entry.key, started
         )
-        return Outcome(content=content, is_error=True, error_code="outcome_unknown",
-                       recovery="unknown", audit=audit)
+        return Outcome(
+            content=content,
+            is_error=True,
+            error_code="outcome_unknown",
+            recovery="unknown",
+            audit=audit,
+        )
 
     def recorded(
         self,
