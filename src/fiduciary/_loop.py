@@ -40,7 +40,7 @@ from .events import (
     Usage,
     UserMessage,
 )
-from .exceptions import StaleEpochError
+from .exceptions import StaleEpochError, StoreError
 from .guards import CallRecord, RunHistory
 from .models.base import (
     AssistantMessage,
@@ -244,8 +244,12 @@ class Driver:
             report_progress=self._report_progress,
         )
         self._next_seq = transcript.last_seq + 1
-        self._delivered = transcript.last_seq
-        self._ready: dict[int, Event] = {}
+        self._events: list[Event] = []
+        self._status: RunStatus | None = None
+        self._approvals: list[ApprovalRecord] = []
+        self._audit: list[AuditRecord] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._error: Exception | None = None
 
     # --- emission ------------------------------------------------------------------------
     async def emit(
@@ -255,32 +259,62 @@ class Driver:
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
     ) -> list[Event]:
+        """Record events: the loop sees them at once, listeners only after their commit.
+
+        Emits do not wait for the disk: they join the run's next commit (one transaction for
+        everything emitted meanwhile). ``barrier`` waits until all of it is committed; the loop
+        calls it before any side effect and before it stops.
+        """
+        if self._error is not None:
+            raise self._error
         now = self.agent.clock.now()
         built: list[Event] = []
         for cls, fields in events:
-            built.append(cls(run_id=self.run_id, seq=self._next_seq, at=now, **fields))
+            event = cls(run_id=self.run_id, seq=self._next_seq, at=now, **fields)
             self._next_seq += 1
-        # a failed commit ends the drive (the run is resumed from the store later)
-        await self.agent.store.commit(
-            self.run_id,
-            epoch=self.epoch,
-            events=built,
-            status=status,
-            approvals=approvals,
-            audit=audit,
-        )
-        for event in built:
             self.t.apply(event)
-            self._ready[event.seq] = event
-        self._deliver()
+            built.append(event)
+        self._events.extend(built)
+        if status is not None:
+            self._status = status
+        self._approvals.extend(approvals)
+        self._audit.extend(audit)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
         return built
 
-    def _deliver(self) -> None:
-        while self._delivered + 1 in self._ready:
-            self._delivered += 1
-            event = self._ready.pop(self._delivered)
-            if self.out is not None:
-                self.out.put_nowait(event)
+    async def barrier(self) -> None:
+        """Wait until everything emitted so far is committed (raises if a commit failed)."""
+        while self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        if self._error is not None:
+            raise self._error
+
+    async def _flush(self) -> None:
+        store = self.agent.store
+        try:
+            while self._events or self._status is not None or self._approvals or self._audit:
+                events, self._events = self._events, []
+                status, self._status = self._status, None
+                approvals, self._approvals = self._approvals, []
+                audit, self._audit = self._audit, []
+                await store.commit(
+                    self.run_id,
+                    epoch=self.epoch,
+                    events=events,
+                    status=status,
+                    approvals=approvals,
+                    audit=audit,
+                )
+                if self.out is not None:
+                    for event in events:
+                        self.out.put_nowait(event)
+        except BaseException as exc:  # the drive stops; the run resumes from the store
+            self._error = exc if isinstance(exc, Exception) else StoreError(repr(exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._flusher = None
 
     async def _report_guard(
         self, tool_use_id: str, guard: str, tier: str, phase: str, verdict: str, message: str
@@ -315,8 +349,11 @@ class Driver:
         renewer = asyncio.create_task(self._renew())
         try:
             await self._drive()
+            await self.barrier()
         except StaleEpochError:
             log.warning("run %s was taken over by another worker; stopping", self.run_id)
+        except StoreError:
+            log.exception("run %s stopped: the store failed; it can be resumed", self.run_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -329,7 +366,10 @@ class Driver:
                     ),
                     status="failed",
                 )
+                await self.barrier()
         finally:
+            with contextlib.suppress(BaseException):
+                await self.barrier()
             renewer.cancel()
             with contextlib.suppress(BaseException):
                 await renewer
@@ -395,7 +435,7 @@ class Driver:
     async def _suspend(self, pending: list[ApprovalRecord]) -> None:
         server = any(p.executor == "server" for p in pending)
         status: RunStatus = "awaiting_approval" if server else "awaiting_client_result"
-        await self.agent.store.commit(self.run_id, epoch=self.epoch, status=status)
+        await self.emit(status=status)
 
     # --- one model turn ------------------------------------------------------------------
     async def _model_turn(self) -> tuple[bool, list[ParsedCall]] | None:
@@ -585,12 +625,15 @@ class Driver:
     async def _dispatch(
         self, call: ParsedCall, recovery: Literal["replayed"] | None = None
     ) -> ApprovalRecord | None:
+        # earlier writes' audit rows count toward the daily limit: commit them first
+        await self.barrier()
         verdict = await self.agent.registry.admit(self.scope, call)
         if isinstance(verdict, Refused):
             await self._reject(call, verdict)
             return None
         cap = verdict.cap
         if verdict.decision.tier == "auto" and cap.executor is Executor.SERVER:
+            await self.barrier()  # the log up to here is durable before any effect
             outcome = await self.agent.registry.execute(
                 self.scope,
                 cap,
@@ -781,6 +824,7 @@ class Driver:
             if edits
             else []
         )
+        await self.barrier()  # the log up to here is durable before any effect
         outcome = await registry.execute(
             self.scope,
             cap,

@@ -112,9 +112,11 @@ class Agent:
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:
-            run, transcript = await self._create(message, who, run_id, capabilities, plan_first)
+            run, transcript, first = await self._create(
+                message, who, run_id, capabilities, plan_first
+            )
             driver = Driver(self, run, transcript, None)
-            for event in await self.store.read_events(run.run_id):
+            for event in first:
                 yield event
         else:
             if existing.principal != who.actor_id:
@@ -141,7 +143,7 @@ class Agent:
         run_id: UUID | None,
         capabilities: Iterable[str] | None,
         plan_first: bool,
-    ) -> tuple[RunRecord, Transcript]:
+    ) -> tuple[RunRecord, Transcript, list[Event]]:
         names = self.registry.names
         if capabilities is not None:
             wanted = list(dict.fromkeys(capabilities))
@@ -180,13 +182,15 @@ class Agent:
         transcript = self._transcript()
         for event in first:
             transcript.apply(event)
-        return run.with_(last_seq=2), transcript
+        return run.with_(last_seq=2), transcript, first
 
     async def _emit_first(
         self, driver: Driver, cls: type[Any], fields: dict[str, Any]
     ) -> list[Event]:
         try:
-            return await driver.emit((cls, fields), status="running")
+            built = await driver.emit((cls, fields), status="running")
+            await driver.barrier()
+            return built
         except BaseException:
             with suppress(Exception):
                 await self.store.release(driver.run_id, epoch=driver.epoch)
