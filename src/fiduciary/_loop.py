@@ -85,6 +85,7 @@ class Transcript:
     open_uses: list[ToolUsePart] = field(default_factory=list)
     results: dict[str, ToolResult] = field(default_factory=dict)
     approvals: dict[str, UUID] = field(default_factory=dict)
+    notes: dict[str, list[GuardNote]] = field(default_factory=dict)
     resolved: set[UUID] = field(default_factory=set)
     history: RunHistory = field(default_factory=RunHistory)
     turns_since_user: int = 0
@@ -143,6 +144,8 @@ class Transcript:
                 self._outcome(event.tool_use_id, False, content)
             case PendingAction():
                 self.approvals[event.tool_use_id] = event.approval_id
+                if event.guard_notes:
+                    self.notes[event.tool_use_id] = list(event.guard_notes)
             case ActionResolved():
                 self.resolved.add(event.approval_id)
             case TurnComplete():
@@ -813,17 +816,11 @@ class Driver:
             )
             return None
         edits = _edits(record)
-        notes = (
-            [
-                GuardNote(
-                    guard="approval",
-                    verdict="hint",
-                    message=f"The person edited the call before approving it: {edits}.",
-                )
-            ]
-            if edits
-            else []
-        )
+        # the notes the person saw on the card go to the model with the result
+        notes = list(self.t.notes.get(use.id, ()))
+        if edits:
+            message = f"The person edited the call before approving it: {edits}."
+            notes.append(GuardNote(guard="approval", verdict="hint", message=message))
         await self.barrier()  # the log up to here is durable before any effect
         outcome = await registry.execute(
             self.scope,

@@ -362,7 +362,10 @@ class Registry:
                 started_at=self.clock.now(),
             )
             existing = await self.store.ledger_begin(entry)
-            if existing is not None:
+            if existing is not None and not (
+                _retryable(existing)
+                and await self.store.ledger_retry(existing.key, at=entry.started_at)
+            ):
                 return self._from_ledger(scope, cap, call, args, existing, tier, amount_usd)
         # 8 execute with timeout
         try:
@@ -593,6 +596,17 @@ class Registry:
             idempotency_key=key,
             duration_ms=None if started is None else (time.perf_counter() - started) * 1000,
         )
+
+
+def _retryable(entry: LedgerEntry) -> bool:
+    """A failure known to have had no effect (a handler's own refusal) may be attempted again."""
+    if entry.status != "failed":
+        return False
+    try:
+        error = json.loads(entry.error or "{}")
+    except ValueError:
+        return False
+    return isinstance(error, dict) and error.get("unknown") is False
 
 
 def _validation_message(exc: ValidationError) -> str:

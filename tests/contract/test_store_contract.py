@@ -532,6 +532,27 @@ async def test_ledger_finish_records_the_outcome(store: Store) -> None:
         await store.ledger_finish("k:missing", status="done", at=at(23))
 
 
+async def test_ledger_retry_reopens_only_a_failed_row(store: Store) -> None:
+    run = await new_run(store)
+    for key in ("k:failed", "k:done", "k:started"):
+        await store.ledger_begin(make_ledger(run.run_id, key=key))
+    await store.ledger_finish("k:failed", status="failed", at=at(22), error="refused")
+    await store.ledger_finish("k:done", status="done", at=at(22), result={"ok": True})
+
+    assert await store.ledger_retry("k:failed", at=at(30)) is True
+    reopened = await store.ledger_get("k:failed")
+    assert reopened is not None
+    assert (reopened.status, reopened.started_at, reopened.error) == ("started", at(30), None)
+    assert reopened.finished_at is None
+    # a second retry of the same attempt loses: the row is no longer failed
+    assert await store.ledger_retry("k:failed", at=at(31)) is False
+    assert await store.ledger_retry("k:done", at=at(31)) is False
+    assert await store.ledger_retry("k:started", at=at(31)) is False
+    assert await store.ledger_retry("k:missing", at=at(31)) is False
+    done = await store.ledger_get("k:done")
+    assert done is not None and done.status == "done"
+
+
 # --- audit and spend --------------------------------------------------------------------
 
 

@@ -219,6 +219,13 @@ class Store(Protocol):
         error: str | None = None,
     ) -> None: ...
 
+    async def ledger_retry(self, key: str, *, at: datetime) -> bool:
+        """Turn a ``failed`` row back into ``started`` for a new attempt (durably).
+
+        Only for failures known to have had no effect (the caller decides). False if the row is
+        not ``failed`` (someone else retried first, or it succeeded).
+        """
+
     async def ledger_get(self, key: str) -> LedgerEntry | None: ...
 
     # --- audit and spend ------------------------------------------------------------------

@@ -216,6 +216,16 @@ class MemoryStore:
             entry, status=status, finished_at=at, result=result, error=error
         )
 
+    async def ledger_retry(self, key: str, *, at: datetime) -> bool:
+        self._check_open()
+        entry = self._ledger.get(key)
+        if entry is None or entry.status != "failed":
+            return False
+        self._ledger[key] = replace(
+            entry, status="started", started_at=at, finished_at=None, result=None, error=None
+        )
+        return True
+
     async def ledger_get(self, key: str) -> LedgerEntry | None:
         self._check_open()
         return self._ledger.get(key)

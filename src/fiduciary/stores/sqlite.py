@@ -940,6 +940,15 @@ class SQLiteStore:
             if cursor.rowcount != 1:
                 raise StoreError(f"no ledger entry {key!r}")
 
+    async def ledger_retry(self, key: str, *, at: datetime) -> bool:
+        with self._write(full_sync=True) as conn:
+            cursor = conn.execute(
+                "UPDATE ledger SET status = 'started', started_at = ?, finished_at = NULL, "
+                "result = NULL, error = NULL WHERE key = ? AND status = 'failed'",
+                (_ts(at), key),
+            )
+            return cursor.rowcount == 1
+
     async def ledger_get(self, key: str) -> LedgerEntry | None:
         rows = self._read(f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE key = ?", (key,))
         return _ledger_from_row(rows[0]) if rows else None
