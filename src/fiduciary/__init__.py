@@ -5,7 +5,16 @@ action at most once, and records everything. This module is the whole public API
 """
 
 from .agent import Agent
-from .capabilities import CallContext, Capability, Executor, Kind, Principal, Replay, Risk, capability
+from .capabilities import (
+    CallContext,
+    Capability,
+    Executor,
+    Kind,
+    Principal,
+    Replay,
+    Risk,
+    capability,
+)
 from .clock import Clock, ManualClock, SystemClock
 from .events import (
     ActionResolved,

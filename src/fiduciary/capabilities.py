@@ -177,8 +177,10 @@ class Capability:
             value = await value
         if value is None:
             return None
-        if not isinstance(value, Decimal) or isinstance(value, bool):
-            raise ConfigurationError(f"{self.name}: amount_usd must return a Decimal or None")
+        if not isinstance(value, Decimal) or not value.is_finite():
+            raise ConfigurationError(
+                f"{self.name}: amount_usd must return a finite Decimal or None"
+            )
         return value
 
     async def invoke(self, args: BaseModel, ctx: CallContext) -> Any:
@@ -313,7 +315,8 @@ def _build(
     describe: Callable[[Any], str] | None,
 ) -> Capability:
     cap_name = name or func.__name__
-    if not cap_name.replace("_", "").replace("-", "").isalnum() or len(cap_name) > 64:
+    bare = cap_name.replace("_", "").replace("-", "")
+    if not (bare.isascii() and bare.isalnum()) or len(cap_name) > 64:
         raise ConfigurationError(f"capability name {cap_name!r}: use letters, digits, _ or -")
     try:
         hints = get_type_hints(func, include_extras=True)
@@ -325,20 +328,18 @@ def _build(
     model_param: str | None = None
     for pname, param in sig.parameters.items():
         annotation = hints.get(pname, Any)
-        if annotation is CallContext:
+        if annotation is CallContext or (pname == "ctx" and pname not in hints):
             ctx_param = pname
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(f"{cap_name}: *args/**kwargs cannot be a model's input")
-        if (
-            inspect.isclass(annotation)
-            and issubclass(annotation, BaseModel)
-            and input_model is None
-        ):
-            if model_param is not None or fields:
+        is_model = inspect.isclass(annotation) and issubclass(annotation, BaseModel)
+        if model_param is None and (input_model is not None or is_model):
+            if fields:
                 raise ConfigurationError(f"{cap_name}: a model parameter must be the only input")
             model_param = pname
-            input_model = annotation
+            if input_model is None:
+                input_model = annotation
             continue
         if model_param is not None:
             raise ConfigurationError(f"{cap_name}: a model parameter must be the only input")
@@ -348,8 +349,10 @@ def _build(
     call_style: Literal["fields", "model"]
     if input_model is not None:
         call_style = "model"
-        if fields:
-            raise ConfigurationError(f"{cap_name}: an explicit input_model must be the only input")
+        if fields or model_param is None:
+            raise ConfigurationError(
+                f"{cap_name}: an explicit input_model needs one parameter to receive it"
+            )
         model = input_model
     else:
         call_style = "fields"
@@ -358,9 +361,6 @@ def _build(
             __config__=ConfigDict(extra="ignore"),  # a model-made "user_approved" is ignored
             **fields,
         )
-    if ctx_param is None and "ctx" in sig.parameters:
-        ctx_param = "ctx"
-
     returns = hints.get("return", Any)
     output_adapter: TypeAdapter[Any] = TypeAdapter(returns)
 

@@ -40,6 +40,7 @@ err_console = Console(stderr=True)
 def _root() -> None:
     """fiduciary: a durable, approval-gated runtime for agents that act on someone's behalf."""
 
+
 DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
 
 

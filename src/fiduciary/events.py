@@ -310,5 +310,5 @@ def parse_sse(stream: str) -> Iterator[SSEMessage]:
             data.append(value)
         elif name == "id":
             msg_id = value
-        elif name == "retry" and value.isdigit():
+        elif name == "retry" and value.isascii() and value.isdigit():
             retry = int(value)

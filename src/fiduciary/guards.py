@@ -135,7 +135,7 @@ def order_guards(guards: Iterable[Guard]) -> list[Guard]:
 async def run_guards(guards: Sequence[Guard], call: GuardCall, phase: Phase) -> GuardOutcome:
     """Ask the guards of one phase in tier order; stop at the first block."""
     outcome = GuardOutcome()
-    for guard in guards:
+    for guard in order_guards(guards):
         if guard.phase != phase:
             continue
         verdict = guard.check(call)

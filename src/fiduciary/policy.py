@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import UTC, datetime, time
 from decimal import Decimal
 from typing import Literal
 
@@ -159,6 +159,8 @@ class Policy:
     @staticmethod
     def day_start(now: datetime) -> datetime:
         """Start of the UTC day the daily limit counts from."""
+        if now.tzinfo is not None:
+            now = now.astimezone(UTC)
         return datetime.combine(now.date(), time.min, tzinfo=now.tzinfo)
 
     @staticmethod

@@ -550,7 +550,8 @@ async def test_ledger_retry_reopens_only_a_failed_row(store: Store) -> None:
     assert await store.ledger_retry("k:started", at=at(31)) is False
     assert await store.ledger_retry("k:missing", at=at(31)) is False
     done = await store.ledger_get("k:done")
-    assert done is not None and done.status == "done"
+    assert done is not None
+    assert done.status == "done"
 
 
 # --- audit and spend --------------------------------------------------------------------

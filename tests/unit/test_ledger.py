@@ -8,8 +8,16 @@ from typing import Any
 
 from fiduciary import Agent, CallContext, ToolCallEnd, capability
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, ManualClock, Reply, Script, ScriptedModel, ToolCalls, allow_all
-from fiduciary.testing import collect
+from fiduciary.testing import (
+    Call,
+    ManualClock,
+    Reply,
+    Script,
+    ScriptedModel,
+    ToolCalls,
+    allow_all,
+    collect,
+)
 
 
 def payment_capability(entries: list[str]) -> Any:
@@ -52,7 +60,8 @@ async def test_custom_key_runs_once_across_runs_and_returns_recorded_result(
         == {"paid": "INV-7", "key": "invoice:INV-7"}
     )
     entry = await store.ledger_get("invoice:INV-7")
-    assert entry is not None and entry.status == "done"
+    assert entry is not None
+    assert entry.status == "done"
     assert entry.run_id == first[0].run_id
 
 
@@ -109,9 +118,11 @@ async def test_refused_write_records_failure_and_may_be_attempted_again(
     )
     first = await collect(agent.run("flaky", principal="alice"))
     end = next(e for e in first if isinstance(e, ToolCallEnd))
-    assert end.is_error and end.error_code == "insufficient_funds"
+    assert end.is_error
+    assert end.error_code == "insufficient_funds"
     entry = await store.ledger_get("k:1")
-    assert entry is not None and entry.status == "failed"
+    assert entry is not None
+    assert entry.status == "failed"
     # the refusal is known to have had no effect: a later attempt with the same key runs again
     await collect(agent.run("flaky", principal="alice"))
     assert attempts == ["k:1", "k:1"]
@@ -136,8 +147,10 @@ async def test_unknown_outcome_is_never_attempted_again(store: Store, clock: Man
     )
     first = await collect(agent.run("crash", principal="alice"))
     end = next(e for e in first if isinstance(e, ToolCallEnd))
-    assert end.error_code == "handler_error" and "unknown" in end.output
+    assert end.error_code == "handler_error"
+    assert "unknown" in end.output
     second = await collect(agent.run("crash", principal="alice"))
     end = next(e for e in second if isinstance(e, ToolCallEnd))
     assert attempts == ["k:1"]
-    assert end.recovery == "ledger" and end.is_error
+    assert end.recovery == "ledger"
+    assert end.is_error

@@ -7,8 +7,16 @@ from typing import Any
 from fiduciary import Agent, capability, encode_event
 from fiduciary.events import PendingAction
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, ManualClock, Reply, Script, ScriptedModel, ToolCalls, allow_all
-from fiduciary.testing import collect
+from fiduciary.testing import (
+    Call,
+    ManualClock,
+    Reply,
+    Script,
+    ScriptedModel,
+    ToolCalls,
+    allow_all,
+    collect,
+)
 
 CANARIES = (
     "sk-live-CANARY0123456789abcdefghij",

@@ -161,7 +161,9 @@ class ScriptedModel:
                     args = call.args(results) if callable(call.args) else call.args
                     arguments = json.dumps(args, default=str)
                 output_chars += len(arguments)
-                yield StreamToolCall(id=f"toolu_{step_index:03d}_{i}", name=call.name, arguments=arguments)
+                yield StreamToolCall(
+                    id=f"toolu_{step_index:03d}_{i}", name=call.name, arguments=arguments
+                )
             yield StreamUsage(input_tokens=input_tokens, output_tokens=max(1, output_chars // 4))
             yield StreamStop("tool_use")
             return
