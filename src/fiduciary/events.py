@@ -292,7 +292,8 @@ def parse_sse(stream: str) -> Iterator[SSEMessage]:
     msg_id: str | None = None
     retry: int | None = None
     seen = False
-    for raw in stream.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+    lines = stream.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for raw in lines[:-1]:  # what follows the last line break is not a complete line
         if raw == "":
             if seen:
                 yield SSEMessage(event=event, data="\n".join(data), id=msg_id, retry=retry)

@@ -6,6 +6,7 @@ USD amount and operation, never from anything the model says:
 
 - reads and previews → auto;
 - an operation the preset does not know, or an unknown amount → confirm;
+- a negative amount (a capability's bug or a trick) → confirm;
 - ``amount < auto_below`` → auto, ``amount < confirm_below`` → confirm, else explicit;
 - ``amount > deny_above`` (when set) or a denied operation → deny;
 - an auto call that would take the principal past its daily autonomous limit → confirm.
@@ -137,6 +138,8 @@ class Policy:
             decision = PolicyDecision("confirm", "no threshold for this operation", amount_usd)
         elif amount_usd is None:
             decision = PolicyDecision("confirm", "the amount is unknown", amount_usd)
+        elif amount_usd < 0:
+            decision = PolicyDecision("confirm", "a negative amount needs a person", amount_usd)
         elif amount_usd < threshold.auto_below:
             decision = PolicyDecision("auto", f"below ${threshold.auto_below}", amount_usd)
         elif amount_usd < threshold.confirm_below:

@@ -1,0 +1,316 @@
+"""Policy.decide: which calls run on their own, which wait for a person, which never run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, get_args
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fiduciary import Capability, ConfigurationError, Policy, Threshold, capability
+from fiduciary.capabilities import Tier
+from fiduciary.policy import PRESETS, PolicyDecision, TierName
+
+D = Decimal
+CENT = D("0.01")
+ORDER: dict[str, int] = {"auto": 0, "confirm": 1, "explicit": 2, "deny": 3}
+
+# (auto_below, confirm_below) of every preset operation: what users configure against.
+PRESET_TABLE: dict[str, dict[str, tuple[str, str]]] = {
+    "conservative": {
+        "save": ("5", "200"),
+        "withdraw": ("5", "200"),
+        "send": ("1", "50"),
+        "borrow": ("0", "100"),
+        "repay": ("5", "200"),
+        "swap": ("5", "100"),
+        "pay": ("1", "20"),
+    },
+    "balanced": {
+        "save": ("50", "1000"),
+        "withdraw": ("25", "500"),
+        "send": ("10", "200"),
+        "borrow": ("0", "500"),
+        "repay": ("50", "1000"),
+        "swap": ("25", "300"),
+        "pay": ("5", "50"),
+    },
+    "aggressive": {
+        "save": ("200", "5000"),
+        "withdraw": ("100", "2000"),
+        "send": ("50", "1000"),
+        "borrow": ("25", "2000"),
+        "repay": ("200", "5000"),
+        "swap": ("100", "2000"),
+        "pay": ("20", "200"),
+    },
+}
+PRESET_ROWS = [
+    (preset, op, D(auto), D(confirm))
+    for preset, ops in PRESET_TABLE.items()
+    for op, (auto, confirm) in ops.items()
+]
+
+
+def op_cap(operation: str | None, *, kind: str = "execute", tier: Tier | None = None) -> Capability:
+    @capability(name=f"do_{operation or 'it'}", kind=kind, operation=operation, tier=tier)
+    async def handler() -> None:
+        """An operation."""
+
+    return handler
+
+
+def tier_of(policy: Policy, cap: Capability, amount: Decimal | None, **kwargs: Any) -> str:
+    return policy.decide(cap, amount, **kwargs).tier
+
+
+def test_presets_are_pinned() -> None:
+    assert {
+        preset: {op: (str(t.auto_below), str(t.confirm_below)) for op, t in ops.items()}
+        for preset, ops in PRESETS.items()
+    } == PRESET_TABLE
+    assert all(t.deny_above is None for ops in PRESETS.values() for t in ops.values())
+
+
+def test_default_policy() -> None:
+    policy = Policy()
+    assert policy.preset == "balanced"
+    assert policy.daily_autonomous_limit_usd == D("100")
+    assert policy.deny_operations == frozenset()
+    assert policy.approval_ttl_seconds == 900
+
+
+@pytest.mark.parametrize(("preset", "operation", "auto_below", "confirm_below"), PRESET_ROWS)
+def test_preset_thresholds(
+    preset: str, operation: str, auto_below: Decimal, confirm_below: Decimal
+) -> None:
+    policy = Policy(preset=preset, daily_autonomous_limit_usd=None)
+    cap = op_cap(operation)
+    if auto_below > 0:
+        assert tier_of(policy, cap, D(0)) == "auto"
+        assert tier_of(policy, cap, auto_below - CENT) == "auto"
+    assert tier_of(policy, cap, auto_below) == "confirm"
+    assert tier_of(policy, cap, confirm_below - CENT) == "confirm"
+    assert tier_of(policy, cap, confirm_below) == "explicit"
+    assert tier_of(policy, cap, confirm_below * 100) == "explicit"
+
+
+def test_decision_carries_amount_and_reason() -> None:
+    decision = Policy(daily_autonomous_limit_usd=None).decide(op_cap("send"), D("150"))
+    assert decision == PolicyDecision("confirm", "below $200", D("150"))
+    assert decision.at_least("confirm")
+    assert not decision.at_least("explicit")
+
+
+@pytest.mark.parametrize("kind", ["read", "preview"])
+def test_reads_and_previews_run_on_their_own(kind: str) -> None:
+    policy = Policy(preset="conservative", daily_autonomous_limit_usd=D(0))
+    assert tier_of(policy, op_cap("send", kind=kind), D("1000000")) == "auto"
+    assert tier_of(policy, op_cap(None, kind=kind), None) == "auto"
+
+
+@pytest.mark.parametrize("kind", ["propose", "approve", "execute"])
+def test_unknown_operation_needs_confirmation(kind: str) -> None:
+    policy = Policy(daily_autonomous_limit_usd=None)
+    assert tier_of(policy, op_cap("teleport", kind=kind), D("0.01")) == "confirm"
+    assert tier_of(policy, op_cap(None, kind=kind), D("0.01")) == "confirm"
+
+
+def test_unknown_amount_needs_confirmation() -> None:
+    decision = Policy().decide(op_cap("send"), None)
+    assert decision.tier == "confirm"
+    assert "unknown" in decision.reason
+
+
+def test_denied_operation() -> None:
+    policy = Policy(deny_operations=frozenset({"borrow"}))
+    assert tier_of(policy, op_cap("borrow"), D("0.01")) == "deny"
+    assert tier_of(policy, op_cap("borrow"), None) == "deny"
+    assert tier_of(policy, op_cap("borrow", tier="auto"), D(1)) == "deny"
+    assert tier_of(policy, op_cap("send"), D(1)) == "auto"
+
+
+def test_thresholds_override_and_extend_the_preset() -> None:
+    policy = Policy(
+        thresholds={"send": Threshold(D(100), D(150)), "tip": Threshold(D(2), D(10))},
+        daily_autonomous_limit_usd=None,
+    )
+    assert tier_of(policy, op_cap("send"), D(99)) == "auto"
+    assert tier_of(policy, op_cap("send"), D(150)) == "explicit"
+    assert tier_of(policy, op_cap("tip"), D(1)) == "auto"
+    assert tier_of(policy, op_cap("tip"), D(5)) == "confirm"
+    assert tier_of(policy, op_cap("pay"), D(1)) == "auto"  # the rest of the preset stays
+    assert policy.threshold("pay") == PRESETS["balanced"]["pay"]
+    assert policy.threshold("teleport") is None
+
+
+def test_deny_above() -> None:
+    policy = Policy(
+        thresholds={"send": Threshold(D(10), D(200), deny_above=D(1000))},
+        daily_autonomous_limit_usd=None,
+    )
+    assert tier_of(policy, op_cap("send"), D(1000)) == "explicit"
+    decision = policy.decide(op_cap("send"), D("1000.01"))
+    assert decision.tier == "deny"
+    assert "1000" in decision.reason
+    # a capability that fixes its tier is still denied above the limit
+    assert tier_of(policy, op_cap("send", tier="confirm"), D("1000.01")) == "deny"
+    assert tier_of(policy, op_cap("send"), None) == "confirm"
+
+
+@pytest.mark.parametrize("tier", ["auto", "confirm", "explicit", "deny"])
+def test_capability_fixed_tier(tier: Tier) -> None:
+    policy = Policy(daily_autonomous_limit_usd=None)
+    for operation, amount in [("send", D(1)), ("send", D(5000)), (None, None), ("x", D(3))]:
+        decision = policy.decide(op_cap(operation, tier=tier), amount)
+        assert decision.tier == tier
+        assert decision.reason == "fixed by the capability"
+
+
+def test_daily_autonomous_limit() -> None:
+    policy = Policy(daily_autonomous_limit_usd=D(100))
+    send = op_cap("send")  # balanced: auto below $10
+    assert tier_of(policy, send, D(5), spent_today=D(95)) == "auto"  # exactly at the limit
+    decision = policy.decide(send, D(5), spent_today=D("95.01"))
+    assert decision.tier == "confirm"
+    assert "daily autonomous limit" in decision.reason
+    assert tier_of(policy, send, D(5), spent_today=D(200)) == "confirm"
+    # the limit only ever raises auto to confirm: it never lowers explicit
+    assert tier_of(policy, send, D(500), spent_today=D(100)) == "explicit"
+    assert tier_of(policy, send, D(150), spent_today=D(100)) == "confirm"
+
+
+def test_zero_limit_and_no_limit() -> None:
+    send = op_cap("send")
+    assert tier_of(Policy(daily_autonomous_limit_usd=D(0)), send, D("0.01")) == "confirm"
+    assert tier_of(Policy(daily_autonomous_limit_usd=D(0)), send, D(0)) == "auto"
+    unlimited = Policy(daily_autonomous_limit_usd=None)
+    assert tier_of(unlimited, send, D("9.99"), spent_today=D(10**9)) == "auto"
+
+
+def test_capability_fixed_auto_respects_the_daily_limit() -> None:
+    policy = Policy(daily_autonomous_limit_usd=D(100))
+    assert tier_of(policy, op_cap("send", tier="auto"), D(80), spent_today=D(30)) == "confirm"
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def test_unknown_preset() -> None:
+    with pytest.raises(ConfigurationError, match="reckless"):
+        Policy(preset="reckless")
+
+
+def test_negative_limit() -> None:
+    with pytest.raises(ConfigurationError, match="non-negative"):
+        Policy(daily_autonomous_limit_usd=D("-0.01"))
+
+
+def test_float_limit() -> None:
+    with pytest.raises(ConfigurationError, match="Decimal"):
+        Policy(daily_autonomous_limit_usd=100.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("auto_below", "confirm_below"), [(D(-1), D(10)), (D(10), D(5)), (D("0.01"), D(0))]
+)
+def test_invalid_threshold(auto_below: Decimal, confirm_below: Decimal) -> None:
+    with pytest.raises(ConfigurationError, match="auto_below"):
+        Threshold(auto_below, confirm_below)
+
+
+def test_threshold_edges_are_valid() -> None:
+    assert Threshold(D(0), D(0)).confirm_below == 0
+    equal = Threshold(D(5), D(5))
+    policy = Policy(thresholds={"x": equal}, daily_autonomous_limit_usd=None)
+    assert tier_of(policy, op_cap("x"), D("4.99")) == "auto"
+    assert tier_of(policy, op_cap("x"), D(5)) == "explicit"
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def test_day_start_is_the_start_of_the_utc_day() -> None:
+    now = datetime(2026, 3, 5, 17, 45, 12, 345, tzinfo=UTC)
+    assert Policy.day_start(now) == datetime(2026, 3, 5, tzinfo=UTC)
+    assert Policy.day_start(datetime(2026, 3, 5, tzinfo=UTC)) == datetime(2026, 3, 5, tzinfo=UTC)
+    # 01:00 in UTC+2 is still the previous day in UTC
+    local = datetime(2026, 3, 6, 1, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert Policy.day_start(local) == datetime(2026, 3, 5, tzinfo=UTC)
+
+
+TIERS: tuple[TierName, ...] = get_args(TierName)
+
+
+def test_tier_names() -> None:
+    assert TIERS == ("auto", "confirm", "explicit", "deny")
+
+
+@pytest.mark.parametrize("a", TIERS)
+@pytest.mark.parametrize("b", TIERS)
+def test_higher(a: TierName, b: TierName) -> None:
+    expected = a if ORDER[a] >= ORDER[b] else b
+    assert Policy.higher(a, b) == expected
+    assert Policy.higher(b, a) == expected
+
+
+def test_higher_examples() -> None:
+    assert Policy.higher("auto", "confirm") == "confirm"
+    assert Policy.higher("explicit", "confirm") == "explicit"
+    assert Policy.higher("deny", "explicit") == "deny"
+    assert Policy.higher("auto", "auto") == "auto"
+
+
+# --- a property ---------------------------------------------------------------------------
+
+amounts = st.decimals(min_value=0, max_value=100_000, places=2, allow_nan=False)
+limits = st.one_of(st.none(), st.decimals(min_value=0, max_value=10_000, places=2))
+custom = st.one_of(
+    st.none(),
+    st.tuples(amounts, amounts, st.one_of(st.none(), amounts)).map(
+        lambda t: Threshold(min(t[0], t[1]), max(t[0], t[1]), t[2])
+    ),
+)
+
+
+OP_CAPS = {op: op_cap(op) for op in [*PRESETS["balanced"], "custom_op"]}
+
+
+@given(
+    preset=st.sampled_from(sorted(PRESETS)),
+    operation=st.sampled_from(sorted(OP_CAPS)),
+    threshold=custom,
+    limit=limits,
+    spent=amounts,
+    a=amounts,
+    b=amounts,
+)
+def test_a_larger_amount_never_lowers_the_tier(
+    preset: str,
+    operation: str,
+    threshold: Threshold | None,
+    limit: Decimal | None,
+    spent: Decimal,
+    a: Decimal,
+    b: Decimal,
+) -> None:
+    thresholds = {operation: threshold} if threshold is not None else {}
+    policy = Policy(preset=preset, thresholds=thresholds, daily_autonomous_limit_usd=limit)
+    cap = OP_CAPS[operation]
+    low, high = min(a, b), max(a, b)
+    low_tier = tier_of(policy, cap, low, spent_today=spent)
+    high_tier = tier_of(policy, cap, high, spent_today=spent)
+    assert ORDER[low_tier] <= ORDER[high_tier], (low, low_tier, high, high_tier)
+
+
+def test_negative_amount_is_never_automatic() -> None:
+    @capability(kind="execute", operation="send")
+    async def send(amount: str) -> str:
+        """Send."""
+        return amount
+
+    decision = Policy().decide(send, Decimal("-5"))
+    assert decision.tier == "confirm"
