@@ -1,0 +1,178 @@
+"""Client-executed actions, following a run's events, audit rows and resume_all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from decimal import Decimal
+
+import pytest
+
+from fiduciary import Agent, ApprovalError, PendingAction, RunCompleted, capability
+from fiduciary.events import Event, ToolCallEnd
+from fiduciary.stores.base import Store
+from fiduciary.testing import (
+    Call,
+    ManualClock,
+    Reply,
+    Script,
+    ScriptedModel,
+    ToolCalls,
+    allow_all,
+    collect,
+)
+
+from .conftest import Effects, toy_capabilities
+
+
+@capability(
+    kind="execute",
+    executor="client",
+    operation="send",
+    amount_usd=lambda args, ctx: Decimal(args.amount),
+)
+async def sign_and_send(to: str, amount: str) -> dict[str, str]:
+    """The person's device signs and broadcasts this transfer; the server never runs it."""
+    raise AssertionError("a client-executed capability never runs on the server")
+
+
+async def test_client_executed_action_waits_for_the_clients_result(
+    store: Store, clock: ManualClock
+) -> None:
+    script = Script(
+        "sign",
+        [
+            ToolCalls([Call("sign_and_send", {"to": "bob", "amount": "3"})]),
+            Reply(lambda r: f"digest {r['sign_and_send']['digest']}"),
+        ],
+    )
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=[sign_and_send],
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    events = await collect(agent.run("sign it", principal="alice"))
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    assert pending.executor == "client"
+    run_id = events[0].run_id
+    assert (await agent.get_run(run_id)).status == "awaiting_client_result"
+    with pytest.raises(ApprovalError) as err:
+        await agent.approve(pending.approval_id, by="alice")
+    assert err.value.code == "client_executed"
+    with pytest.raises(ApprovalError) as err:
+        await agent.submit_result(
+            pending.approval_id, {"digest": "0xabc", "secret": "x"}, by="mallory"
+        )
+    assert err.value.code == "forbidden"
+    await agent.submit_result(pending.approval_id, {"digest": "0xabc"}, by="alice")
+    more = await collect(agent.resume(run_id))
+    (end,) = [e for e in more if isinstance(e, ToolCallEnd)]
+    assert json.loads(end.output) == {"digest": "0xabc"}
+    assert isinstance(more[-1], RunCompleted) and more[-1].text == "digest 0xabc"
+    with pytest.raises(ApprovalError):
+        await agent.submit_result(pending.approval_id, {"digest": "0xdef"})
+
+
+async def test_events_replays_then_follows_without_gap_or_duplicate(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script(
+        "hello", [Reply("hi there, friend", chunk_chars=3), Reply("again", chunk_chars=2)]
+    )
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+    )
+    first = await collect(agent.run("hello", principal="alice"))
+    run_id = first[0].run_id
+    # replay only
+    replayed = await collect(agent.events(run_id, after_seq=3, follow=False))
+    assert [e.seq for e in replayed] == [e.seq for e in first][3:]
+    # follow: a listener attached mid-log sees the rest and then the live continuation
+    seen: list[Event] = []
+
+    async def listen() -> None:
+        async for event in agent.events(run_id, after_seq=2):
+            seen.append(event)
+            if isinstance(event, RunCompleted) and event.seq > first[-1].seq:
+                return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0)
+    second = await collect(agent.run("more", principal="alice", run_id=run_id))
+    await asyncio.wait_for(listener, 5)
+    assert [e.seq for e in seen] == list(range(3, second[-1].seq + 1))
+    assert seen[-len(second) :] == second
+
+
+async def test_every_call_leaves_an_audit_row(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script(
+        "audit",
+        [
+            ToolCalls(
+                [
+                    Call("balance"),
+                    Call("nope"),
+                    Call("send", {"to": "b", "amount": "2"}),
+                    Call("send", {"to": "c", "amount": "90"}),
+                ]
+            ),
+            Reply("ok"),
+        ],
+    )
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    events = await collect(agent.run("audit", principal="alice"))
+    rows = await store.audit_records(events[0].run_id)
+    outcomes = sorted((r.capability, r.outcome, r.tier or "") for r in rows)
+    assert outcomes == [
+        ("balance", "ok", "auto"),
+        ("send", "ok", "auto"),
+        ("send", "pending", "confirm"),
+    ]
+    (auto_send,) = [r for r in rows if r.outcome == "ok" and r.capability == "send"]
+    assert auto_send.amount_usd == Decimal("2")
+    assert auto_send.idempotency_key is not None
+    assert auto_send.input == {"to": "b", "amount": "2", "memo": ""}
+
+
+async def test_resume_all_picks_up_runs_left_running(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script("crash", [ToolCalls([Call("balance")]), Reply("recovered")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+        lease_seconds=5,
+    )
+    stream = agent.run("crash soon", principal="alice")
+    first = [await anext(stream) for _ in range(2)]  # accepted: run_started, user_message
+    await stream.aclose()  # the caller goes away: the run stays "running"
+    run_id = first[0].run_id
+    assert (await agent.get_run(run_id)).status == "running"
+    clock.advance(10)  # any lease left behind has lapsed
+    other = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+    )
+    assert await other.resume_all() == [run_id]
+    run = await other.get_run(run_id)
+    assert run.status == "completed"
+    log = await store.read_events(run_id)
+    assert isinstance(log[-1], RunCompleted) and log[-1].text == "recovered"
+    assert [e.seq for e in log] == list(range(1, len(log) + 1))
