@@ -10,7 +10,7 @@ import asyncio
 import os
 import socket
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -101,7 +101,7 @@ class Agent:
         run_id: UUID | None = None,
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
 
         The run is recorded durably before the first event is yielded. The stream ends when the
@@ -196,7 +196,7 @@ class Agent:
                 await self.store.release(driver.run_id, epoch=driver.epoch)
             raise
 
-    async def resume(self, run_id: UUID) -> AsyncIterator[Event]:
+    async def resume(self, run_id: UUID) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
 
         Yields the new events only. A run that is idle, or still waiting for a decision, yields
@@ -250,7 +250,7 @@ class Agent:
 
         return Transcript(kinds=kind_of)
 
-    async def _drive(self, driver: Driver) -> AsyncIterator[Event]:
+    async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
         out: asyncio.Queue[Any] = asyncio.Queue()
         driver.out = out
         task = asyncio.create_task(driver.drive())
@@ -281,7 +281,7 @@ class Agent:
         *,
         follow: bool = True,
         poll_seconds: float = 0.5,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The run's events after ``after_seq``: the stored ones, then (``follow``) live ones.
 
         Live events come from this process's commits at once, and from other processes' commits

@@ -70,7 +70,8 @@ async def test_client_executed_action_waits_for_the_clients_result(
     more = await collect(agent.resume(run_id))
     (end,) = [e for e in more if isinstance(e, ToolCallEnd)]
     assert json.loads(end.output) == {"digest": "0xabc"}
-    assert isinstance(more[-1], RunCompleted) and more[-1].text == "digest 0xabc"
+    assert isinstance(more[-1], RunCompleted)
+    assert more[-1].text == "digest 0xabc"
     with pytest.raises(ApprovalError):
         await agent.submit_result(pending.approval_id, {"digest": "0xdef"})
 
@@ -174,5 +175,6 @@ async def test_resume_all_picks_up_runs_left_running(
     run = await other.get_run(run_id)
     assert run.status == "completed"
     log = await store.read_events(run_id)
-    assert isinstance(log[-1], RunCompleted) and log[-1].text == "recovered"
+    assert isinstance(log[-1], RunCompleted)
+    assert log[-1].text == "recovered"
     assert [e.seq for e in log] == list(range(1, len(log) + 1))
