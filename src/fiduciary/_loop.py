@@ -331,7 +331,7 @@ class Driver:
                     "tier": tier,
                     "phase": phase,
                     "verdict": verdict,
-                    "message": message,
+                    "message": self.agent.redactor.redact_text(message),
                 },
             )
         )
@@ -342,7 +342,12 @@ class Driver:
         await self.emit(
             (
                 ToolProgress,
-                {"tool_use_id": tool_use_id, "name": name, "message": message, "pct": pct},
+                {
+                    "tool_use_id": tool_use_id,
+                    "name": name,
+                    "message": self.agent.redactor.redact_text(message),
+                    "pct": pct,
+                },
             )
         )
 
@@ -392,6 +397,9 @@ class Driver:
                 return
 
     async def _drive(self) -> None:
+        if self.run.status != "running":
+            # while driven the run is "running": a crash now leaves it for resume_all to find
+            await self.emit(status="running")
         if self.t.partial_from is not None:
             await self.emit((TurnRetracted, {"from_seq": self.t.partial_from}))
         if self.t.unresolved:
@@ -466,7 +474,8 @@ class Driver:
                         if text:
                             await self.emit((TextDelta, {"text": agent.redactor.redact_text(text)}))
                     case StreamThinkingDelta(text=text, block_index=index):
-                        await self.emit((ThinkingDelta, {"text": text, "block_index": index}))
+                        safe = agent.redactor.redact_text(text)
+                        await self.emit((ThinkingDelta, {"text": safe, "block_index": index}))
                     case StreamThinkingDone(block_index=index, signature=signature):
                         await self.emit(
                             (ThinkingDone, {"block_index": index, "signature": signature})
@@ -567,6 +576,7 @@ class Driver:
         await self._end(call, outcome)
 
     async def _reject(self, call: ParsedCall, refused: Refused) -> None:
+        refused = Refused(refused.reason, self.agent.redactor.redact_text(refused.message))
         audit: list[AuditRecord] = []
         if call.cap is not None:
             audit.append(
@@ -770,7 +780,7 @@ class Driver:
                         "decision": record.status,
                         "by": record.decided_by,
                         "reason": record.reason,
-                        "edits": _edits(record),
+                        "edits": self.agent.redactor.redact(_edits(record)),
                         "args_digest": record.approved_digest,
                     },
                 )
@@ -819,7 +829,8 @@ class Driver:
         # the notes the person saw on the card go to the model with the result
         notes = list(self.t.notes.get(use.id, ()))
         if edits:
-            message = f"The person edited the call before approving it: {edits}."
+            shown = self.agent.redactor.redact(edits)
+            message = f"The person edited the call before approving it: {shown}."
             notes.append(GuardNote(guard="approval", verdict="hint", message=message))
         await self.barrier()  # the log up to here is durable before any effect
         outcome = await registry.execute(

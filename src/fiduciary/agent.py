@@ -415,6 +415,8 @@ class Agent:
         outcome = await self.registry.run_guards(scope, call, model, "pre")
         if outcome.block is not None:
             raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
+        if not await self.registry.authorized(scope, call, cap, model):
+            raise ApprovalError("invalid_edit", "the edited call is not authorized")
         decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
         if decision.tier == "deny":
             raise ApprovalError(

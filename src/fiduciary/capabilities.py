@@ -163,9 +163,13 @@ class Capability:
         return f"{text}, about ${amount_usd:,.2f}" if amount_usd is not None else text
 
     def make_key(self, args: BaseModel, ctx: CallContext) -> str:
-        """The server-made idempotency key of a call (never one the model supplied)."""
+        """The server-made idempotency key of a call (never one the model supplied).
+
+        A capability's own key function is scoped to the principal, so that two people's calls
+        can never share a ledger entry (and one never receives the other's recorded result).
+        """
         if self.idempotency_key is not None:
-            return self.idempotency_key(args, ctx)
+            return f"{ctx.principal.actor_id}:{self.idempotency_key(args, ctx)}"
         digest = args_digest(args.model_dump(mode="json"))
         return f"{ctx.run_id}:{ctx.tool_use_id}:{self.name}:v{self.version}:{digest}"
 

@@ -132,14 +132,14 @@ class Policy:
             return PolicyDecision(
                 "deny", f"${amount_usd} is above the ${cap_usd} limit", amount_usd
             )
-        if cap.tier is not None:
+        if amount_usd is not None and amount_usd < 0:
+            decision = PolicyDecision("confirm", "a negative amount needs a person", amount_usd)
+        elif cap.tier is not None:
             decision = PolicyDecision(cap.tier, "fixed by the capability", amount_usd)
         elif threshold is None:
             decision = PolicyDecision("confirm", "no threshold for this operation", amount_usd)
         elif amount_usd is None:
             decision = PolicyDecision("confirm", "the amount is unknown", amount_usd)
-        elif amount_usd < 0:
-            decision = PolicyDecision("confirm", "a negative amount needs a person", amount_usd)
         elif amount_usd < threshold.auto_below:
             decision = PolicyDecision("auto", f"below ${threshold.auto_below}", amount_usd)
         elif amount_usd < threshold.confirm_below:

@@ -238,8 +238,7 @@ class Registry:
             for g, v in outcome.notes
         )
         # 5 authorize (server side; fail closed)
-        needs_auth = cap.kind in (Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE)
-        if needs_auth and not await self._authorized(scope, call, cap, args):
+        if not await self.authorized(scope, call, cap, args):
             return Refused(
                 "unauthorized",
                 f"{scope.principal.actor_id} is not authorized to use {cap.name}. "
@@ -283,9 +282,12 @@ class Registry:
             await scope.report_guard(call.tool_use_id, name, tier, phase, "block", verdict.message)
         return outcome
 
-    async def _authorized(
+    async def authorized(
         self, scope: CallScope, call: ParsedCall, cap: Capability, args: BaseModel
     ) -> bool:
+        """Step 5: the host's verdict on the server; reads need none; no callback → denied."""
+        if cap.kind not in (Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE):
+            return True
         if self.authorize is None:
             return False
         request = AuthorizationRequest(
@@ -480,8 +482,10 @@ class Registry:
                 error=json.dumps({"code": code, "message": message, "unknown": effect_possible}),
             )
         content = error_content(code, message)
+        # "unknown": the call may have acted (it counts toward the daily autonomous limit)
+        outcome = "unknown" if effect_possible and cap.is_write else "error"
         audit = self.audit(
-            scope, cap, call, "error", tier, amount_usd, args, content, ctx.idempotency_key, started
+            scope, cap, call, outcome, tier, amount_usd, args, content, ctx.idempotency_key, started
         )
         return Outcome(content=content, is_error=True, error_code=code, audit=audit)
 
@@ -514,14 +518,15 @@ class Registry:
                 err = json.loads(entry.error or "{}")
             except ValueError:
                 err = {}
-            content = error_content(str(err.get("code", "failed")), str(err.get("message", "")))
+            code = str(err.get("code") or "failed")
+            content = error_content(code, str(err.get("message", "")))
             audit = self.audit(
                 scope, cap, call, "ledger", tier, amount_usd, args, content, entry.key, started
             )
             return Outcome(
                 content=content,
                 is_error=True,
-                error_code=str(err.get("code")),
+                error_code=code,
                 recovery="ledger",
                 audit=audit,
             )

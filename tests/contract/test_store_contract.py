@@ -592,6 +592,8 @@ async def test_autonomous_spend_sums_auto_ok_amounts_exactly_since_a_time(
         make_audit(run.run_id, when=101, amount_usd=Decimal("0.2")),
         make_audit(run.run_id, when=102, amount_usd=Decimal("1234567890.000000001")),
         make_audit(run.run_id, when=50, amount_usd=Decimal("0.7")),  # exactly at `since`
+        # a call that may have acted counts too
+        make_audit(run.run_id, when=110, outcome="unknown", amount_usd=Decimal("2")),
     ]
     ignored = [
         make_audit(run.run_id, when=49.999999, amount_usd=Decimal("1000")),  # before since
@@ -609,8 +611,8 @@ async def test_autonomous_spend_sums_auto_ok_amounts_exactly_since_a_time(
     spent = await store.autonomous_spend("alice", since=at(50))
 
     assert isinstance(spent, Decimal)
-    assert spent == Decimal("1234567891.000000001")
-    assert await store.autonomous_spend("alice", since=at(102.000001)) == 0
+    assert spent == Decimal("1234567893.000000001")
+    assert await store.autonomous_spend("alice", since=at(102.000001)) == Decimal("2")
     assert await store.autonomous_spend("bob", since=at(0)) == Decimal("0.10")
     assert await store.autonomous_spend("nobody", since=at(0)) == 0
 

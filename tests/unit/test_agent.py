@@ -557,3 +557,48 @@ async def test_approve_all_helper_and_text_stream(
     assert text == final.text
     assert text.startswith("Done:")
     assert {p["to"] for p in effects.payments} == {"bob", "carol", "dave"}
+
+
+async def test_a_resumed_run_is_running_while_driven(store: Store, clock: ManualClock) -> None:
+    statuses: list[str] = []
+
+    @capability(kind="execute", tier="confirm")
+    async def act(ctx: CallContext) -> str:
+        """Act (and look at the run's status meanwhile)."""
+        run = await store.get_run(ctx.run_id)
+        assert run is not None
+        statuses.append(run.status)
+        return "done"
+
+    script = Script("act", [ToolCalls([Call("act")]), Reply("ok")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=[act],
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    events = await collect(agent.run("act now", principal=ALICE))
+    (pending,) = of(events, PendingAction)
+    await agent.approve(pending.approval_id, by=ALICE)
+    await collect(agent.resume(events[0].run_id))
+    # a crash inside the handler leaves a run resume_all can find
+    assert statuses == ["running"]
+    assert (await agent.get_run(events[0].run_id)).status == "completed"
+
+
+async def test_edited_arguments_are_authorized_again(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    def at_most_200(request: Any) -> bool:
+        return bool(Decimal(request.args["amount"]) <= 200)
+
+    agent = make_agent(effects, store, clock, PAY_TWO, authorize=at_most_200)
+    events = await collect(agent.run("pay two", principal=ALICE))
+    carol, _ = of(events, PendingAction)
+    with pytest.raises(ApprovalError) as err:
+        await agent.approve(
+            carol.approval_id, by=ALICE, edits={"amount": "900"}, confirm_amount="900"
+        )
+    assert err.value.code == "invalid_edit"
+    assert (await store.get_approval(carol.approval_id)).status == "pending"  # type: ignore[union-attr]

@@ -49,7 +49,7 @@ async def test_custom_key_runs_once_across_runs_and_returns_recorded_result(
     )
     first = await collect(agent.run("pay INV-7", principal="alice"))
     second = await collect(agent.run("pay INV-7 again", principal="alice"))
-    assert entries == ["invoice:INV-7"]
+    assert entries == ["alice:invoice:INV-7"]
     end1 = next(e for e in first if isinstance(e, ToolCallEnd))
     end2 = next(e for e in second if isinstance(e, ToolCallEnd))
     assert end1.recovery is None
@@ -57,9 +57,9 @@ async def test_custom_key_runs_once_across_runs_and_returns_recorded_result(
     assert (
         json.loads(end2.output)
         == json.loads(end1.output)
-        == {"paid": "INV-7", "key": "invoice:INV-7"}
+        == {"paid": "INV-7", "key": "alice:invoice:INV-7"}
     )
-    entry = await store.ledger_get("invoice:INV-7")
+    entry = await store.ledger_get("alice:invoice:INV-7")
     assert entry is not None
     assert entry.status == "done"
     assert entry.run_id == first[0].run_id
@@ -120,12 +120,12 @@ async def test_refused_write_records_failure_and_may_be_attempted_again(
     end = next(e for e in first if isinstance(e, ToolCallEnd))
     assert end.is_error
     assert end.error_code == "insufficient_funds"
-    entry = await store.ledger_get("k:1")
+    entry = await store.ledger_get("alice:k:1")
     assert entry is not None
     assert entry.status == "failed"
     # the refusal is known to have had no effect: a later attempt with the same key runs again
     await collect(agent.run("flaky", principal="alice"))
-    assert attempts == ["k:1", "k:1"]
+    assert attempts == ["alice:k:1", "alice:k:1"]
 
 
 async def test_unknown_outcome_is_never_attempted_again(store: Store, clock: ManualClock) -> None:
@@ -151,6 +151,6 @@ async def test_unknown_outcome_is_never_attempted_again(store: Store, clock: Man
     assert "unknown" in end.output
     second = await collect(agent.run("crash", principal="alice"))
     end = next(e for e in second if isinstance(e, ToolCallEnd))
-    assert attempts == ["k:1"]
+    assert attempts == ["alice:k:1"]
     assert end.recovery == "ledger"
     assert end.is_error

@@ -232,7 +232,8 @@ class Store(Protocol):
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]: ...
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
-        """USD auto-executed (tier auto, outcome ok) for a principal since a time."""
+        """USD auto-executed for a principal since a time: tier auto, outcome ok or unknown
+        (a call that may have acted counts)."""
 
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:

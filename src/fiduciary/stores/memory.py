@@ -242,7 +242,7 @@ class MemoryStore:
             if (
                 a.principal == principal
                 and a.tier == "auto"
-                and a.outcome == "ok"
+                and a.outcome in ("ok", "unknown")
                 and a.amount_usd is not None
                 and a.at >= since
             ):

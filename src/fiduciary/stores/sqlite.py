@@ -963,7 +963,7 @@ class SQLiteStore:
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         rows = self._read(
             "SELECT amount_usd FROM audit WHERE principal = ? AND at >= ? AND tier = 'auto' "
-            "AND outcome = 'ok' AND amount_usd IS NOT NULL",
+            "AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL",
             (principal, _ts(since)),
         )
         total = Decimal(0)
