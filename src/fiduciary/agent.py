@@ -290,7 +290,9 @@ class Agent:
         if await self.store.get_run(run_id) is None:
             raise RunError("not_found", f"no run {run_id}")
         last = after_seq
+        # subscribe before reading the past, so nothing committed in between is missed
         sub = self.store.subscribe(run_id) if follow else None
+        waiting: asyncio.Future[Event] | None = None
         try:
             for event in await self.store.read_events(run_id, after_seq=last):
                 last = event.seq
@@ -299,16 +301,27 @@ class Agent:
                 return
             iterator = sub.__aiter__()
             while True:
-                try:
-                    event = await asyncio.wait_for(anext(iterator), timeout=poll_seconds)
-                except (TimeoutError, StopAsyncIteration):
-                    # quiet, or our buffer overflowed: read what we missed from the store
+                if waiting is None:
+                    waiting = asyncio.ensure_future(anext(iterator))
+                # asyncio.wait leaves the pending read alone on timeout (wait_for would cancel
+                # it, and with it the subscription)
+                done, _ = await asyncio.wait({waiting}, timeout=poll_seconds)
+                if not done:  # quiet here: another process may be committing
                     for stored in await self.store.read_events(run_id, after_seq=last):
                         last = stored.seq
                         yield stored
-                    if sub.overflowed:
-                        sub = self.store.subscribe(run_id)
-                        iterator = sub.__aiter__()
+                    continue
+                finished, waiting = waiting, None
+                try:
+                    event = finished.result()
+                except StopAsyncIteration:
+                    if not sub.overflowed:  # closed (the store is closing): stop following
+                        return
+                    sub = self.store.subscribe(run_id)
+                    iterator = sub.__aiter__()
+                    for stored in await self.store.read_events(run_id, after_seq=last):
+                        last = stored.seq
+                        yield stored
                     continue
                 if event.seq <= last:
                     continue
@@ -321,6 +334,8 @@ class Agent:
                 last = event.seq
                 yield event
         finally:
+            if waiting is not None:
+                waiting.cancel()
             if sub is not None:
                 sub.close()
 

@@ -178,3 +178,38 @@ async def test_resume_all_picks_up_runs_left_running(
     assert isinstance(log[-1], RunCompleted)
     assert log[-1].text == "recovered"
     assert [e.seq for e in log] == list(range(1, len(log) + 1))
+
+
+async def test_following_a_quiet_run_polls_gently_and_stops_when_cancelled(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script("hello", [Reply("hi")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+    )
+    first = await collect(agent.run("hello", principal="alice"))
+    reads = 0
+    original = store.read_events
+
+    async def counting(*args: object, **kwargs: object) -> list[Event]:
+        nonlocal reads
+        reads += 1
+        return await original(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.read_events = counting  # type: ignore[method-assign]
+    seen: list[Event] = []
+
+    async def follow() -> None:
+        async for event in agent.events(first[0].run_id, poll_seconds=0.01):
+            seen.append(event)
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.1)  # about ten quiet polls
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 1)
+    assert [e.seq for e in seen] == [e.seq for e in first]
+    assert 3 <= reads <= 30, reads  # it polls; it does not spin

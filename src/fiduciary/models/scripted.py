@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,11 +123,13 @@ class ScriptedModel:
         *,
         name: str = "scripted",
         fallback: str = "I can only follow my scripts, and none matches this request.",
+        keep_requests: int = 100,
     ) -> None:
         self._scripts = list(scripts)
         self._name = name
         self._fallback = fallback
-        self.requests: list[ModelRequest] = []
+        # the latest requests, for tests to inspect (bounded: a long-lived process must not grow)
+        self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
 
     @property
     def name(self) -> str:
