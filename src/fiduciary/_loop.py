@@ -253,6 +253,8 @@ class Driver:
         self._audit: list[AuditRecord] = []
         self._flusher: asyncio.Task[None] | None = None
         self._error: Exception | None = None
+        self._renewal: asyncio.TimerHandle | None = None
+        self._renewing: asyncio.Task[None] | None = None
 
     # --- emission ------------------------------------------------------------------------
     async def emit(
@@ -354,7 +356,8 @@ class Driver:
     # --- the run -------------------------------------------------------------------------
     async def drive(self) -> None:
         """Continue the run from wherever its log stands; always releases the lease."""
-        renewer = asyncio.create_task(self._renew())
+        loop = asyncio.get_running_loop()
+        self._renewal = loop.call_later(self.agent.lease_seconds / 3, self._renew_soon)
         try:
             await self._drive()
             await self.barrier()
@@ -378,23 +381,35 @@ class Driver:
         finally:
             with contextlib.suppress(BaseException):
                 await self.barrier()
-            renewer.cancel()
-            with contextlib.suppress(BaseException):
-                await renewer
+            self._stop_renewing()
             with contextlib.suppress(Exception):
                 await self.agent.store.release(self.run_id, epoch=self.epoch)
             if self.out is not None:
                 self.out.put_nowait(DONE)
 
+    # The lease is renewed every third of its length while the run is driven. A timer, not a
+    # task, waits for it: most drives end long before the first renewal.
+    def _renew_soon(self) -> None:
+        self._renewal = None
+        self._renewing = asyncio.create_task(self._renew())
+
     async def _renew(self) -> None:
         ttl = self.agent.lease_seconds
-        while True:
-            await asyncio.sleep(ttl / 3)
-            ok = await self.agent.store.renew(
-                self.run_id, epoch=self.epoch, now=self.agent.clock.now(), ttl_seconds=ttl
-            )
-            if not ok:
-                return
+        ok = await self.agent.store.renew(
+            self.run_id, epoch=self.epoch, now=self.agent.clock.now(), ttl_seconds=ttl
+        )
+        self._renewing = None
+        if ok:
+            loop = asyncio.get_running_loop()
+            self._renewal = loop.call_later(ttl / 3, self._renew_soon)
+
+    def _stop_renewing(self) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+        if self._renewing is not None:
+            self._renewing.cancel()
+            self._renewing = None
 
     async def _drive(self) -> None:
         if self.run.status != "running":

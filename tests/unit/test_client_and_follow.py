@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 from decimal import Decimal
+from uuid import UUID
 
 import pytest
 
@@ -14,6 +16,7 @@ from fiduciary.stores.base import Store
 from fiduciary.testing import (
     Call,
     ManualClock,
+    MemoryStore,
     Reply,
     Script,
     ScriptedModel,
@@ -213,3 +216,40 @@ async def test_following_a_quiet_run_polls_gently_and_stops_when_cancelled(
         await asyncio.wait_for(task, 1)
     assert [e.seq for e in seen] == [e.seq for e in first]
     assert 3 <= reads <= 30, reads  # it polls; it does not spin
+
+
+async def test_the_lease_is_renewed_while_a_long_call_runs(clock: ManualClock) -> None:
+    renewed = asyncio.Event()
+
+    class Watching(MemoryStore):
+        renewals = 0
+
+        async def renew(
+            self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float
+        ) -> bool:
+            Watching.renewals += 1
+            if Watching.renewals >= 2:
+                renewed.set()
+            return await super().renew(run_id, epoch=epoch, now=now, ttl_seconds=ttl_seconds)
+
+    @capability(kind="read")
+    async def slow() -> str:
+        """Takes longer than the lease."""
+        await asyncio.wait_for(renewed.wait(), 5)
+        return "done"
+
+    store = Watching()
+    script = Script("slow", [ToolCalls([Call("slow")]), Reply("ok")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=[slow],
+        store=store,
+        clock=clock,
+        lease_seconds=0.03,
+    )
+    events = await collect(agent.run("slow", principal="alice"))
+    assert isinstance(events[-1], RunCompleted)
+    assert Watching.renewals >= 2
+    run = await store.get_run(events[0].run_id)
+    assert run is not None
+    assert run.lease_owner is None  # released at the end, and no renewal after that
