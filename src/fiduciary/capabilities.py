@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import inspect
 import json
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -94,7 +95,9 @@ class CallContext:
     capability: str
     idempotency_key: str
     clock: Clock
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    # set when the call is cancelled or times out; async handlers are also cancelled, while a
+    # sync handler (running in a thread) should check it and stop
+    cancelled: threading.Event = field(default_factory=threading.Event)
     _progress: ProgressFn = _no_progress
 
     async def progress(self, message: str, pct: float | None = None) -> None:

@@ -371,7 +371,12 @@ class Registry:
                 return self._from_ledger(scope, cap, call, args, existing, tier, amount_usd)
         # 8 execute with timeout
         try:
-            raw = await asyncio.wait_for(cap.invoke(args, ctx), timeout=cap.timeout)
+            try:
+                raw = await asyncio.wait_for(cap.invoke(args, ctx), timeout=cap.timeout)
+            except BaseException:
+                # tell a handler still running in a thread (sync handlers cannot be cancelled)
+                ctx.cancelled.set()
+                raise
             # 9 validate output (extra fields dropped)
             output = cap.dump_output(raw)
         except CapabilityError as exc:

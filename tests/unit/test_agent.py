@@ -602,3 +602,25 @@ async def test_edited_arguments_are_authorized_again(
         )
     assert err.value.code == "invalid_edit"
     assert (await store.get_approval(carol.approval_id)).status == "pending"  # type: ignore[union-attr]
+
+
+async def test_a_sync_handler_that_times_out_is_told_to_stop(
+    store: Store, clock: ManualClock
+) -> None:
+    import threading
+
+    stopped = threading.Event()
+
+    @capability(kind="read", timeout=0.05)
+    def crunch(ctx: CallContext) -> str:
+        """A blocking computation that checks for cancellation."""
+        if ctx.cancelled.wait(timeout=5):  # set by the runtime when the call times out
+            stopped.set()
+        return "late"
+
+    script = Script("crunch", [ToolCalls([Call("crunch")]), Reply("ok")])
+    agent = Agent(model=ScriptedModel([script]), capabilities=[crunch], store=store, clock=clock)
+    events = await collect(agent.run("crunch", principal=ALICE))
+    (end,) = of(events, ToolCallEnd)
+    assert end.error_code == "timeout"
+    assert await asyncio.to_thread(stopped.wait, 5)
