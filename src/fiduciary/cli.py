@@ -1,14 +1,16 @@
 """The ``fiduciary`` command line: the offline demo, and the inspection of runs and approvals.
 
 ```
-fiduciary demo [--yes]
+fiduciary demo [--yes] [--model NAME]
+fiduciary chat [--yes] [--model NAME] [--principal WHO]
 fiduciary runs list | show RUN | events RUN [--follow] | export RUN | resume RUN
 fiduciary approvals list | approve ID --by P | deny ID --by P
 ```
 
 Every command works on one SQLite file: ``--db PATH``, else ``$FIDUCIARY_DB``, else
-``.fiduciary/fiduciary.sqlite3``. Only ``demo`` creates it. Runs and approvals are named by their
-full id or by a unique prefix of at least six hex characters.
+``.fiduciary/fiduciary.sqlite3``. Only ``demo`` and ``chat`` create it. The agent the CLI knows
+is the paper-wallet agent (``fiduciary.wallet``), whose ledger lives in the same file. Runs and
+approvals are named by their full id or by a unique prefix of at least six hex characters.
 
 No traceback reaches the person: fiduciary's errors, sqlite3's and the OS's are caught at the
 boundary (``_run``) and printed as one red line. Exit codes: 0 done; 1 refused (a decision
@@ -22,6 +24,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import re
 import sqlite3
 from collections import Counter, deque
@@ -44,7 +47,7 @@ from rich.table import Table
 from . import events as ev
 from .agent import Agent
 from .events import Event, PendingAction, encode_event
-from .exceptions import ApprovalError, FiduciaryError, RunError, StoreError
+from .exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
 from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store
 from .stores.sqlite import SQLiteStore
 
@@ -181,11 +184,14 @@ async def _closing(store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-def _demo_agent(store: Store) -> Agent:
-    # the only agent the CLI knows for now: its capabilities validate decisions and resumes
-    from .demo import Billing, build_demo_agent
+@asynccontextmanager
+async def _wallet_agent(store: SQLiteStore) -> AsyncIterator[Agent]:
+    """The agent the CLI knows: the paper-wallet agent, its ledger in the store's file."""
+    from .wallet import PaperWallet
+    from .wallet.demo import build_wallet_agent
 
-    return build_demo_agent(store, Billing())
+    with PaperWallet(store.path) as wallet:
+        yield build_wallet_agent(store, wallet)
 
 
 # --- ids and reading --------------------------------------------------------------------------
@@ -386,7 +392,8 @@ def _ask(event: PendingAction, out: Console) -> tuple[bool, str | None]:
                 "or anything else to decline: "
             )
             return True, typed
-        answer = out.input("Approve? [y/N] ").strip().lower()
+        # the backslash keeps rich from taking [y/N] for markup (it printed "Approve? " alone)
+        answer = out.input("Approve? \\[y/N] ").strip().lower()
     except EOFError:
         out.print("[dim](no input: declining)[/]")
         return False, None
@@ -439,10 +446,18 @@ async def _drive(
 
 
 async def drive_with_approvals(
-    agent: Agent, message: str, principal: str, *, yes: bool, out: Console
+    agent: Agent,
+    message: str,
+    principal: str,
+    *,
+    yes: bool,
+    out: Console,
+    run_id: UUID | None = None,
 ) -> list[Event]:
-    """Run a message to its end, asking the person (or approving with --yes) when needed."""
-    return await _drive(agent, agent.run(message, principal=principal), principal, yes=yes, out=out)
+    """Run a message to its end (in the idle run ``run_id``, or a new one), asking the person
+    (or approving with --yes) when needed."""
+    stream = agent.run(message, principal=principal, run_id=run_id)
+    return await _drive(agent, stream, principal, yes=yes, out=out)
 
 
 async def resume_with_approvals(
@@ -496,24 +511,50 @@ async def follow_events(
 # --- demo -------------------------------------------------------------------------------------
 
 
-@_command(app, "demo")
-async def demo(yes: Yes = False, db: Db = DEFAULT_DB) -> int:
-    """Run the offline demo: reads in parallel, an automatic payment, one that needs approval."""
-    from .demo import DEMO_MESSAGE, DEMO_PRINCIPAL, Billing, build_demo_agent
+ModelName = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A model name (scripted, anthropic:..., openai:...). Default: a provider's when "
+        "ANTHROPIC_API_KEY or OPENAI_API_KEY is set, else the scripted model.",
+    ),
+]
 
-    out = Console()
-    db.parent.mkdir(parents=True, exist_ok=True)
-    async with _closing(SQLiteStore(db)) as store:
-        agent = build_demo_agent(store, Billing())
-        out.print(Panel(DEMO_MESSAGE, title=f"[bold]{DEMO_PRINCIPAL}[/]", expand=False))
-        seen = await drive_with_approvals(agent, DEMO_MESSAGE, DEMO_PRINCIPAL, yes=yes, out=out)
-        run = await agent.get_run(seen[0].run_id)
-    out.print()
-    out.print(f"run [bold]{run.run_id}[/] is [bold]{run.status}[/] after {run.last_seq} events.")
-    out.print(
-        f"Its event log lives in [bold]{db.resolve()}[/] (table events, run_id {run.run_id})."
-    )
-    return 0 if run.status == "completed" else 1
+
+def _environment() -> dict[str, str]:
+    return dict(os.environ)
+
+
+@_command(app, "demo")
+async def demo(yes: Yes = False, db: Db = DEFAULT_DB, model: ModelName = None) -> int:
+    """The paper-wallet demo: reads in parallel, a small save, a send that waits for you, a
+    refused send, a swap after a quote; then the balances and where the ledger is."""
+    from .wallet.console import run_demo
+
+    try:
+        return await run_demo(db, yes=yes, out=Console(), env=_environment(), model=model)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+
+
+@_command(app, "chat")
+async def chat(
+    yes: Yes = False,
+    db: Db = DEFAULT_DB,
+    model: ModelName = None,
+    principal: Annotated[str, typer.Option(help="Whose wallet.")] = "demo-user",
+) -> int:
+    """Talk to the paper-wallet agent; pending actions are asked about at the terminal."""
+    from .wallet.console import run_chat
+
+    if not principal.strip():
+        raise CliError("--principal must name someone")
+    try:
+        return await run_chat(
+            db, principal=principal, yes=yes, out=Console(), env=_environment(), model=model
+        )
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -690,10 +731,9 @@ async def runs_resume(
 ) -> int:
     """Continue a run from its log: after a crash, or once its approvals are decided.
 
-    Resuming runs the agent, so it needs the agent's capabilities: for now the CLI knows only
-    the demo agent's (account_balance, list_invoices, pay_invoice). Pending actions are asked
-    about at the terminal, or approved with --yes. The demo's toy account lives in memory, so a
-    resumed demo pays from a fresh account.
+    Resuming runs the agent, so it needs the agent's capabilities: the CLI knows the
+    paper-wallet agent's, whose ledger is in the same file. Pending actions are asked about at
+    the terminal, or approved with --yes.
     """
     out = Console()
     async with _open(db) as store:
@@ -701,9 +741,11 @@ async def runs_resume(
         if record.status in _FINISHED:
             out.print(f"run {record.run_id} is already {record.status}: nothing to resume")
             return 0
-        agent = _demo_agent(store)
-        await resume_with_approvals(agent, record.run_id, by or record.principal, yes=yes, out=out)
-        final = await agent.get_run(record.run_id)
+        async with _wallet_agent(store) as agent:
+            await resume_with_approvals(
+                agent, record.run_id, by or record.principal, yes=yes, out=out
+            )
+            final = await agent.get_run(record.run_id)
     out.print(
         f"run [bold]{final.run_id}[/] is {_styled(final.status)} after {final.last_seq} events."
     )
@@ -767,7 +809,9 @@ def _refusal(exc: ApprovalError, record: ApprovalRecord, by: str, agent: Agent) 
         case "field_not_modifiable":
             text = f"{exc.message} (editable: {', '.join(record.modifiable_fields) or 'none'})"
         case "unknown" if agent.registry.get(record.capability) is None:
-            text = f"{record.capability} is not a capability of the demo agent (the CLI's only one)"
+            text = (
+                f"{record.capability} is not a capability of the wallet agent (the CLI's only one)"
+            )
         case "client_executed":
             text = "the client performs this action and reports its result; it is not approved"
         case _:
@@ -781,17 +825,17 @@ async def _decide(
     by: str,
     decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
 ) -> int:
-    """Resolve an approval, decide it durably under the demo agent's rules, say what happened."""
+    """Resolve an approval, decide it durably under the wallet agent's rules, say what happened."""
     if not by.strip():
         raise CliError("--by must name who decides")
     async with _open(db) as store:
         record = await _find_approval(store, ref)
-        agent = _demo_agent(store)
-        try:
-            decided = await decision(agent, record)
-        except ApprovalError as exc:
-            current = await store.get_approval(record.approval_id) or record
-            raise CliError(_refusal(exc, current, by, agent), 1) from exc
+        async with _wallet_agent(store) as agent:
+            try:
+                decided = await decision(agent, record)
+            except ApprovalError as exc:
+                current = await store.get_approval(record.approval_id) or record
+                raise CliError(_refusal(exc, current, by, agent), 1) from exc
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
     args = _jsonable(decided.approved_args or decided.args)
     amount = "" if decided.amount_usd is None else f" · {_usd(decided.amount_usd)}"

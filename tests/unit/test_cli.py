@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
@@ -14,7 +16,6 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from fiduciary.cli import app, follow_events
-from fiduciary.demo import DEMO_MESSAGE, DEMO_PRINCIPAL, Billing, build_demo_agent
 from fiduciary.events import (
     ActionResolved,
     Event,
@@ -26,8 +27,18 @@ from fiduciary.events import (
 )
 from fiduciary.stores.base import ApprovalRecord, RunRecord
 from fiduciary.stores.sqlite import SQLiteStore
+from fiduciary.wallet import PaperWallet, build_wallet_agent
+from fiduciary.wallet.demo import DEMO_CONVERSATION, DEMO_PRINCIPAL, LANDLORD
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo talks to a real model when a key is set: these tests stay offline."""
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "FIDUCIARY_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
 
 T = TypeVar("T")
 runner = CliRunner()
@@ -62,22 +73,31 @@ def seqs(events: list[Event]) -> list[int]:
     return [e.seq for e in events]
 
 
-def paid_invoices(events: list[Event]) -> list[str]:
-    ends = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "pay_invoice"]
-    return [json.loads(e.output.split("\n")[0])["invoice_id"] for e in ends if not e.is_error]
+def sends(events: list[Event]) -> list[str]:
+    """The recipients of the transfers that went through."""
+    ends = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "send_transfer"]
+    return [json.loads(e.output.split("\n")[0])["details"]["to"] for e in ends if not e.is_error]
 
 
 async def suspend(db: Path) -> tuple[UUID, UUID]:
-    """A demo run stopped at its approval, written by 'another process' (its store closed)."""
+    """A demo run stopped at its approval (the rent), written by 'another process'."""
     store = SQLiteStore(db)
     try:
-        agent = build_demo_agent(store, Billing())
-        events = [e async for e in agent.run(DEMO_MESSAGE, principal=DEMO_PRINCIPAL)]
+        with PaperWallet(db) as wallet:
+            agent = build_wallet_agent(store, wallet)
+            first = [e async for e in agent.run(DEMO_CONVERSATION[0], principal=DEMO_PRINCIPAL)]
+            run_id = first[0].run_id
+            events = [
+                e
+                async for e in agent.run(
+                    DEMO_CONVERSATION[1], principal=DEMO_PRINCIPAL, run_id=run_id
+                )
+            ]
     finally:
         await store.close()
     pending = [e for e in events if isinstance(e, PendingAction)]
     assert len(pending) == 1
-    return events[0].run_id, pending[0].approval_id
+    return run_id, pending[0].approval_id
 
 
 @pytest.fixture
@@ -100,13 +120,99 @@ def suspended(tmp_path: Path) -> tuple[Path, UUID, UUID]:
 # --- demo and runs ---------------------------------------------------------------------------
 
 
-def test_demo_with_yes_pays_both_bills(tmp_path: Path) -> None:
+def ledger_figures(db: Path) -> dict[str, Decimal]:
+    with PaperWallet(db) as wallet:
+        report = wallet.balances(DEMO_PRINCIPAL)
+        read = wallet.ledger.read()
+        [swap] = read.transactions(principal=DEMO_PRINCIPAL, kinds=["swap"])
+        interest = read.total(DEMO_PRINCIPAL, "savings", "USDC", memo="supply interest")
+        assert wallet.verify().ok
+    figures = {f"available {h.asset}": h.amount for h in report.available}
+    figures |= {f"savings {h.asset}": h.amount for h in report.savings}
+    return figures | {
+        "swapped SUI": swap.change(DEMO_PRINCIPAL, "available", "SUI"),
+        "interest": interest,
+    }
+
+
+def test_demo_with_yes_plays_the_conversation(tmp_path: Path) -> None:
     db = tmp_path / "nested" / "demo.sqlite3"
     result = cli("demo", "--yes", "--db", db)
     assert result.exit_code == 0, result.output
-    assert "Your balance is now $73.50." in result.output  # 120.00 - 4.00 - 42.50
-    assert "is completed after" in result.output
+    out = result.output
+    assert "Balances before" in out
+    assert "approval needed" in out
+    assert "[large_transfer]" in out
+    assert "auto-approving (send_transfer)" in out
+    assert "send_transfer refused (guard_blocked)" in out
+    assert "Swapped 15.00 USDC for" in out
+    assert "Balances after" in out
+    assert "is completed after" in out
+    assert "tables wallet_transactions, wallet_postings" in out
+    assert "verified" in out
+    # the final balances follow from the ledger's own arithmetic
+    f = ledger_figures(db)
+    assert f["available USDC"] == Decimal("1000") - 20 - 75 - 15
+    assert f["savings USDC"] == Decimal("1500") + 20 + f["interest"]
+    assert f["available SUI"] == Decimal("150") + f["swapped SUI"] > Decimal("150")
+    assert f["available ETH"] == Decimal("0.5")
+    assert "890.00" in out  # the table shows the ledger's figures and their changes
+    assert "(-110.00)" in out
     assert db.is_file()
+
+
+def test_demo_without_an_answer_declines_the_send(tmp_path: Path) -> None:
+    db = tmp_path / "demo.sqlite3"
+    result = cli("demo", "--db", db, input="\n")
+    assert result.exit_code == 0, result.output
+    assert "You declined the transfer, so nothing was sent." in result.output
+    assert ledger_figures(db)["available USDC"] == Decimal("1000") - 20 - 15
+
+
+def test_demo_and_chat_refuse_a_model_that_cannot_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "demo.sqlite3"
+    bogus = cli("demo", "--model", "bogus", "--db", db)
+    assert bogus.exit_code == 2
+    assert "PROVIDER:MODEL" in bogus.output
+    monkeypatch.setitem(sys.modules, "fiduciary.models.registry", None)
+    for command in ("demo", "chat"):
+        result = cli(command, "--model", "anthropic:claude-sonnet-4-5", "--db", db)
+        assert result.exit_code == 2, result.output
+        assert "only the scripted model is available" in result.output
+        assert "Traceback" not in result.output
+    # a key in the environment without the provider models falls back to the script
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    fallback = cli("demo", "--yes", "--db", db)
+    assert fallback.exit_code == 0, fallback.output
+    assert "playing the scripted conversation instead" in " ".join(fallback.output.split())
+
+
+def test_chat_offline_plays_the_script_and_asks(tmp_path: Path) -> None:
+    db = tmp_path / "chat.sqlite3"
+    lines = [DEMO_CONVERSATION[0], "/balances", DEMO_CONVERSATION[1], "y", "/quit"]
+    result = cli("chat", "--db", db, input="\n".join(lines) + "\n")
+    assert result.exit_code == 0, result.output
+    assert "only the scripted model is available" in result.output
+    assert "Saved 20.00 USDC" in result.output
+    assert "Balances" in result.output
+    assert "approval needed" in result.output
+    assert "Sent 75.00 USDC" in result.output
+    assert ledger_figures_available(db) == Decimal("1000") - 20 - 75
+
+
+def ledger_figures_available(db: Path) -> Decimal:
+    with PaperWallet(db) as wallet:
+        report = wallet.balances(DEMO_PRINCIPAL)
+    return next(h.amount for h in report.available if h.asset == "USDC")
+
+
+def test_chat_ends_at_the_end_of_input(tmp_path: Path) -> None:
+    result = cli("chat", "--db", tmp_path / "chat.sqlite3", "--principal", "zoe", input="")
+    assert result.exit_code == 0, result.output
+    assert "zoe" in result.output
+    assert cli("chat", "--principal", " ", "--db", tmp_path / "x.sqlite3").exit_code == 2
 
 
 def test_runs_list_shows_the_completed_run(completed: tuple[Path, UUID]) -> None:
@@ -137,7 +243,7 @@ def test_runs_show_summarises_the_run(completed: tuple[Path, UUID]) -> None:
     assert result.exit_code == 0, result.output
     assert str(run_id) in result.output
     assert "completed" in result.output
-    assert "4 (0 errors, 0 refused)" in result.output  # tool calls
+    assert "9 (0 errors, 1 refused)" in result.output  # tool calls
     assert "last 10 events" in result.output
     assert "run_completed" in result.output
 
@@ -159,9 +265,9 @@ def test_runs_events_renders_for_a_person(completed: tuple[Path, UUID]) -> None:
     db, run_id = completed
     result = cli("runs", "events", str(run_id)[:8], "--db", db)
     assert result.exit_code == 0, result.output
-    assert "pay_invoice" in result.output
-    assert "Your balance is now $73.50." in result.output
-    assert "run completed · 4 tool calls" in result.output
+    assert "send_transfer" in result.output
+    assert "Sent 75.00 USDC to 0x7a3b…b3c4" in result.output
+    assert "run completed · 9 tool calls" in result.output
 
 
 @pytest.mark.parametrize("flags", [["--follow"], ["--until-idle"], ["--follow", "--until-idle"]])
@@ -211,10 +317,11 @@ async def test_follow_sees_the_commits_of_another_store(tmp_path: Path) -> None:
             )
             await caught_up.wait()
             assert not follower.done()  # waiting for a person is not the end of a run
-            writer = build_demo_agent(writer_store, Billing())
-            await writer.approve(approval_id, by=DEMO_PRINCIPAL)
-            async for _ in writer.resume(run_id):
-                pass
+            with PaperWallet(db) as wallet:
+                writer = build_wallet_agent(writer_store, wallet)
+                await writer.approve(approval_id, by=DEMO_PRINCIPAL)
+                async for _ in writer.resume(run_id):
+                    pass
             last = await follower
         stored = await writer_store.read_events(run_id)
     finally:
@@ -246,10 +353,11 @@ def test_export_round_trips_through_decode_event(
 
 def test_resume_of_a_finished_run_does_nothing(completed: tuple[Path, UUID]) -> None:
     db, run_id = completed
+    before = len(stored_events(db, run_id))
     result = cli("runs", "resume", str(run_id), "--yes", "--db", db)
     assert result.exit_code == 0, result.output
     assert "nothing to resume" in result.output
-    assert len(stored_events(db, run_id)) == 25
+    assert len(stored_events(db, run_id)) == before
 
 
 # --- ids and errors --------------------------------------------------------------------------
@@ -347,9 +455,9 @@ def test_a_file_that_is_not_a_database_is_one_line_of_error(tmp_path: Path) -> N
 
 def test_approvals_list_shows_what_waits(suspended: tuple[Path, UUID, UUID]) -> None:
     db, run_id, approval_id = suspended
-    result = cli("approvals", "list", "--db", db)
+    result = cli("approvals", "list", "--db", db, env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
-    for text in (str(approval_id)[:8], str(run_id)[:8], "pay_invoice", "$42.50", "confirm"):
+    for text in (str(approval_id)[:8], str(run_id)[:8], "send_transfer", "$75.00", "confirm"):
         assert text in result.output
     assert "pending" in result.output
     lines = cli("approvals", "list", "--json", "--db", db).stdout.splitlines()
@@ -361,7 +469,7 @@ def test_approvals_list_shows_what_waits(suspended: tuple[Path, UUID, UUID]) -> 
     assert str(approval_id)[:8] in shown.output
 
 
-def test_approve_then_resume_pays_the_phone_bill(suspended: tuple[Path, UUID, UUID]) -> None:
+def test_approve_then_resume_pays_the_rent(suspended: tuple[Path, UUID, UUID]) -> None:
     db, run_id, approval_id = suspended
     approved = cli("approvals", "approve", str(approval_id)[:8], "--by", DEMO_PRINCIPAL, "--db", db)
     assert approved.exit_code == 0, approved.output
@@ -377,7 +485,7 @@ def test_approve_then_resume_pays_the_phone_bill(suspended: tuple[Path, UUID, UU
     assert "completed" in resumed.output
     events = stored_events(db, run_id)
     assert seqs(events) == list(range(1, len(events) + 1))
-    assert paid_invoices(events) == ["inv-101", "inv-102"]
+    assert sends(events) == [LANDLORD]
     assert any(isinstance(e, ActionResolved) and e.by == DEMO_PRINCIPAL for e in events)
     assert isinstance(events[-1], RunCompleted)
 
@@ -418,7 +526,7 @@ def test_edits_are_checked(suspended: tuple[Path, UUID, UUID]) -> None:
         "--by",
         DEMO_PRINCIPAL,
         "--edit",
-        "invoice_id=inv-101",
+        f"to={LANDLORD[:-1]}0",
         "--db",
         db,
     )
@@ -452,7 +560,7 @@ def test_deny_then_resume_tells_the_model(suspended: tuple[Path, UUID, UUID]) ->
     resumed = cli("runs", "resume", str(run_id), "--db", db)
     assert resumed.exit_code == 0, resumed.output
     events = stored_events(db, run_id)
-    assert paid_invoices(events) == ["inv-101"]
+    assert sends(events) == []
     assert any(isinstance(e, ToolCallRejected) and e.reason == "denied" for e in events)
     assert isinstance(events[-1], RunCompleted)
 
@@ -465,13 +573,13 @@ def test_resume_asks_and_no_answer_declines(suspended: tuple[Path, UUID, UUID]) 
     assert "no input: declining" in result.output
     record = approval(db, approval_id)
     assert (record.status, record.reason) == ("denied", "declined at the terminal")
-    assert paid_invoices(stored_events(db, run_id)) == ["inv-101"]
+    assert sends(stored_events(db, run_id)) == []
 
 
 def test_resume_with_yes_approves_and_pays(suspended: tuple[Path, UUID, UUID]) -> None:
     db, run_id, approval_id = suspended
     result = cli("runs", "resume", str(run_id), "--yes", "--db", db)
     assert result.exit_code == 0, result.output
-    assert "auto-approving (pay_invoice)" in result.output
+    assert "auto-approving (send_transfer)" in result.output
     assert approval(db, approval_id).status == "approved"
-    assert paid_invoices(stored_events(db, run_id)) == ["inv-101", "inv-102"]
+    assert sends(stored_events(db, run_id)) == [LANDLORD]

@@ -1,0 +1,239 @@
+"""The wallet at a terminal: ``fiduciary demo`` (the scripted conversation) and ``fiduciary
+chat`` (type to the agent). Both keep the run and the wallet's ledger in one SQLite file, ask
+the person about every pending action (or approve it with ``--yes``) and show balances.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from uuid import UUID
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from ..agent import Agent
+from ..exceptions import ConfigurationError
+from ..models.base import Model
+from ..stores.sqlite import SQLiteStore
+from .assets import ASSETS, get_asset
+from .demo import (
+    DEMO_CONVERSATION,
+    DEMO_PRINCIPAL,
+    build_wallet_agent,
+    default_model_name,
+    demo_script,
+    load_model,
+)
+from .views import BalanceReport
+from .wallet import PaperWallet
+
+__all__ = ["balances_table", "run_chat", "run_demo"]
+
+_BOOKS = ("available", "savings", "debt", "rewards")
+
+
+def _books(report: BalanceReport) -> dict[str, dict[str, Decimal]]:
+    """asset → book → amount."""
+    out: dict[str, dict[str, Decimal]] = {}
+    for book in _BOOKS:
+        for holding in getattr(report, book):
+            out.setdefault(holding.asset, {})[book] = holding.amount
+    return out
+
+
+def balances_table(
+    report: BalanceReport, *, title: str, before: BalanceReport | None = None
+) -> Table:
+    """The balances per asset and book, with their USD value (and changes since ``before``)."""
+    now, then = _books(report), _books(before) if before else {}
+    table = Table(title=title, title_justify="left")
+    table.add_column("asset")
+    for book in _BOOKS:
+        table.add_column(book, justify="right")
+    table.add_column("value", justify="right")
+    values: dict[str, Decimal] = {}
+    for book in _BOOKS:
+        for h in getattr(report, book):
+            values[h.asset] = values.get(h.asset, Decimal(0)) + (
+                -h.usd if book == "debt" else h.usd
+            )
+    for symbol in [s for s in ASSETS if s in now or s in then]:
+        asset = get_asset(symbol)
+        cells = []
+        for book in _BOOKS:
+            amount = now.get(symbol, {}).get(book, Decimal(0))
+            cell = asset.format(amount) if amount else "-"
+            delta = amount - then.get(symbol, {}).get(book, Decimal(0)) if before else Decimal(0)
+            if delta:
+                sign = "+" if delta > 0 else "-"
+                style = "green" if (delta > 0) != (book == "debt") else "red"
+                cell += f" [{style}]({sign}{asset.format(abs(delta))})[/]"
+            cells.append(cell)
+        table.add_row(symbol, *cells, f"${values.get(symbol, Decimal(0)):,.2f}")
+    table.caption = f"total ${report.total_usd:,.2f} · address {report.address}"
+    table.caption_justify = "left"
+    return table
+
+
+def _location(db: Path) -> str:
+    return os.path.abspath(db)
+
+
+async def _where(
+    out: Console, db: Path, agent: Agent, run_id: UUID | None, wallet: PaperWallet
+) -> None:
+    if run_id is not None:
+        run = await agent.get_run(run_id)
+        out.print(
+            f"run [bold]{run.run_id}[/] is [bold]{run.status}[/] after {run.last_seq} events."
+        )
+    check = wallet.verify()
+    state = "[green]verified[/]" if check.ok else f"[red]{len(check.problems)} problems[/]"
+    out.print(
+        f"Ledger: {check.transactions} transactions, {check.postings} postings, every one "
+        f"balanced and chained: {state} (head {check.head[:12]}…)."
+    )
+    where = escape(_location(db))
+    if run_id is not None:
+        out.print(f"Event log: [bold]{where}[/] (table events, run_id {run_id}).")
+    out.print(f"Ledger:    [bold]{where}[/] (tables wallet_transactions, wallet_postings).")
+
+
+def choose_model(name: str | None, env: Mapping[str, str], out: Console) -> Model:
+    """The model named, else a provider's when its key is set, else the scripted one.
+
+    A model named explicitly must load (``ConfigurationError`` otherwise); one chosen because
+    an API key is set falls back to the scripted model when the provider models are missing.
+    """
+    chosen = name or default_model_name(env)
+    try:
+        return load_model(chosen)
+    except ConfigurationError:
+        if name is not None:
+            raise
+        out.print(
+            f"[dim]({escape(chosen)} is not available in this installation: "
+            "playing the scripted conversation instead)[/]"
+        )
+        return load_model("scripted")
+
+
+async def run_demo(
+    db: Path, *, yes: bool, out: Console, env: Mapping[str, str], model: str | None = None
+) -> int:
+    """Play ``DEMO_CONVERSATION`` against the wallet agent; 0 when every turn completed."""
+    from ..cli import drive_with_approvals  # the terminal's approval flow lives in the CLI
+
+    chosen = choose_model(model, env, out)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(db)
+    wallet = PaperWallet(db)
+    run_id: UUID | None = None
+    status = "completed"
+    try:
+        agent = build_wallet_agent(store, wallet, model=chosen)
+        start = wallet.balances(DEMO_PRINCIPAL)
+        out.print(
+            Panel(
+                f"A paper wallet: real bookkeeping, simulated market. Model: {chosen.name}.\n"
+                f"Principal [bold]{DEMO_PRINCIPAL}[/], address {start.address}.",
+                title="[bold]fiduciary demo[/]",
+                expand=False,
+            )
+        )
+        out.print(balances_table(start, title="Balances before"))
+        for message in DEMO_CONVERSATION:
+            out.print()
+            out.print(Panel(escape(message), title=f"[bold]{DEMO_PRINCIPAL}[/]", expand=False))
+            seen = await drive_with_approvals(
+                agent, message, DEMO_PRINCIPAL, yes=yes, out=out, run_id=run_id
+            )
+            run_id = seen[0].run_id
+            status = (await agent.get_run(run_id)).status
+            if status != "completed":
+                out.print(f"[red]the run is {status}; the demo stops here[/]")
+                break
+        out.print()
+        end = wallet.balances(DEMO_PRINCIPAL)
+        out.print(balances_table(end, title="Balances after", before=start))
+        await _where(out, db, agent, run_id, wallet)
+    finally:
+        wallet.close()
+        await store.close()
+    return 0 if status == "completed" else 1
+
+
+_CHAT_HELP = "Commands: /balances, /new (a new conversation), /help, /quit (or Ctrl-D)."
+
+
+async def run_chat(
+    db: Path,
+    *,
+    principal: str,
+    yes: bool,
+    out: Console,
+    env: Mapping[str, str],
+    model: str | None = None,
+) -> int:
+    """Talk to the wallet agent at the terminal until /quit or the end of input."""
+    from ..cli import drive_with_approvals
+
+    chosen = choose_model(model, env, out)
+    if chosen.name == "scripted":
+        chosen = load_model("scripted", scripted=demo_script(match=lambda _: True))
+        out.print(
+            Panel(
+                "Offline, only the scripted model is available: it plays the demo conversation "
+                "one step per message, whatever you type. Try, in order:\n"
+                + "\n".join(f"  {i}. {escape(m)}" for i, m in enumerate(DEMO_CONVERSATION, 1))
+                + "\nSet ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass --model, to talk to a "
+                "real model.",
+                title="[bold]fiduciary chat[/]",
+                expand=False,
+            )
+        )
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(db)
+    wallet = PaperWallet(db)
+    run_id: UUID | None = None
+    try:
+        agent: Agent = build_wallet_agent(store, wallet, model=chosen)
+        out.print(f"[dim]{escape(principal)} · model {escape(chosen.name)} · {_CHAT_HELP}[/]")
+        while True:
+            try:
+                text = out.input("[bold cyan]you ›[/] ").strip()
+            except EOFError:
+                out.print()
+                break
+            if not text:
+                continue
+            if text in ("/quit", "/exit"):
+                break
+            if text == "/help":
+                out.print(_CHAT_HELP)
+                continue
+            if text == "/balances":
+                out.print(balances_table(wallet.balances(principal), title="Balances"))
+                continue
+            if text == "/new":
+                run_id = None
+                out.print("[dim]a new conversation[/]")
+                continue
+            seen = await drive_with_approvals(
+                agent, text, principal, yes=yes, out=out, run_id=run_id
+            )
+            run_id = seen[0].run_id
+            status = (await agent.get_run(run_id)).status
+            if status != "completed":
+                out.print(f"[yellow]the run is {status}; the next message starts a new one[/]")
+                run_id = None
+        await _where(out, db, agent, run_id, wallet)
+    finally:
+        wallet.close()
+        await store.close()
+    return 0

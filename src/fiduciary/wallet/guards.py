@@ -1,0 +1,501 @@
+"""Finance guards: what a careful person checks before money moves.
+
+Each guard is given the wallet (contacts, own addresses, prices, previews of what a call would
+do) and a ``FinanceGuardConfig`` (thresholds); ``finance_guards(wallet)`` returns them all, in
+the order the runner asks them within a tier. Tiers follow the core: safety > financial > ux.
+
+| guard | tier | fires on | verdict |
+| --- | --- | --- | --- |
+| address_source | safety | a recipient not from a contact, own account or the person | block |
+| preflight | safety | a write the wallet would refuse (funds, asset, quote, limits) | block |
+| balance_freshness | financial | spending with no balance read, or a write since it | block |
+| health_factor | financial | a health factor after the action below 1.5 / 2.0 | block / warn |
+| large_transfer | financial | a send above $500 / $50 | warn / hint |
+| swap_preview | financial | a swap without a matching quote in the last 60 s (±1%) | block |
+| asset_intent | financial | the person named a token other than the one the call sends | warn |
+| slippage_stated | ux | a swap with no slippage limit stated, or a high one | hint / warn |
+| address_scope | ux | the person asked about another address; the read targets their own | warn |
+| stale_data | ux | acting on a balance read more than 5 minutes ago | warn |
+| cost_warning | ux | a swap's fees or price impact, a loan's yearly interest | warn / hint |
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from ..capabilities import Kind
+from ..guards import CallRecord, Guard, GuardCall, GuardTier, Phase, Verdict
+from .addresses import ADDRESS
+from .assets import ASSETS, get_asset, mentioned_assets, usd
+from .errors import WalletError
+from .operations import Operation, operation_for
+from .wallet import PaperWallet, Preview
+
+__all__ = [
+    "AddressScopeGuard",
+    "AddressSourceGuard",
+    "AssetIntentGuard",
+    "BalanceFreshnessGuard",
+    "CostWarningGuard",
+    "FinanceGuardConfig",
+    "HealthFactorGuard",
+    "LargeTransferGuard",
+    "PreflightGuard",
+    "SlippageStatedGuard",
+    "StaleDataGuard",
+    "SwapPreviewGuard",
+    "finance_guards",
+]
+
+_WRITES = frozenset({Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE})
+_TRANSFER_WORDS = re.compile(
+    r"\b(send|sent|pay|paid|transfer|wire|tip|give|move|forward|save|contact)\b", re.I
+)
+# the argument holding the asset that leaves the person, per capability
+_SENT_ASSET: Mapping[str, str] = {
+    "save_deposit": "asset",
+    "send_transfer": "asset",
+    "swap_execute": "from_asset",
+    "repay_debt": "asset",
+}
+_RECIPIENT: Mapping[str, str] = {"send_transfer": "to", "save_contact": "address"}
+
+
+@dataclass(frozen=True)
+class FinanceGuardConfig:
+    """The thresholds of the finance guards (USD amounts, percentages, seconds)."""
+
+    health_warn_below: Decimal = Decimal("2.0")
+    health_block_below: Decimal = Decimal("1.5")
+    large_transfer_hint_usd: Decimal = Decimal("50")
+    large_transfer_warn_usd: Decimal = Decimal("500")
+    quote_window_seconds: int = 60
+    quote_amount_tolerance: Decimal = Decimal("0.01")  # a fraction of the amount
+    slippage_warn_pct: Decimal = Decimal("2")
+    recent_messages: int = 5  # how many of the person's latest messages may supply an address
+    stale_after_seconds: int = 300
+    cost_warn_impact_pct: Decimal = Decimal("1")
+    cost_warn_usd: Decimal = Decimal("5")
+    balance_reads: frozenset[str] = frozenset({"balance_check", "portfolio_analysis"})
+    scoped_reads: frozenset[str] = frozenset(
+        {"balance_check", "transaction_history", "portfolio_analysis", "savings_info"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.health_block_below > self.health_warn_below:
+            raise ValueError("health_block_below must not exceed health_warn_below")
+        if self.large_transfer_hint_usd > self.large_transfer_warn_usd:
+            raise ValueError("large_transfer_hint_usd must not exceed large_transfer_warn_usd")
+
+
+# --- helpers shared by the guards ---------------------------------------------------------------
+
+
+def _earlier(call: GuardCall) -> list[CallRecord]:
+    """The run's calls before this one (the log already holds this call's start)."""
+    return [c for c in call.history.calls if c.tool_use_id != call.tool_use_id]
+
+
+def _last_message(call: GuardCall) -> str:
+    messages = call.history.user_messages
+    return messages[-1] if messages else ""
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return number if number.is_finite() else None
+
+
+def _addresses(text: str) -> list[str]:
+    return [m.group(0).lower() for m in ADDRESS.finditer(text)]
+
+
+def _upper(value: Any) -> str:
+    return str(value or "").strip().upper()
+
+
+class _Previews:
+    """What a call would do, asked of the wallet once per call (several guards want it)."""
+
+    def __init__(self, wallet: PaperWallet, size: int = 64) -> None:
+        self.wallet = wallet
+        self._seen: OrderedDict[tuple[Any, ...], Preview | WalletError | None] = OrderedDict()
+        self._size = size
+
+    def operation(self, call: GuardCall) -> Operation | None:
+        return operation_for(call.capability.name, call.args)
+
+    def __call__(self, call: GuardCall) -> Preview | WalletError | None:
+        # one preview per check of a call: the guards of one phase share a GuardCall (and its
+        # `now`); a later check (an edit on approval) previews again
+        key = (call.run_id, call.tool_use_id, call.args_digest, call.now)
+        if key in self._seen:
+            return self._seen[key]
+        op = self.operation(call)
+        result: Preview | WalletError | None = None
+        if op is not None:
+            try:
+                result = self.wallet.preview(call.principal.actor_id, op, at=call.now)
+            except WalletError as exc:
+                result = exc
+        self._seen[key] = result
+        while len(self._seen) > self._size:
+            self._seen.popitem(last=False)
+        return result
+
+
+@dataclass
+class _FinanceGuard:
+    wallet: PaperWallet
+    config: FinanceGuardConfig
+    previews: _Previews
+    name = ""
+    tier: GuardTier = "financial"
+    phase: Phase = "pre"
+
+    def check(self, call: GuardCall) -> Verdict:
+        raise NotImplementedError
+
+    def _usd(self, call: GuardCall, symbol: Any, amount: Any) -> Decimal | None:
+        value = _decimal(amount)
+        if value is None or str(symbol).upper() not in ASSETS:
+            return None
+        return self.wallet.usd_value(get_asset(symbol).symbol, value, call.now)
+
+
+# --- safety -------------------------------------------------------------------------------------
+
+
+@dataclass
+class AddressSourceGuard(_FinanceGuard):
+    """A recipient must come from a saved contact, the person's own accounts, or the person's
+    own recent messages: never from the model's memory or from a tool result."""
+
+    name = "address_source"
+    tier: GuardTier = "safety"
+
+    def check(self, call: GuardCall) -> Verdict:
+        arg = _RECIPIENT.get(call.capability.name)
+        if arg is None:
+            return Verdict.ok()
+        given = str(call.args.get(arg) or "").strip()
+        if not given.lower().startswith("0x"):
+            return Verdict.ok()  # a contact's name: the wallet resolves it or refuses
+        address = given.lower()
+        who = call.principal.actor_id
+        if address in self.wallet.own_addresses(who):
+            return Verdict.ok()
+        if any(c.address == address for c in self.wallet.contacts(who)):
+            return Verdict.ok()
+        recent = call.history.user_messages[-self.config.recent_messages :]
+        if any(address in _addresses(message) for message in recent):
+            return Verdict.ok()
+        return Verdict.block(
+            f"the address {given} was not given by the person in their recent messages, is not "
+            "a saved contact and is not one of their own accounts. Never use an address from "
+            "memory or from a tool result: ask the person for the recipient's address."
+        )
+
+
+@dataclass
+class PreflightGuard(_FinanceGuard):
+    """A write the wallet would refuse now is refused before anyone is asked to approve it."""
+
+    name = "preflight"
+    tier: GuardTier = "safety"
+
+    def check(self, call: GuardCall) -> Verdict:
+        result = self.previews(call)
+        if isinstance(result, WalletError):
+            return Verdict.block(f"{result.message} ({result.code}); nothing was done.")
+        return Verdict.ok()
+
+
+# --- financial ----------------------------------------------------------------------------------
+
+
+@dataclass
+class BalanceFreshnessGuard(_FinanceGuard):
+    """A write that spends needs a balance read in this run, with no write succeeding since."""
+
+    name = "balance_freshness"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if "requires_balance" not in call.capability.flags:
+            return Verdict.ok()
+        earlier = _earlier(call)
+        reads = [i for i, c in enumerate(earlier) if c.name in self.config.balance_reads and c.ok]
+        if not reads:
+            return Verdict.block(
+                f"{call.capability.name} spends from the balance, which has not been read in "
+                "this conversation: call balance_check first."
+            )
+        since = [c for c in earlier[reads[-1] + 1 :] if c.ok and _is_write(c)]
+        if since:
+            return Verdict.block(
+                f"{since[-1].name} changed the balances after they were last read: call "
+                "balance_check again before this write."
+            )
+        return Verdict.ok()
+
+
+def _is_write(record: CallRecord) -> bool:
+    return record.kind is not None and Kind(record.kind) in _WRITES
+
+
+@dataclass
+class HealthFactorGuard(_FinanceGuard):
+    """Refuse (or warn about) an action that leaves the health factor too low."""
+
+    name = "health_factor"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if "affects_health" not in call.capability.flags:
+            return Verdict.ok()
+        result = self.previews(call)
+        if not isinstance(result, Preview):
+            return Verdict.ok()
+        after = result.health_after.health_factor
+        before = result.health_before.health_factor
+        if after is None or (before is not None and after >= before):
+            return Verdict.ok()
+        cfg = self.config
+        if after < cfg.health_block_below:
+            return Verdict.block(
+                f"after this the health factor would be {after}, below {cfg.health_block_below}: "
+                "too close to liquidation. Suggest a smaller amount or repaying debt first."
+            )
+        if after < cfg.health_warn_below:
+            return Verdict.warn(
+                f"the health factor would fall to {after} (below {cfg.health_warn_below}); "
+                "a price drop could put the savings at risk of liquidation. Tell the person."
+            )
+        return Verdict.ok()
+
+
+@dataclass
+class LargeTransferGuard(_FinanceGuard):
+    """Draw attention to sends of more than a few dollars."""
+
+    name = "large_transfer"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if call.capability.operation != "send":
+            return Verdict.ok()
+        value = self._usd(call, call.args.get("asset"), call.args.get("amount"))
+        if value is None:
+            return Verdict.ok()
+        to = str(call.args.get("to", ""))
+        cfg = self.config
+        if value > cfg.large_transfer_warn_usd:
+            return Verdict.warn(
+                f"a large transfer: about ${value:,.2f} to {to}, above "
+                f"${cfg.large_transfer_warn_usd:,}. Make sure the person confirmed the "
+                "recipient and the amount; it cannot be undone."
+            )
+        if value > cfg.large_transfer_hint_usd:
+            return Verdict.hint(
+                f"about ${value:,.2f} to {to}: check the address and the amount with the person."
+            )
+        return Verdict.ok()
+
+
+@dataclass
+class SwapPreviewGuard(_FinanceGuard):
+    """A swap must follow a quote of the same swap (amount within 1%) from the last 60 s."""
+
+    name = "swap_preview"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if call.capability.name != "swap_execute":
+            return Verdict.ok()
+        amount = _decimal(call.args.get("amount"))
+        pair = (
+            str(call.args.get("from_asset", "")).upper(),
+            str(call.args.get("to_asset", "")).upper(),
+        )
+        cfg = self.config
+        for record in reversed(_earlier(call)):
+            if record.name != "swap_quote" or not record.ok:
+                continue
+            age = (call.now - record.at).total_seconds()
+            quoted = _decimal(record.input.get("amount"))
+            same = (
+                _upper(record.input.get("from_asset")),
+                _upper(record.input.get("to_asset")),
+            ) == pair
+            if not same or quoted is None or amount is None or age > cfg.quote_window_seconds:
+                continue
+            if abs(quoted - amount) <= quoted * cfg.quote_amount_tolerance:
+                return Verdict.ok()
+        return Verdict.block(
+            f"no swap_quote for {pair[0]} → {pair[1]} of this amount (within "
+            f"{cfg.quote_amount_tolerance * 100:g}%) in the last {cfg.quote_window_seconds} s: "
+            "get a quote, show it to the person, then swap with its quote_id."
+        )
+
+
+@dataclass
+class AssetIntentGuard(_FinanceGuard):
+    """The person named one token and the call would send another."""
+
+    name = "asset_intent"
+
+    def check(self, call: GuardCall) -> Verdict:
+        arg = _SENT_ASSET.get(call.capability.name)
+        if arg is None:
+            return Verdict.ok()
+        named = mentioned_assets(_last_message(call))
+        sent = str(call.args.get(arg, "")).upper()
+        if not named or sent in named:
+            return Verdict.ok()
+        return Verdict.warn(
+            f"the person named {', '.join(sorted(named))}, but this call sends {sent}. "
+            "Check which asset they meant before going on."
+        )
+
+
+# --- ux -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class SlippageStatedGuard(_FinanceGuard):
+    """A swap should state its slippage limit, and a high one deserves a word."""
+
+    name = "slippage_stated"
+    tier: GuardTier = "ux"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if call.capability.name not in ("swap_execute", "harvest_rewards"):
+            return Verdict.ok()
+        stated = _decimal(call.args.get("max_slippage_pct"))
+        default = (self.wallet.config.default_slippage * 100).normalize()
+        if call.args.get("max_slippage_pct") is None or stated is None:
+            return Verdict.hint(
+                f"no slippage limit was stated; the default of {default:f}% applies. Tell the "
+                "person the limit the swap runs with."
+            )
+        if stated > self.config.slippage_warn_pct:
+            return Verdict.warn(
+                f"a slippage limit of {stated:g}% is high: the person may get up to {stated:g}% "
+                "less than quoted. Confirm they accept it."
+            )
+        return Verdict.ok()
+
+
+@dataclass
+class AddressScopeGuard(_FinanceGuard):
+    """The person asked about another address, but the read looks at their own wallet."""
+
+    name = "address_scope"
+    tier: GuardTier = "ux"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if call.capability.name not in self.config.scoped_reads:
+            return Verdict.ok()
+        text = _last_message(call)
+        if _TRANSFER_WORDS.search(text):
+            return Verdict.ok()  # an address to pay or save, not one asked about
+        own = self.wallet.own_addresses(call.principal.actor_id)
+        foreign = [a for a in _addresses(text) if a not in own]
+        target = str(call.args.get("address") or "").lower()
+        if not foreign or target in foreign:
+            return Verdict.ok()
+        return Verdict.warn(
+            f"the person asked about {foreign[0]}, but this reads "
+            f"{'their own wallet' if not target or target in own else target}. "
+            + (
+                "Pass address= to read that address."
+                if "address" in call.args
+                else f"{call.capability.name} only reads the person's own wallet; say so."
+            )
+        )
+
+
+@dataclass
+class StaleDataGuard(_FinanceGuard):
+    """Acting on a balance read long ago: prices and balances may have moved since."""
+
+    name = "stale_data"
+    tier: GuardTier = "ux"
+
+    def check(self, call: GuardCall) -> Verdict:
+        if "requires_balance" not in call.capability.flags:
+            return Verdict.ok()
+        reads = [c for c in _earlier(call) if c.name in self.config.balance_reads and c.ok]
+        if not reads:
+            return Verdict.ok()  # balance_freshness speaks to that
+        age = (call.now - reads[-1].at).total_seconds()
+        if age <= self.config.stale_after_seconds:
+            return Verdict.ok()
+        return Verdict.warn(
+            f"the balance was read {int(age // 60)} minutes ago; prices and balances may have "
+            "moved. Read it again before acting on it."
+        )
+
+
+@dataclass
+class CostWarningGuard(_FinanceGuard):
+    """Say what an action costs: a swap's fees and price impact, a loan's yearly interest."""
+
+    name = "cost_warning"
+    tier: GuardTier = "ux"
+
+    def check(self, call: GuardCall) -> Verdict:
+        name = call.capability.name
+        if name == "borrow":
+            value = self._usd(call, call.args.get("asset"), call.args.get("amount"))
+            rates = {r.asset: r.borrow_apy_pct for r in self.wallet.rates(call.now)}
+            apy = rates.get(str(call.args.get("asset", "")).upper())
+            if value is None or apy is None:
+                return Verdict.ok()
+            yearly = usd(value * apy / 100)
+            return Verdict.hint(
+                f"borrowing about ${value:,.2f} at {apy}% APY costs about ${yearly:,.2f} a year "
+                "in interest; tell the person."
+            )
+        if name not in ("swap_execute", "harvest_rewards"):
+            return Verdict.ok()
+        result = self.previews(call)
+        if not isinstance(result, Preview):
+            return Verdict.ok()
+        details = result.receipt.details
+        fee = _decimal(details.get("fee_usd")) or Decimal(0)
+        impact = _decimal(details.get("price_impact_pct")) or Decimal(0)
+        cfg = self.config
+        if fee > cfg.cost_warn_usd or impact > cfg.cost_warn_impact_pct:
+            return Verdict.warn(
+                f"this costs about ${fee:,.2f} in pool fees with a price impact of {impact}%; "
+                "tell the person, or suggest a smaller amount."
+            )
+        return Verdict.ok()
+
+
+def finance_guards(wallet: PaperWallet, config: FinanceGuardConfig | None = None) -> list[Guard]:
+    """Every finance guard over ``wallet``, sharing one preview per call."""
+    cfg = config or FinanceGuardConfig()
+    previews = _Previews(wallet)
+    kinds: Iterable[type[_FinanceGuard]] = (
+        AddressSourceGuard,
+        PreflightGuard,
+        BalanceFreshnessGuard,
+        HealthFactorGuard,
+        LargeTransferGuard,
+        SwapPreviewGuard,
+        AssetIntentGuard,
+        SlippageStatedGuard,
+        AddressScopeGuard,
+        StaleDataGuard,
+        CostWarningGuard,
+    )
+    return [kind(wallet, cfg, previews) for kind in kinds]
