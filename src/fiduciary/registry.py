@@ -186,7 +186,8 @@ class Registry:
             raw = arguments
         else:
             try:
-                loaded = json.loads(arguments) if arguments.strip() else {}
+                # numbers stay exact: a model's "0.1" must not become a binary float
+                loaded = json.loads(arguments, parse_float=Decimal) if arguments.strip() else {}
             except ValueError:
                 loaded = None
             raw = loaded if isinstance(loaded, dict) else None

@@ -624,3 +624,18 @@ async def test_a_sync_handler_that_times_out_is_told_to_stop(
     (end,) = of(events, ToolCallEnd)
     assert end.error_code == "timeout"
     assert await asyncio.to_thread(stopped.wait, 5)
+
+
+async def test_numbers_from_the_model_stay_exact(store: Store, clock: ManualClock) -> None:
+    seen: list[Decimal] = []
+
+    @capability(kind="read")
+    async def record(amount: Decimal) -> str:
+        """Records an amount."""
+        seen.append(amount)
+        return "ok"
+
+    script = Script("exact", [ToolCalls([Call("record", raw='{"amount": 0.1}')]), Reply("ok")])
+    agent = Agent(model=ScriptedModel([script]), capabilities=[record], store=store, clock=clock)
+    await collect(agent.run("exact", principal=ALICE))
+    assert seen == [Decimal("0.1")]  # not Decimal(0.1) == 0.1000000000000000055511151231...
