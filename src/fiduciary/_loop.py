@@ -463,6 +463,76 @@ class Driver:
         status: RunStatus = "awaiting_approval" if server else "awaiting_client_result"
         await self.emit(status=status)
 
+    async def cancel(self, *, by: str, reason: str) -> None:
+        """End the run for good (``Agent.cancel``): close every open call, then fail it
+        ``aborted`` with status ``cancelled``. Nothing is executed here."""
+        store, registry, clock = self.agent.store, self.agent.registry, self.agent.clock
+        if self.t.partial_from is not None:
+            await self.emit((TurnRetracted, {"from_seq": self.t.partial_from}))
+        told = f"The run was cancelled by {by}" + (f" ({reason})" if reason else "")
+        async with self.agent.principal_lock(self.principal.actor_id):
+            for use in list(self.t.unresolved):
+                args: Any = use.input
+                approval_id = self.t.approvals.get(use.id)
+                record = None if approval_id is None else await store.get_approval(approval_id)
+                if record is not None and record.status == "pending":
+                    denied = record.with_(
+                        status="denied",
+                        decided_by=by,
+                        decided_at=clock.now(),
+                        reason="the run was cancelled",
+                    )
+                    if await store.decide_approval(denied):
+                        record = denied
+                    else:  # decided meanwhile: record what was decided
+                        record = await store.get_approval(denied.approval_id)
+                if record is not None:
+                    args = record.approved_args or record.args
+                    if record.approval_id not in self.t.resolved:
+                        await self.emit(
+                            (
+                                ActionResolved,
+                                {
+                                    "approval_id": record.approval_id,
+                                    "tool_use_id": use.id,
+                                    "decision": record.status,
+                                    "by": record.decided_by,
+                                    "reason": record.reason,
+                                    "edits": self.agent.redactor.redact(_edits(record)),
+                                    "args_digest": record.approved_digest,
+                                },
+                            )
+                        )
+                call = registry.parse(use.id, use.name, args)
+                cap = call.cap
+                if cap is not None and call.args is not None:
+                    if record is not None and record.status == "client_result":
+                        # the client did it: its report is the outcome
+                        await self._end(call, self._client_outcome(cap, call, record))
+                        continue
+                    if cap.replay.value == "never":
+                        ctx = registry.context(self.scope, cap, call.args, call.tool_use_id)
+                        entry = await store.ledger_get(ctx.idempotency_key)
+                        if entry is not None:  # it may have acted: say what is known
+                            await self._end(
+                                call, registry.recorded(self.scope, cap, call, call.args, entry)
+                            )
+                            continue
+                await self._reject(
+                    call, Refused("cancelled", f"{told}; this call was not executed.")
+                )
+        await self.emit(
+            (
+                RunFailed,
+                {
+                    "reason": "aborted",
+                    "message": f"cancelled by {by}" + (f": {reason}" if reason else ""),
+                },
+            ),
+            status="cancelled",
+        )
+        await self.barrier()
+
     # --- one model turn ------------------------------------------------------------------
     async def _model_turn(self) -> tuple[bool, list[ParsedCall]] | None:
         """Stream one turn; reads start as soon as their arguments are complete.

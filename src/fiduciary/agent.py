@@ -212,6 +212,35 @@ class Agent:
         async for event in self._drive(driver):
             yield event
 
+    async def cancel(self, run_id: UUID, *, by: Principal | str, reason: str = "") -> RunRecord:
+        """Stop a run for good: it ends ``cancelled`` and nothing more of it executes.
+
+        Stop your own drive of the run first (``aclose`` its stream, or cancel the task that
+        consumes it): a drive elsewhere holds the lease and this raises ``RunError("busy")``.
+        Under the lease, a partial model turn is retracted and every call left open is closed:
+        a pending approval is denied; a write already in the ledger ends with its recorded
+        outcome (``recovery: ledger`` or ``unknown``); a client's reported result is recorded;
+        anything else is refused (``cancelled``) and never runs. Then ``run_failed`` with
+        reason ``aborted``, status ``cancelled``. A new message continues it like a failed run.
+
+        Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
+        ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
+        """
+        existing = await self.get_run(run_id)
+        who = _principal(by)
+        if existing.principal != who.actor_id and "admin" not in who.scopes:
+            raise RunError("forbidden", "this run belongs to another principal")
+        if existing.status in _IDLE:
+            raise RunError("state", f"the run is already {existing.status}")
+        run, transcript = await self._lease(run_id)
+        driver = Driver(self, run, transcript, None)
+        try:
+            await driver.cancel(by=who.actor_id, reason=self.redactor.redact_text(reason)[:500])
+        finally:
+            with suppress(Exception):
+                await self.store.release(run_id, epoch=driver.epoch)
+        return await self.get_run(run_id)
+
     async def resume_all(self) -> list[UUID]:
         """Resume every run left ``running`` by a dead process; returns their ids."""
         runs = await self.store.runs_to_resume(now=self.clock.now())

@@ -889,6 +889,28 @@ async def approvals_deny(
     return await _decide(db, approval, by, deny)
 
 
+def _register_server() -> None:
+    """``serve`` and ``keys`` need the server extra; without it, ``serve`` says how to get it."""
+    try:
+        from .server.cli import register
+    except ImportError:
+
+        @app.command("serve", help="Serve the HTTP API and console (needs fiduciary[server]).")
+        def serve_missing() -> None:
+            err_console = Console(stderr=True)
+            err_console.print(
+                "[red]error:[/] the server needs the 'server' extra: "
+                "pip install 'fiduciary[server]'"
+            )
+            raise typer.Exit(2)
+
+        return
+    register(app)
+
+
+_register_server()
+
+
 def main() -> None:
     app(prog_name="fiduciary")
 

@@ -56,6 +56,7 @@ RejectReason = Literal[
     "expired",
     "tool_call_limit",
     "malformed_call",
+    "cancelled",
 ]
 Recovery = Literal["replayed", "ledger", "unknown"]
 TierName = Literal["auto", "confirm", "explicit", "deny"]

@@ -1,0 +1,357 @@
+"""``fiduciary serve`` and ``fiduciary keys create | list | revoke``, as typer commands.
+
+They are plain functions taking typer options; ``register(app)`` adds them to the main
+``fiduciary`` command (``serve`` and a ``keys`` group). Failures are one red line and an exit
+code, as in the rest of the CLI: 0 done, 1 refused, 2 could not start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tomllib
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Literal
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..exceptions import FiduciaryError
+from .auth import ALL_SCOPES, DEFAULT_SCOPES, SQLiteKeyStore
+from .ratelimit import RateLimit
+from .served import DEFAULT_AGENT
+from .webhooks import InboundChannel, WebhookTarget
+
+__all__ = [
+    "ServerConfig",
+    "keys_app",
+    "keys_create",
+    "keys_list",
+    "keys_revoke",
+    "register",
+    "serve",
+]
+
+DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
+
+Db = Annotated[
+    Path, typer.Option("--db", envvar="FIDUCIARY_DB", help="The SQLite file runs are stored in.")
+]
+
+keys_app = typer.Typer(
+    help="Create, list and revoke API keys for the server.", no_args_is_help=True
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    Console(stderr=True).print(
+        f"[red]error:[/] {escape(' '.join(message.split()))}", soft_wrap=True
+    )
+    return typer.Exit(code)
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+Notified = Literal["pending_action", "run_completed", "run_failed"]
+
+
+def _all_notified() -> list[Notified]:
+    return ["pending_action", "run_completed", "run_failed"]
+
+
+def _https_only() -> list[Literal["https", "http"]]:
+    return ["https"]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChannelConfig(_Config):
+    name: str = Field(min_length=1, max_length=100)
+    principal: str = Field(min_length=1)
+    secret: str | None = None
+    secret_env: str | None = None
+
+
+class TargetConfig(_Config):
+    url: str
+    secret: str | None = None
+    secret_env: str | None = None
+    events: list[Notified] = Field(default_factory=_all_notified)
+    principals: list[str] | None = None
+
+
+class WebhookConfig(_Config):
+    schemes: list[Literal["https", "http"]] = Field(default_factory=_https_only)
+    allow_private: bool = False
+    max_attempts: int = Field(default=5, ge=1, le=20)
+
+
+class ServerConfig(_Config):
+    """``--config server.toml``: rate limit, inbound channels, outbound notifications.
+
+    ```toml
+    rate_limit = "10/60"
+    [[channels]]
+    name = "chat"
+    principal = "demo-user"
+    secret_env = "FIDUCIARY_CHAT_SECRET"
+    [[notify]]
+    url = "https://hooks.example.com/fiduciary"
+    secret_env = "FIDUCIARY_NOTIFY_SECRET"
+    [webhooks]
+    schemes = ["https"]
+    allow_private = false
+    ```
+    Secrets are read from the environment (``secret_env``) or, less safely, given inline.
+    """
+
+    rate_limit: str = "10/60"
+    heartbeat_seconds: float = Field(default=15.0, gt=0)
+    channels: list[ChannelConfig] = Field(default_factory=list)
+    notify: list[TargetConfig] = Field(default_factory=list)
+    webhooks: WebhookConfig = Field(default_factory=WebhookConfig)
+
+    @classmethod
+    def load(cls, path: Path | None) -> ServerConfig:
+        if path is None:
+            return cls()
+        try:
+            return cls.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+
+    def inbound(self) -> list[InboundChannel]:
+        return [
+            InboundChannel(c.name, _secret(c.secret, c.secret_env, c.name), c.principal)
+            for c in self.channels
+        ]
+
+    def targets(self) -> list[WebhookTarget]:
+        return [
+            WebhookTarget(
+                t.url,
+                _secret(t.secret, t.secret_env, t.url),
+                frozenset(t.events),
+                None if t.principals is None else frozenset(t.principals),
+            )
+            for t in self.notify
+        ]
+
+
+def _secret(inline: str | None, env: str | None, what: str) -> str:
+    if env:
+        value = os.environ.get(env)
+        if not value:
+            raise ValueError(f"{what}: the environment variable {env} is not set")
+        return value
+    if inline:
+        return inline
+    raise ValueError(f"{what}: give secret_env (or secret)")
+
+
+# --- serve ------------------------------------------------------------------------------------
+
+
+def serve(
+    db: Db = DEFAULT_DB,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="The port to listen on.")] = 8000,
+    agent: Annotated[
+        str, typer.Option(help="The agent factory, module:attribute (store -> Agent).")
+    ] = DEFAULT_AGENT,
+    config: Annotated[
+        Path | None, typer.Option(help="A TOML file: rate limit, channels, notifications.")
+    ] = None,
+    rate_limit: Annotated[
+        str | None, typer.Option(help="Messages per principal, N/SECONDS (default 10/60).")
+    ] = None,
+) -> None:
+    """Serve the HTTP API, live events and the web console (SQLite, the given agent)."""
+    try:
+        settings = ServerConfig.load(config)
+        limit = RateLimit.parse(rate_limit or settings.rate_limit)
+        channels, targets = settings.inbound(), settings.targets()
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        code = asyncio.run(_serve(db, host, port, agent, settings, limit, channels, targets))
+    except KeyboardInterrupt:
+        code = 130
+    raise typer.Exit(code)
+
+
+async def _serve(
+    db: Path,
+    host: str,
+    port: int,
+    agent_spec: str,
+    settings: ServerConfig,
+    limit: RateLimit,
+    channels: list[InboundChannel],
+    targets: list[WebhookTarget],
+) -> int:
+    import uvicorn
+
+    from ..stores.sqlite import SQLiteStore
+    from .app import create_app
+    from .served import load_factory, serve_setup
+    from .webhooks import Notifier, UrlGuard
+
+    console = Console(stderr=True)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        store = await SQLiteStore.open(db)
+    except (OSError, FiduciaryError) as exc:
+        console.print(f"[red]error:[/] cannot open {escape(str(db))}: {escape(str(exc))}")
+        return 2
+    keys = SQLiteKeyStore(db)
+    try:
+        setup = serve_setup(load_factory(agent_spec), store)
+        notifier = None
+        if targets:
+            guard = UrlGuard(
+                schemes=settings.webhooks.schemes, allow_private=settings.webhooks.allow_private
+            )
+            notifier = Notifier(targets, guard=guard, max_attempts=settings.webhooks.max_attempts)
+        app = create_app(
+            setup.agent,
+            keys=keys,
+            balances=setup.balances,
+            rate_limit=limit,
+            channels=channels,
+            notifier=notifier,
+            heartbeat_seconds=settings.heartbeat_seconds,
+        )
+        if not await keys.list():
+            console.print(
+                "[yellow]no API keys yet:[/] create one with "
+                f"`fiduciary keys create --db {escape(str(db))} --principal demo-user`"
+            )
+        console.print(f"fiduciary: console and API at http://{host}:{port}/ (db {escape(str(db))})")
+        loop = asyncio.get_running_loop()
+        hub = app.state.server.hub
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                # end the event streams at once (their clients reconnect, to this server when
+                # it is back or to another one), so the graceful shutdown need not wait for them
+                loop.call_soon_threadsafe(hub.end_all)
+                super().handle_exit(sig, frame)
+
+        server = Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="info",
+                server_header=False,
+                proxy_headers=False,
+                timeout_graceful_shutdown=5,
+            )
+        )
+        await server.serve()
+        return 0
+    except FiduciaryError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    finally:
+        keys.close()
+        await store.close()
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def keys_create(
+    principal: Annotated[str, typer.Option(help="Whom the key acts for (a run's principal).")],
+    db: Db = DEFAULT_DB,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(help=f"A scope (repeat): {', '.join(sorted(ALL_SCOPES))}."),
+    ] = None,
+    label: Annotated[str, typer.Option(help="A note to recognise the key by.")] = "",
+) -> None:
+    """Create an API key. It is printed once; only its sha256 is stored."""
+    scopes = scope or list(DEFAULT_SCOPES)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        keys = SQLiteKeyStore(db)
+        try:
+            key, record = asyncio.run(keys.create(principal, scopes, label=label))
+        finally:
+            keys.close()
+    except (ValueError, OSError, FiduciaryError) as exc:
+        raise _fail(str(exc)) from None
+    console = Console()
+    console.print(key, soft_wrap=True, highlight=False)
+    Console(stderr=True).print(
+        f"[dim]key {record.key_id} for {escape(principal)} "
+        f"({', '.join(sorted(record.scopes))}); it is shown only now[/]"
+    )
+
+
+def keys_list(
+    db: Db = DEFAULT_DB,
+    principal: Annotated[str | None, typer.Option(help="Only this principal's keys.")] = None,
+) -> None:
+    """List API keys (never the keys themselves)."""
+    if not db.is_file():
+        raise _fail(f"no database at {db}")
+    keys = SQLiteKeyStore(db)
+    try:
+        records = asyncio.run(keys.list(principal=principal))
+    except FiduciaryError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        keys.close()
+    table = Table()
+    table.add_column("key id", no_wrap=True)
+    for title in ("principal", "scopes", "label", "created", "revoked"):
+        table.add_column(title)
+    for r in records:
+        table.add_row(
+            r.key_id,
+            escape(r.principal),
+            ", ".join(sorted(r.scopes)),
+            escape(r.label),
+            r.created_at.strftime("%Y-%m-%d %H:%M"),
+            r.revoked_at.strftime("%Y-%m-%d %H:%M") if r.revoked_at else "",
+        )
+    Console().print(table)
+
+
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key id (from keys list).")],
+    db: Db = DEFAULT_DB,
+) -> None:
+    """Revoke an API key: requests with it are refused from now on."""
+    if not db.is_file():
+        raise _fail(f"no database at {db}")
+    keys = SQLiteKeyStore(db)
+    try:
+        done = asyncio.run(keys.revoke(key_id))
+    except FiduciaryError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        keys.close()
+    if not done:
+        raise _fail(f"no active key {key_id}", 1)
+    Console(stderr=True).print(f"revoked {escape(key_id)}")
+
+
+keys_app.command("create")(keys_create)
+keys_app.command("list")(keys_list)
+keys_app.command("revoke")(keys_revoke)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` and the ``keys`` group to the ``fiduciary`` command."""
+    app.command("serve")(serve)
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,198 @@
+"""The runs this server process drives in the background, one drive per run at a time.
+
+A request that starts a run (or adds a message) waits only until the run's first events are
+committed (so errors such as a run that is busy are answered at once), then hands the rest of
+the stream to a task. A decision resumes the run in a task too. Two drives of one run never
+overlap in this process: a resume asked for while the run is driven is run once that drive
+ends. Every event a drive yields (already committed) is passed to ``on_event`` (webhooks).
+
+Cancelling stops the drive here, then ``Agent.cancel`` records it under the run's lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Callable, Iterable
+from contextlib import suppress
+from uuid import UUID, uuid4
+
+from ..agent import Agent
+from ..capabilities import Principal
+from ..events import Event
+from ..exceptions import FiduciaryError, RunError
+from ..stores.base import RunRecord
+
+__all__ = ["Drives"]
+
+log = logging.getLogger("fiduciary.server")
+
+OnEvent = Callable[[Event], None]
+
+
+class Drives:
+    """Background drives of runs, keyed by run id."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        on_event: OnEvent | None = None,
+        cancel_timeout: float = 10.0,
+    ) -> None:
+        self.agent = agent
+        self._on_event = on_event
+        self._cancel_timeout = cancel_timeout
+        self._claimed: set[UUID] = set()
+        self._tasks: dict[UUID, asyncio.Task[None]] = {}
+        self._again: set[UUID] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+
+    # --- starting ---------------------------------------------------------------------------
+    async def start(
+        self,
+        message: str,
+        principal: Principal,
+        *,
+        capabilities: Iterable[str] | None = None,
+        plan_first: bool = False,
+        on_claim: Callable[[UUID], None] | None = None,
+    ) -> Event:
+        """Create a run; returns its first committed event once the run is recorded."""
+        run_id = uuid4()
+        stream = self.agent.run(
+            message,
+            principal=principal,
+            run_id=run_id,
+            capabilities=capabilities,
+            plan_first=plan_first,
+        )
+        return await self._begin(run_id, stream, on_claim)
+
+    async def say(
+        self,
+        run_id: UUID,
+        message: str,
+        principal: Principal,
+        *,
+        on_claim: Callable[[UUID], None] | None = None,
+    ) -> Event:
+        """Add a message to an idle run; returns the committed ``user_message``."""
+        stream = self.agent.run(message, principal=principal, run_id=run_id)
+        return await self._begin(run_id, stream, on_claim)
+
+    async def _begin(
+        self,
+        run_id: UUID,
+        stream: AsyncGenerator[Event, None],
+        on_claim: Callable[[UUID], None] | None,
+    ) -> Event:
+        if self._closed or run_id in self._claimed:
+            await stream.aclose()  # never started: closing it does nothing
+            raise RunError("busy", "the run is still running" if not self._closed else "closing")
+        self._claim(run_id)
+        if on_claim is not None:
+            on_claim(run_id)
+        try:
+            first = await anext(stream)
+        except BaseException:
+            self._release(run_id)
+            with suppress(Exception):
+                await stream.aclose()
+            raise
+        self._notify(first)
+        self._spawn(run_id, stream)
+        return first
+
+    def resume(self, run_id: UUID) -> None:
+        """Continue a run in the background (after a decision); coalesced while it is driven."""
+        if self._closed:
+            return
+        if run_id in self._claimed:
+            self._again.add(run_id)
+            return
+        self._claim(run_id)
+        self._spawn(run_id, self.agent.resume(run_id))
+
+    # --- cancelling -------------------------------------------------------------------------
+    async def cancel(self, run_id: UUID, by: Principal) -> RunRecord:
+        """Stop the drive here (if any), then have the core record the cancellation."""
+        task = self._tasks.get(run_id)
+        if run_id in self._claimed and task is None:
+            raise RunError("busy", "the run is starting or being cancelled; retry")
+        self._again.discard(run_id)
+        if task is not None:
+            task.cancel()
+            with suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
+        self._claim(run_id)  # no resume may start while the cancellation is written
+        try:
+            await self.agent.cancel(run_id, by=by)
+        finally:
+            self._again.discard(run_id)
+            self._release(run_id)
+        return await self.agent.get_run(run_id)
+
+    # --- tasks ------------------------------------------------------------------------------
+    def is_driving(self, run_id: UUID) -> bool:
+        return run_id in self._claimed
+
+    def _claim(self, run_id: UUID) -> None:
+        self._claimed.add(run_id)
+        self._idle.clear()
+
+    def _release(self, run_id: UUID) -> None:
+        self._claimed.discard(run_id)
+        if not self._claimed:
+            self._idle.set()
+
+    def _spawn(self, run_id: UUID, stream: AsyncGenerator[Event, None]) -> None:
+        task = asyncio.create_task(self._drive(run_id, stream), name=f"fiduciary-drive-{run_id}")
+        self._tasks[run_id] = task
+
+    async def _drive(self, run_id: UUID, stream: AsyncGenerator[Event, None]) -> None:
+        try:
+            async for event in stream:
+                self._notify(event)
+        except FiduciaryError as exc:
+            log.warning("run %s: the drive stopped: %s", run_id, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("run %s: the drive failed", run_id)
+        finally:
+            with suppress(BaseException):
+                await stream.aclose()
+            if self._tasks.get(run_id) is asyncio.current_task():
+                del self._tasks[run_id]
+            if run_id in self._again and not self._closed:
+                # a decision arrived meanwhile: drive again, still claimed (never idle between)
+                self._again.discard(run_id)
+                self._spawn(run_id, self.agent.resume(run_id))
+            else:
+                self._release(run_id)
+
+    def _notify(self, event: Event) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("run %s: an event listener failed", event.run_id)
+
+    async def wait_idle(self) -> None:
+        """Until no run is driven here (for tests and shutdown)."""
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        """Stop every drive (each run resumes from the store later, here or elsewhere)."""
+        self._closed = True
+        self._again.clear()
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with suppress(BaseException):
+                await task

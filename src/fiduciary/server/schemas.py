@@ -1,0 +1,204 @@
+"""The bodies the HTTP API accepts and returns (pydantic models; the OpenAPI document is built
+from them). Requests forbid unknown fields; money is a decimal string, never a float."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
+
+from ..events import GuardNote
+from ..redaction import Redactor
+from ..stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus
+
+__all__ = [
+    "ApprovalList",
+    "ApprovalOut",
+    "ApproveBody",
+    "BalancesOut",
+    "CreateRunBody",
+    "DenyBody",
+    "EventsQuery",
+    "HookBody",
+    "ListApprovalsQuery",
+    "ListRunsQuery",
+    "MessageBody",
+    "ResultBody",
+    "RunAccepted",
+    "RunList",
+    "RunOut",
+    "WhoAmI",
+]
+
+Message = Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateRunBody(_Request):
+    """Start a run with the person's first message."""
+
+    message: Message
+    capabilities: list[Annotated[str, StringConstraints(min_length=1, max_length=200)]] | None = (
+        Field(default=None, max_length=200, description="Narrow the run's whitelist to these.")
+    )
+    plan_first: bool = Field(default=False, description="Allow only read, preview and propose.")
+
+
+class MessageBody(_Request):
+    """Continue a finished run's conversation with a new message."""
+
+    message: Message
+
+
+class ApproveBody(_Request):
+    """Approve a pending action. ``args_digest`` must be the digest the approver was shown."""
+
+    args_digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    edits: dict[str, JsonValue] | None = Field(
+        default=None, description="New values for the action's modifiable fields only."
+    )
+    confirm_amount: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        default=None, description="The amount re-typed, for actions of tier explicit."
+    )
+
+
+class DenyBody(_Request):
+    reason: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+
+class ResultBody(_Request):
+    """The result of an action the client executed itself."""
+
+    result: JsonValue
+
+
+class HookBody(_Request):
+    """An inbound message from a channel: starts a run, or continues ``run_id``."""
+
+    text: Message
+    run_id: UUID | None = None
+
+
+class ListRunsQuery(_Request):
+    status: RunStatus | None = None
+    limit: int = Field(default=50, ge=1, le=500)
+
+
+class ListApprovalsQuery(_Request):
+    run_id: UUID | None = None
+    status: ApprovalStatus | None = "pending"
+
+
+class EventsQuery(_Request):
+    after: int = Field(default=0, ge=0, description="Send the events after this seq.")
+    follow: bool = Field(default=True, description="Keep the stream open for new events.")
+
+
+class RunOut(BaseModel):
+    run_id: UUID
+    principal: str
+    status: RunStatus
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    last_seq: int
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunOut:
+        return cls(
+            run_id=run.run_id,
+            principal=run.principal,
+            status=run.status,
+            title=run.title,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            last_seq=run.last_seq,
+        )
+
+
+class RunList(BaseModel):
+    runs: list[RunOut]
+
+
+class RunAccepted(BaseModel):
+    """The run was recorded; it continues in the background. Follow ``events_url``."""
+
+    run_id: UUID
+    first_seq: int = Field(description="The seq of the first event this request recorded.")
+    events_url: str
+
+
+class ApprovalOut(BaseModel):
+    """A pending (or decided) action. ``args`` are redacted for display; ``args_digest`` binds
+    the decision to the exact arguments."""
+
+    approval_id: UUID
+    run_id: UUID
+    tool_use_id: str
+    capability: str
+    args: dict[str, Any]
+    args_digest: str
+    tier: Literal["confirm", "explicit"]
+    amount_usd: Decimal | None
+    modifiable_fields: list[str]
+    executor: Literal["server", "client"]
+    status: ApprovalStatus
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    reason: str | None = None
+    guard_notes: list[GuardNote] = Field(default_factory=list)
+    description: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        record: ApprovalRecord,
+        redactor: Redactor,
+        *,
+        description: str = "",
+        guard_notes: list[GuardNote] | None = None,
+    ) -> ApprovalOut:
+        args = record.approved_args if record.approved_args is not None else record.args
+        return cls(
+            approval_id=record.approval_id,
+            run_id=record.run_id,
+            tool_use_id=record.tool_use_id,
+            capability=record.capability,
+            args=redactor.redact(args),
+            args_digest=record.approved_digest or record.args_digest,
+            tier=record.tier,
+            amount_usd=record.amount_usd,
+            modifiable_fields=list(record.modifiable_fields),
+            executor=record.executor,
+            status=record.status,
+            created_at=record.created_at,
+            expires_at=record.expires_at,
+            decided_by=record.decided_by,
+            decided_at=record.decided_at,
+            reason=record.reason,
+            guard_notes=guard_notes or [],
+            description=description,
+        )
+
+
+class ApprovalList(BaseModel):
+    approvals: list[ApprovalOut]
+
+
+class WhoAmI(BaseModel):
+    principal: str
+    scopes: list[str]
+    key_id: str
+
+
+class BalancesOut(BaseModel):
+    principal: str
+    balances: dict[str, Decimal]

@@ -1,0 +1,106 @@
+"""What ``fiduciary serve`` serves: an agent, and optionally the balances the console shows.
+
+An agent factory is ``(store) -> Agent | ServedAgent``, named on the command line as
+``module:attribute`` (``--agent``). The default is the paper wallet's agent (``wallet_agent``),
+with the console's balances; ``demo_agent`` is the small billing demo.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from ..agent import Agent
+from ..demo import DEMO_PRINCIPAL, Billing, build_demo_agent
+from ..exceptions import ConfigurationError
+from ..stores.base import Store
+from .app import BalancesHook
+
+__all__ = [
+    "DEFAULT_AGENT",
+    "AgentFactory",
+    "ServedAgent",
+    "demo_agent",
+    "load_factory",
+    "wallet_agent",
+]
+
+DEFAULT_AGENT = "fiduciary.server.served:wallet_agent"
+
+
+@dataclass(frozen=True, slots=True)
+class ServedAgent:
+    agent: Agent
+    balances: BalancesHook | None = None
+
+
+AgentFactory = Callable[[Store], "Agent | ServedAgent"]
+
+
+def demo_agent(store: Store) -> ServedAgent:
+    """The offline demo's agent: toy invoices of ``demo-user``, paid from a $120 account."""
+    billing = Billing()
+
+    def balances(principal: str) -> dict[str, Decimal]:
+        return {"USD": billing.balance} if principal == DEMO_PRINCIPAL else {}
+
+    return ServedAgent(build_demo_agent(store, billing), balances)
+
+
+def wallet_agent(store: Store) -> ServedAgent:
+    """The paper wallet's agent, on the store's own SQLite file (or in memory).
+
+    The model is ``FIDUCIARY_MODEL``, else a provider's when its API key is set, else the
+    scripted demo conversation (which plays whatever the first message is).
+    """
+    from ..wallet import PaperWallet, build_wallet_agent
+    from ..wallet.demo import default_model_name, demo_script, load_model
+
+    wallet = PaperWallet(getattr(store, "path", ":memory:"))
+    name = default_model_name(os.environ)
+    model = load_model(name, scripted=demo_script(match=lambda _: True))
+
+    def balances(principal: str) -> dict[str, Decimal]:
+        report = wallet.balances(principal)
+        shown: dict[str, Decimal] = {}
+        for book, holdings in (
+            ("", report.available),
+            (" savings", report.savings),
+            (" debt", report.debt),
+            (" rewards", report.rewards),
+        ):
+            for holding in holdings:
+                shown[f"{holding.asset}{book}"] = holding.amount
+        return shown
+
+    return ServedAgent(build_wallet_agent(store, wallet, model=model), balances)
+
+
+def load_factory(spec: str) -> AgentFactory:
+    """``module:attribute`` → the factory it names."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(f"--agent must be module:attribute, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name}: {exc}") from exc
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ConfigurationError(f"{spec} is not a callable agent factory")
+    checked: AgentFactory = factory
+    return checked
+
+
+def serve_setup(factory: AgentFactory, store: Store) -> ServedAgent:
+    made = factory(store)
+    if isinstance(made, Agent):
+        return ServedAgent(made)
+    if isinstance(made, ServedAgent):
+        return made
+    raise ConfigurationError(
+        f"an agent factory must return an Agent or a ServedAgent, not {type(made).__name__}"
+    )

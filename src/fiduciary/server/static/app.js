@@ -1,0 +1,649 @@
+// The fiduciary web console: plain JavaScript, no build step.
+//
+// It signs in with an API key (kept in sessionStorage: this tab only), follows a run's events
+// over SSE (fetch, so the key goes in a header), renders them in seq order exactly once, and
+// decides pending actions. The events of the open run are kept in sessionStorage too, so a
+// reload renders what was seen and resumes the stream after the last seq: no gap, no duplicate.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const store = window.sessionStorage;
+  const KEY = "fiduciary.key";
+  const RUN = "fiduciary.run";
+  const EVENTS = "fiduciary.events.";
+  const MAX_CACHE_CHARS = 2_000_000;
+
+  const state = {
+    key: store.getItem(KEY),
+    principal: null,
+    runId: null,
+    lastSeq: 0,
+    raw: [], // the events' JSON, in seq order, for the reload cache
+    status: null,
+    controller: null, // aborts the current stream
+    reconnectTimer: null,
+    saveTimer: null,
+    view: null, // per-run rendering state
+  };
+
+  // --- small DOM helpers (text only: nothing from the server is parsed as HTML) -----------
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = value;
+      else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  // amounts are decimal strings: shown as they are (never through a float)
+  const grouped = (text) => {
+    const [whole, fraction] = String(text).split(".");
+    const sign = whole.startsWith("-") ? "-" : "";
+    const digits = whole.replace("-", "").replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    return sign + digits + (fraction !== undefined ? "." + fraction : "");
+  };
+  const usd = (value) => (value === null || value === undefined ? "amount unknown" : "$" + grouped(value));
+  const short = (text, n = 80) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
+  const pretty = (value) => JSON.stringify(value, null, 2);
+
+  // --- the API --------------------------------------------------------------------------
+  class ApiError extends Error {
+    constructor(status, problem) {
+      super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+      this.status = status;
+      this.code = problem && problem.code;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { authorization: `Bearer ${state.key}` };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (_) {
+      data = null;
+    }
+    if (!response.ok) {
+      if (response.status === 401) signOut("The API key is not valid any more.");
+      throw new ApiError(response.status, data);
+    }
+    return data;
+  }
+
+  // --- sign in --------------------------------------------------------------------------
+  async function signIn(key) {
+    state.key = key;
+    const me = await api("GET", "/me");
+    store.setItem(KEY, key);
+    state.principal = me.principal;
+    $("who-name").textContent = `${me.principal}`;
+    $("who").hidden = false;
+    $("signin").hidden = true;
+    $("app").hidden = false;
+    refreshLists();
+    refreshBalances();
+    const runId = store.getItem(RUN);
+    if (runId) openRun(runId);
+    else newChat();
+  }
+
+  function signOut(message) {
+    stopStream();
+    state.key = null;
+    store.clear();
+    $("who").hidden = true;
+    $("app").hidden = true;
+    $("signin").hidden = false;
+    $("signin-error").textContent = message || "";
+  }
+
+  // --- runs and the reload cache --------------------------------------------------------
+  function resetView(runId) {
+    stopStream();
+    state.runId = runId;
+    state.lastSeq = 0;
+    state.raw = [];
+    state.status = null;
+    state.view = { assistant: null, tools: new Map(), cards: new Map(), bySeq: [] };
+    $("conversation").replaceChildren();
+    $("timeline").replaceChildren();
+    $("run-title").textContent = runId ? "Run" : "New chat";
+    $("run-meta").textContent = runId ? runId : "Start by asking something.";
+    setStatus(null);
+    highlightRun();
+  }
+
+  function newChat() {
+    store.removeItem(RUN);
+    resetView(null);
+    $("message").focus();
+  }
+
+  function openRun(runId) {
+    resetView(runId);
+    store.setItem(RUN, runId);
+    const cached = store.getItem(EVENTS + runId);
+    if (cached) {
+      try {
+        for (const raw of JSON.parse(cached)) apply(raw, false);
+      } catch (_) {
+        resetView(runId); // a damaged cache: read the whole log again
+      }
+    }
+    follow();
+  }
+
+  function saveSoon() {
+    if (state.saveTimer) return;
+    state.saveTimer = setTimeout(save, 250);
+  }
+
+  function save() {
+    clearTimeout(state.saveTimer);
+    state.saveTimer = null;
+    if (!state.runId) return;
+    const text = JSON.stringify(state.raw);
+    try {
+      if (text.length > MAX_CACHE_CHARS) store.removeItem(EVENTS + state.runId);
+      else store.setItem(EVENTS + state.runId, text);
+    } catch (_) {
+      store.removeItem(EVENTS + state.runId); // full: the next load reads the log again
+    }
+  }
+  window.addEventListener("pagehide", save);
+
+  // --- following a run over SSE ---------------------------------------------------------
+  function stopStream() {
+    clearTimeout(state.reconnectTimer);
+    state.reconnectTimer = null;
+    if (state.controller) state.controller.abort();
+    state.controller = null;
+  }
+
+  async function follow(delay = 0) {
+    stopStream();
+    const runId = state.runId;
+    if (!runId) return;
+    if (delay) {
+      state.reconnectTimer = setTimeout(() => follow(0), delay);
+      return;
+    }
+    const controller = new AbortController();
+    state.controller = controller;
+    let retry = 1000;
+    try {
+      const response = await fetch(`/runs/${runId}/events?after=${state.lastSeq}`, {
+        headers: { authorization: `Bearer ${state.key}`, "last-event-id": String(state.lastSeq) },
+        signal: controller.signal,
+      });
+      if (!response.ok) {
+        const problem = await response.json().catch(() => null);
+        if (response.status === 404) {
+          store.removeItem(RUN);
+          store.removeItem(EVENTS + runId);
+          showError((problem && problem.detail) || "no such run");
+          newChat();
+          return;
+        }
+        throw new ApiError(response.status, problem);
+      }
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value.replace(/\r\n?/g, "\n");
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const message = parseBlock(block);
+          if (message.retry) retry = message.retry;
+          if (message.event === "reconnect") break; // the server asks us to come back
+          if (message.id !== null && state.runId === runId) apply(message.data, true);
+        }
+      }
+    } catch (error) {
+      if (controller.signal.aborted) return;
+      if (error instanceof ApiError && error.status === 401) return;
+    }
+    if (state.controller === controller && state.runId === runId) follow(retry);
+  }
+
+  function parseBlock(block) {
+    const message = { event: "message", data: [], id: null, retry: null };
+    for (const line of block.split("\n")) {
+      if (!line || line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") message.event = value;
+      else if (field === "data") message.data.push(value);
+      else if (field === "id") message.id = value;
+      else if (field === "retry" && /^\d+$/.test(value)) message.retry = Number(value);
+    }
+    message.data = message.data.join("\n");
+    return message;
+  }
+
+  // --- the fold: one event, once, in seq order ------------------------------------------
+  function apply(raw, live) {
+    const event = JSON.parse(raw);
+    if (event.seq <= state.lastSeq) return; // already shown: never twice
+    if (event.seq !== state.lastSeq + 1) {
+      // a gap cannot come from the server; if it ever did, read again from what we have
+      follow(500);
+      return;
+    }
+    state.lastSeq = event.seq;
+    state.raw.push(raw);
+    const conversation = $("conversation");
+    const atBottom = conversation.scrollHeight - conversation.scrollTop - conversation.clientHeight < 80;
+    render(event);
+    timeline(event);
+    if (atBottom) conversation.scrollTop = conversation.scrollHeight;
+    const list = $("timeline-panel");
+    list.scrollTop = list.scrollHeight;
+    if (live) {
+      saveSoon();
+      afterLive(event);
+    }
+  }
+
+  function afterLive(event) {
+    if (event.type === "pending_action" || event.type === "action_resolved") refreshLists();
+    if (event.type === "run_completed" || event.type === "run_failed") {
+      refreshLists();
+      refreshBalances();
+    }
+    if (event.type === "tool_call_end" && state.view.tools.get(event.tool_use_id)?.write) {
+      refreshBalances();
+    }
+  }
+
+  function add(node, seq) {
+    node.dataset.seq = String(seq);
+    state.view.bySeq.push(node);
+    $("conversation").append(node);
+    return node;
+  }
+
+  function render(event) {
+    const view = state.view;
+    switch (event.type) {
+      case "run_started":
+        $("run-title").textContent = "Run";
+        $("run-meta").textContent = `${event.principal} · ${event.model} · ${event.run_id}`;
+        setStatus("running");
+        break;
+      case "user_message":
+        closeAssistant();
+        add(el("div", { class: "bubble user", "data-testid": "user-message", text: event.text }), event.seq);
+        if (view.firstMessage === undefined) {
+          view.firstMessage = event.text;
+          $("run-title").textContent = short(event.text, 70);
+        }
+        setStatus("running");
+        break;
+      case "text_delta":
+        if (!view.assistant) {
+          view.assistant = add(el("div", { class: "bubble assistant streaming", "data-testid": "assistant" }), event.seq);
+        }
+        view.assistant.textContent += event.text;
+        break;
+      case "turn_complete":
+        closeAssistant();
+        break;
+      case "turn_retracted":
+        retract(event.from_seq);
+        break;
+      case "tool_call_start":
+        toolStart(event);
+        break;
+      case "tool_call_end":
+        toolEnd(event.tool_use_id, event.is_error ? "error" : "ok", event.recovery, event.output);
+        break;
+      case "tool_call_rejected":
+        toolEnd(event.tool_use_id, "refused", event.reason, event.message);
+        break;
+      case "guard_fired": {
+        const tool = view.tools.get(event.tool_use_id);
+        if (tool) tool.node.append(el("div", { class: "small muted", text: `${event.guard}: ${event.message}` }));
+        break;
+      }
+      case "pending_action": {
+        closeAssistant();
+        const tool = view.tools.get(event.tool_use_id);
+        if (tool) tool.node.querySelector(".state").textContent = "waiting for approval";
+        card(event);
+        setStatus(event.executor === "client" ? "awaiting_client_result" : "awaiting_approval");
+        break;
+      }
+      case "action_resolved":
+        resolveCard(event);
+        setStatus("running");
+        break;
+      case "run_completed":
+        closeAssistant();
+        add(el("div", { class: "marker", text: "completed" }), event.seq);
+        setStatus("completed");
+        break;
+      case "run_failed":
+        closeAssistant();
+        add(el("div", { class: "marker failed", text: `${event.reason}: ${event.message}` }), event.seq);
+        setStatus(event.reason === "aborted" ? "cancelled" : "failed");
+        break;
+      default:
+        break; // usage, thinking, progress, compaction: the timeline shows them
+    }
+  }
+
+  function closeAssistant() {
+    if (state.view.assistant) state.view.assistant.classList.remove("streaming");
+    state.view.assistant = null;
+  }
+
+  function retract(fromSeq) {
+    const view = state.view;
+    view.bySeq = view.bySeq.filter((node) => {
+      if (Number(node.dataset.seq) >= fromSeq) {
+        node.remove();
+        return false;
+      }
+      return true;
+    });
+    for (const [id, tool] of view.tools) if (tool.seq >= fromSeq) view.tools.delete(id);
+    view.assistant = null;
+  }
+
+  function toolStart(event) {
+    const write = event.kind && !["read", "preview"].includes(event.kind);
+    const node = el(
+      "div",
+      { class: `tool ${write ? "write" : "read"}`, "data-testid": "tool-call" },
+      el("span", { class: "kind", text: write ? `write · ${event.kind}` : event.kind || "call" }),
+      el("span", { class: "mono", text: `${event.name}(${short(JSON.stringify(event.input), 90)})` }),
+      el("span", { class: "state", text: "running…" }),
+    );
+    state.view.tools.set(event.tool_use_id, { node, write, seq: event.seq });
+    add(node, event.seq);
+  }
+
+  function toolEnd(id, outcome, detail, output) {
+    const tool = state.view.tools.get(id);
+    if (!tool) return;
+    tool.node.classList.add(outcome);
+    const label = { ok: "done", error: "failed", refused: "refused" }[outcome];
+    tool.node.querySelector(".state").textContent =
+      detail ? `${label} (${detail})` : label;
+    tool.node.append(el("details", {}, el("summary", { text: "result" }), el("pre", { text: output })));
+  }
+
+  // --- pending actions ------------------------------------------------------------------
+  function card(event) {
+    const explicit = event.tier === "explicit";
+    const client = event.executor === "client";
+    const error = el("p", { class: "error", role: "alert" });
+    const edits = new Map();
+    const editRows = el("div", { class: "edits" });
+    for (const field of event.modifiable_fields) {
+      const input = el("input", { value: event.input[field] ?? "", "data-field": field, "data-testid": `edit-${field}` });
+      edits.set(field, input);
+      editRows.append(el("label", { text: `${field} (editable)` }), input);
+    }
+    let confirm = null;
+    if (explicit && event.amount_usd !== null && !client) {
+      confirm = el("input", { placeholder: "re-type the amount", "data-testid": "confirm-amount" });
+      editRows.append(el("label", { text: "confirm amount" }), confirm);
+    }
+    let result = null;
+    if (client) {
+      result = el("textarea", { rows: 3, placeholder: "the result your device got, as JSON", "data-testid": "client-result" });
+      editRows.append(el("label", { text: "result" }), result);
+    }
+    const approve = el("button", { type: "button", class: "primary", "data-testid": "approve", text: client ? "Submit result" : "Approve" });
+    const deny = el("button", { type: "button", class: "danger", "data-testid": "deny", text: "Deny" });
+    const actions = el("div", { class: "card-actions" }, approve, client ? null : deny);
+    const notes = el("ul", { class: "notes" });
+    for (const note of event.guard_notes) {
+      notes.append(el("li", { class: note.verdict, text: `${note.guard}: ${note.message}` }));
+    }
+    const node = el(
+      "div",
+      { class: `card ${event.tier}`, "data-testid": "pending-card", "data-approval": event.approval_id },
+      el(
+        "div",
+        { class: "card-head" },
+        el("div", {}, el("div", { class: "card-title", text: event.description || event.name }),
+          el("div", { class: "muted small", text: `${event.name} · expires ${new Date(event.expires_at).toLocaleTimeString()}` })),
+        el("div", {}, el("span", { class: "tier", text: event.tier }), " ",
+          el("span", { class: "amount", "data-testid": "amount", text: usd(event.amount_usd) })),
+      ),
+      event.guard_notes.length ? notes : null,
+      el("pre", { class: "args", "data-testid": "args", text: pretty(event.input) }),
+      el("div", { class: "digest", text: `sha256 ${event.args_digest}` }),
+      editRows.childNodes.length ? editRows : null,
+      actions,
+      error,
+    );
+    const busy = (on) => {
+      approve.disabled = on;
+      deny.disabled = on;
+    };
+    approve.addEventListener("click", async () => {
+      busy(true);
+      error.textContent = "";
+      try {
+        if (client) {
+          let value;
+          try {
+            value = JSON.parse(result.value || "null");
+          } catch (_) {
+            throw new Error("the result must be JSON");
+          }
+          await api("POST", `/approvals/${event.approval_id}/result`, { result: value });
+        } else {
+          const changed = {};
+          for (const [field, input] of edits) {
+            if (String(event.input[field] ?? "") !== input.value) changed[field] = input.value;
+          }
+          const body = { args_digest: event.args_digest };
+          if (Object.keys(changed).length) body.edits = changed;
+          if (confirm) body.confirm_amount = confirm.value;
+          await api("POST", `/approvals/${event.approval_id}/approve`, body);
+        }
+        node.querySelector(".card-actions").replaceChildren(el("span", { class: "muted", text: "decided; the run continues…" }));
+      } catch (e) {
+        error.textContent = e.message;
+        busy(false);
+      }
+    });
+    deny.addEventListener("click", async () => {
+      busy(true);
+      try {
+        await api("POST", `/approvals/${event.approval_id}/deny`, { reason: "" });
+        node.querySelector(".card-actions").replaceChildren(el("span", { class: "muted", text: "denied; the run continues…" }));
+      } catch (e) {
+        error.textContent = e.message;
+        busy(false);
+      }
+    });
+    state.view.cards.set(event.approval_id, node);
+    add(node, event.seq);
+  }
+
+  function resolveCard(event) {
+    const node = state.view.cards.get(event.approval_id);
+    if (!node) return;
+    node.classList.add("resolved");
+    const who = event.by ? ` by ${event.by}` : "";
+    const why = event.reason ? `: ${event.reason}` : "";
+    const edited = event.edits ? ` (edited: ${JSON.stringify(event.edits)})` : "";
+    node.querySelector(".card-actions").replaceChildren(
+      el("div", { class: `outcome ${event.decision}`, "data-testid": "card-outcome", text: `${event.decision.replace("_", " ")}${who}${why}${edited}` }),
+    );
+  }
+
+  // --- the timeline ---------------------------------------------------------------------
+  function describe(event) {
+    switch (event.type) {
+      case "user_message":
+      case "text_delta":
+        return event.text;
+      case "tool_call_start":
+        return `${event.name} ${JSON.stringify(event.input)}`;
+      case "tool_call_end":
+        return `${event.name}: ${event.is_error ? "error" : "ok"}${event.recovery ? ` (${event.recovery})` : ""}`;
+      case "tool_call_rejected":
+        return `${event.name}: ${event.reason}`;
+      case "pending_action":
+        return `${event.description} · ${usd(event.amount_usd)} · ${event.tier}`;
+      case "action_resolved":
+        return `${event.decision}${event.by ? ` by ${event.by}` : ""}`;
+      case "usage":
+        return `${event.input_tokens} in / ${event.output_tokens} out`;
+      case "run_failed":
+        return `${event.reason}: ${event.message}`;
+      case "turn_retracted":
+        return `from seq ${event.from_seq}`;
+      default:
+        return "";
+    }
+  }
+
+  function timeline(event) {
+    $("timeline").append(
+      el("li", {},
+        el("span", { class: "seq", text: event.seq }),
+        el("span", {}, el("span", { class: "type", text: event.type }), el("span", { class: "what", text: describe(event) }))),
+    );
+  }
+
+  function setStatus(status) {
+    state.status = status;
+    const badge = $("run-status");
+    badge.textContent = status ? status.replaceAll("_", " ") : "";
+    badge.className = `status ${status || ""}`;
+    $("cancel-run").hidden = !(status === "running" || status === "awaiting_approval" || status === "awaiting_client_result");
+    const waiting = status === "awaiting_approval" || status === "awaiting_client_result";
+    $("send").disabled = status === "running" || waiting;
+    $("message").placeholder = waiting ? "Decide the pending action first" : status === "running" ? "The agent is working…" : "Ask the agent…";
+  }
+
+  // --- side panels ----------------------------------------------------------------------
+  async function refreshLists() {
+    try {
+      const [runs, approvals] = await Promise.all([api("GET", "/runs?limit=30"), api("GET", "/approvals")]);
+      const runList = $("run-list");
+      runList.replaceChildren(
+        ...runs.runs.map((run) =>
+          el("li", { "data-run": run.run_id, onclick: () => openRun(run.run_id) },
+            short(run.title || run.run_id, 40),
+            el("span", { class: "sub", text: `${run.status.replaceAll("_", " ")} · ${new Date(run.updated_at).toLocaleString()}` }))),
+      );
+      const pending = approvals.approvals;
+      $("pending-count").textContent = String(pending.length);
+      $("pending-count").className = pending.length ? "badge hot" : "badge";
+      $("pending-list").replaceChildren(
+        ...pending.map((a) =>
+          el("li", { onclick: () => openRun(a.run_id) },
+            a.description || a.capability,
+            el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
+      );
+      highlightRun();
+    } catch (_) {
+      /* the lists are a convenience: the stream is what matters */
+    }
+  }
+
+  function highlightRun() {
+    for (const li of $("run-list").children) li.classList.toggle("active", li.dataset.run === state.runId);
+  }
+
+  async function refreshBalances() {
+    try {
+      const data = await api("GET", "/balances");
+      const rows = Object.entries(data.balances).map(([asset, amount]) =>
+        el("tr", {}, el("td", { text: asset }), el("td", { text: grouped(amount) })));
+      $("balances").replaceChildren(...rows);
+      $("balances-panel").hidden = rows.length === 0;
+    } catch (_) {
+      $("balances-panel").hidden = true; // no wallet loaded on this server
+    }
+  }
+
+  function showError(text) {
+    $("composer-error").textContent = text || "";
+  }
+
+  // --- wiring ---------------------------------------------------------------------------
+  $("signin-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    $("signin-error").textContent = "";
+    try {
+      await signIn($("api-key").value.trim());
+    } catch (error) {
+      signOut(error.message);
+    }
+  });
+  $("sign-out").addEventListener("click", () => signOut(""));
+  $("new-chat").addEventListener("click", newChat);
+  $("toggle-timeline").addEventListener("click", () => $("app").classList.toggle("no-timeline"));
+  $("cancel-run").addEventListener("click", async () => {
+    try {
+      await api("POST", `/runs/${state.runId}/cancel`);
+    } catch (error) {
+      showError(error.message);
+    }
+  });
+  $("message").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  $("composer").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const text = $("message").value.trim();
+    if (!text || $("send").disabled) return;
+    showError("");
+    $("send").disabled = true;
+    try {
+      if (state.runId) {
+        await api("POST", `/runs/${state.runId}/messages`, { message: text });
+        $("message").value = "";
+        follow();
+      } else {
+        const accepted = await api("POST", "/runs", { message: text });
+        $("message").value = "";
+        openRun(accepted.run_id);
+      }
+      refreshLists();
+    } catch (error) {
+      showError(error.message);
+      $("send").disabled = false;
+    }
+  });
+
+  if (state.key) {
+    signIn(state.key).catch((error) => signOut(error.message));
+  } else {
+    signOut("");
+  }
+})();
