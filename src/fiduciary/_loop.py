@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID, uuid4
 
@@ -46,6 +47,7 @@ from .models.base import (
     AssistantMessage,
     Message,
     ModelRequest,
+    StreamRetry,
     StreamStop,
     StreamTextDelta,
     StreamThinkingDelta,
@@ -59,6 +61,8 @@ from .models.base import (
     ToolUsePart,
     UserTextMessage,
 )
+from .models.pricing import budget_refusal, cost_usd, estimate_call_usd, price_of
+from .models.tiers import plan_turn
 from .registry import Admitted, CallScope, Outcome, ParsedCall, Refused, error_content
 from .stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus
 
@@ -92,6 +96,7 @@ class Transcript:
     calls_since_user: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)  # what the run's model calls cost so far (known prices)
     tool_calls: int = 0
     last_seq: int = 0
     last_text: str = ""
@@ -171,6 +176,8 @@ class Transcript:
             case Usage():
                 self.input_tokens = event.total_input_tokens
                 self.output_tokens = event.total_output_tokens
+                if event.total_cost_usd is not None:
+                    self.cost_usd = event.total_cost_usd
             case RunStarted():
                 self.started = event
             case _:
@@ -448,6 +455,7 @@ class Driver:
                             "input_tokens": self.t.input_tokens,
                             "output_tokens": self.t.output_tokens,
                             "tool_calls": self.t.tool_calls,
+                            "cost_usd": self.t.cost_usd,
                         },
                     ),
                     status="completed",
@@ -541,16 +549,41 @@ class Driver:
         refusals), or None when the run failed.
         """
         agent = self.agent
+        names = sorted(self.allowed)
+        plan = plan_turn(
+            [c for n in names if (c := agent.registry.get(n)) is not None],
+            self.t.messages,
+            allowed_kinds=self.allowed_kinds,
+            settings=agent.model_settings,
+            tier=agent.model_tier,
+            effort=agent.thinking_effort,
+        )
         request = ModelRequest(
             system=agent.system,
             messages=tuple(self.t.messages),
-            tools=agent.registry.tool_specs(sorted(self.allowed)),
-            settings=dict(agent.model_settings),
+            tools=agent.registry.tool_specs(names),
+            settings=plan.settings,
         )
+        # the model that will answer (a tiered model routes by the plan's tier), and its price
+        route = getattr(agent.model, "model_for", None)
+        answering = route(request) if callable(route) else agent.model
+        if agent.budget_usd is not None:
+            refusal = budget_refusal(
+                budget_usd=agent.budget_usd,
+                spent_usd=self.t.cost_usd,
+                next_call_usd=estimate_call_usd(price_of(answering, table=agent.prices), request),
+                model=answering.name,
+            )
+            if refusal is not None:
+                await self.emit(
+                    (RunFailed, {"reason": "budget", "message": refusal}), status="failed"
+                )
+                return None
         reads: list[asyncio.Task[None]] = []
         later: list[ParsedCall] = []
         any_calls = False
         usage = StreamUsage()
+        answered_by: str | None = None
         stop = "end_turn"
         try:
             async for item in agent.model.stream(request):
@@ -586,6 +619,7 @@ class Driver:
                         else:
                             later.append(call)
                     case StreamUsage():
+                        answered_by = item.model or answered_by
                         usage = StreamUsage(
                             usage.input_tokens + item.input_tokens,
                             usage.output_tokens + item.output_tokens,
@@ -594,6 +628,10 @@ class Driver:
                         )
                     case StreamStop(reason=reason):
                         stop = reason
+                    case StreamRetry():
+                        # the model is asked again: what this turn streamed so far is void
+                        if self.t.partial_from is not None:
+                            await self.emit((TurnRetracted, {"from_seq": self.t.partial_from}))
         except asyncio.CancelledError:
             for task in reads:
                 task.cancel()
@@ -611,17 +649,22 @@ class Driver:
             events.append((RunFailed, {"reason": "error", "message": f"model error: {message}"}))
             await self.emit(*events, status="failed")
             return None
+        cost = cost_usd(price_of(answering, answered_by, agent.prices), usage)
         await self.emit(
             (
                 Usage,
                 {
-                    "model": agent.model.name,
+                    "model": answered_by or agent.model.name,
                     "input_tokens": usage.input_tokens,
                     "output_tokens": usage.output_tokens,
                     "cache_read_tokens": usage.cache_read_tokens,
                     "cache_write_tokens": usage.cache_write_tokens,
                     "total_input_tokens": self.t.input_tokens + usage.input_tokens,
                     "total_output_tokens": self.t.output_tokens + usage.output_tokens,
+                    "tier": plan.tier,
+                    "effort": plan.effort,
+                    "cost_usd": cost,
+                    "total_cost_usd": self.t.cost_usd + (cost or Decimal(0)),
                 },
             ),
             (TurnComplete, {"stop_reason": stop}),

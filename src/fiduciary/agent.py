@@ -25,7 +25,9 @@ from .clock import Clock, SystemClock
 from .events import Event, RunStarted, UserMessage
 from .exceptions import ApprovalError, ConfigurationError, RunError
 from .guards import Guard, default_guards
-from .models.base import Model
+from .models.base import Model, UserTextMessage
+from .models.pricing import PriceTable
+from .models.tiers import Effort, Tier, plan_turn
 from .policy import Policy
 from .redaction import Redactor
 from .registry import PLAN_FIRST_KINDS, Authorize, CallScope, Registry
@@ -67,10 +69,19 @@ class Agent:
         redactor: Redactor | None = None,
         model_settings: Mapping[str, Any] | None = None,
         lease_seconds: float = 30.0,
+        model_tier: Tier | None = None,
+        thinking_effort: Effort | None = None,
+        budget_usd: Decimal | str | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
         self.model = model
+        # tier and effort are chosen per turn (models/tiers.py) unless fixed here
+        self.model_tier: Tier | None = model_tier
+        self.thinking_effort: Effort | None = thinking_effort
+        self.budget_usd = _budget(budget_usd)
+        self.prices = prices
         self.store: Store = store if store is not None else MemoryStore()
         self.policy = policy or Policy()
         self.clock: Clock = clock or SystemClock()
@@ -152,6 +163,14 @@ class Agent:
                 raise RunError("invalid", f"unknown capabilities: {', '.join(unknown)}")
             names = wanted
         kinds = sorted(k.value for k in (PLAN_FIRST_KINDS if plan_first else frozenset(Kind)))
+        plan = plan_turn(
+            [c for n in names if (c := self.registry.get(n)) is not None],
+            [UserTextMessage(message)],
+            allowed_kinds=kinds,
+            settings=self.model_settings,
+            tier=self.model_tier,
+            effort=self.thinking_effort,
+        )
         now = self.clock.now()
         rid = run_id or uuid4()
         run = RunRecord(
@@ -175,6 +194,8 @@ class Agent:
                 capabilities=names,
                 model=self.model.name,
                 allowed_kinds=kinds,
+                tier=plan.tier,
+                effort=plan.effort,
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=self.redactor.redact_text(message)),
         ]
@@ -588,6 +609,18 @@ class _Held:
 
 def _principal(value: Principal | str) -> Principal:
     return value if isinstance(value, Principal) else Principal(value)
+
+
+def _budget(value: Decimal | str | None) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        budget = Decimal(str(value))
+    except InvalidOperation as exc:
+        raise ConfigurationError(f"budget_usd must be a number of dollars, not {value!r}") from exc
+    if not budget.is_finite() or budget < 0:
+        raise ConfigurationError("budget_usd must be a finite, non-negative amount")
+    return budget
 
 
 def _digest(args: dict[str, Any]) -> str:

@@ -76,6 +76,8 @@ class RunStarted(EventBase):
     capabilities: list[str]
     model: str
     allowed_kinds: list[str]
+    tier: str | None = None  # fast | standard | powerful, from the riskiest callable capability
+    effort: str | None = None  # low | medium | high, from the first message's complexity
 
 
 class UserMessage(EventBase):
@@ -196,6 +198,9 @@ class Compaction(EventBase):
 
 
 class Usage(EventBase):
+    """One model call: ``model`` answered it (a tiered model's choice), at ``cost_usd`` (None
+    when the model has no known price); ``total_cost_usd`` is the run's spend so far."""
+
     type: Literal["usage"] = "usage"
     model: str
     input_tokens: int = 0
@@ -204,6 +209,10 @@ class Usage(EventBase):
     cache_write_tokens: int = 0
     total_input_tokens: int = 0
     total_output_tokens: int = 0
+    tier: str | None = None
+    effort: str | None = None
+    cost_usd: Decimal | None = None
+    total_cost_usd: Decimal | None = None
 
 
 class TurnComplete(EventBase):
@@ -224,6 +233,7 @@ class RunCompleted(EventBase):
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
+    cost_usd: Decimal | None = None
 
 
 class RunFailed(EventBase):

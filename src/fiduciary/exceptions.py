@@ -10,6 +10,7 @@ FiduciaryError
 │   ├── StaleEpochError       an append from a worker whose lease was taken over (fencing)
 │   └── ConflictError         a uniqueness rule held (a seq already written, a key already used)
 └── ModelError                the model could not be reached or answered something unusable
+                              (``code`` says why; ``retryable`` and ``retry_after`` guide retries)
 ```
 
 A run suspended for approval is not an error: ``Agent.run`` simply ends after the
@@ -91,4 +92,28 @@ class ConflictError(StoreError):
 
 
 class ModelError(FiduciaryError):
-    """The model could not be reached or its answer could not be used."""
+    """The model could not be reached or its answer could not be used.
+
+    Provider errors (SDK exceptions, HTTP statuses, broken streams) are translated into this at the
+    provider's boundary. ``code`` is one of: ``rate_limited``, ``overloaded``, ``server_error``,
+    ``connection``, ``timeout``, ``stream_cut``, ``auth``, ``bad_request``, ``not_found``,
+    ``quota``, ``unavailable`` (a CLI binary is missing), ``invalid_output`` or ``error``.
+    ``retryable`` says whether asking again may succeed; ``retry_after`` is the wait in seconds
+    the provider asked for, when it did.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "error",
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status

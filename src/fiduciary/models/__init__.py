@@ -1,6 +1,28 @@
-"""Models: the ``Model`` seam and its implementations."""
+"""Models: the ``Model`` seam and its implementations.
 
-from .base import Model, ModelEvent, ModelRequest
+Provider models (``anthropic``, ``openai``, ``cli_agents``) are imported only when used: name
+them with ``resolve_model("anthropic:claude-sonnet-4-5")``.
+"""
+
+from .base import Model, ModelEvent, ModelRequest, StructuredModel
+from .pricing import Price, PriceTable
+from .registry import model_from_env, resolve_model
+from .retry import RetryPolicy
 from .scripted import ScriptedModel
+from .tiers import TieredModel, choose_effort, choose_tier
 
-__all__ = ["Model", "ModelEvent", "ModelRequest", "ScriptedModel"]
+__all__ = [
+    "Model",
+    "ModelEvent",
+    "ModelRequest",
+    "Price",
+    "PriceTable",
+    "RetryPolicy",
+    "ScriptedModel",
+    "StructuredModel",
+    "TieredModel",
+    "choose_effort",
+    "choose_tier",
+    "model_from_env",
+    "resolve_model",
+]

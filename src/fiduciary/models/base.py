@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "AssistantMessage",
@@ -16,12 +16,14 @@ __all__ = [
     "Model",
     "ModelEvent",
     "ModelRequest",
+    "StreamRetry",
     "StreamStop",
     "StreamTextDelta",
     "StreamThinkingDelta",
     "StreamThinkingDone",
     "StreamToolCall",
     "StreamUsage",
+    "StructuredModel",
     "TextPart",
     "ThinkingPart",
     "ToolResult",
@@ -98,6 +100,13 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
+    """What a model is asked: system layers (stable first), the conversation, the tools.
+
+    ``settings`` keys every provider understands: ``max_tokens``, ``temperature``, ``tier``
+    (``fast`` | ``standard`` | ``powerful``, read by ``TieredModel``) and ``effort`` (``low`` |
+    ``medium`` | ``high``, the thinking / reasoning effort). Unknown keys are ignored.
+    """
+
     system: tuple[str, ...]
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
@@ -135,15 +144,32 @@ class StreamToolCall:
 
 @dataclass(frozen=True, slots=True)
 class StreamUsage:
+    """Tokens of one model call. ``input_tokens`` counts only the input that was neither read
+    from nor written to the cache, so each count is priced at its own rate. ``model`` names the
+    model that answered when it differs from the ``Model``'s own name (a tiered model)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StreamStop:
     reason: str  # end_turn | tool_use | max_tokens | refusal | ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRetry:
+    """The call failed part-way and is being asked again: drop what this stream yielded so far.
+
+    Only sent when text or thinking had already been yielded; never after a tool call (a stream
+    that produced tool calls is not retried).
+    """
+
+    attempt: int
+    reason: str
 
 
 ModelEvent = (
@@ -153,6 +179,7 @@ ModelEvent = (
     | StreamToolCall
     | StreamUsage
     | StreamStop
+    | StreamRetry
 )
 
 
@@ -163,3 +190,17 @@ class Model(Protocol):
     def name(self) -> str: ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+
+@runtime_checkable
+class StructuredModel(Protocol):
+    """A model that can also answer with one JSON value matching a schema (judges, summaries).
+
+    Providers use their native JSON-schema mode; the answer is parsed, not trusted: a caller
+    validates it against its own types.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any: ...

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._text import NOTES_MARKER
+from ..exceptions import ModelError
 from .base import (
     AssistantMessage,
     ModelEvent,
@@ -27,6 +28,7 @@ from .base import (
     ToolResultsMessage,
     UserTextMessage,
 )
+from .pricing import Price
 
 __all__ = ["Call", "Reply", "Results", "Script", "ScriptedModel", "ToolCalls"]
 
@@ -124,12 +126,17 @@ class ScriptedModel:
         name: str = "scripted",
         fallback: str = "I can only follow my scripts, and none matches this request.",
         keep_requests: int = 100,
+        json_answer: Any = None,
+        price: Price | None = None,
     ) -> None:
         self._scripts = list(scripts)
         self._name = name
         self._fallback = fallback
         # the latest requests, for tests to inspect (bounded: a long-lived process must not grow)
         self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
+        # what complete_json answers: a value, or a function of (system, prompt, schema)
+        self._json_answer = json_answer
+        self.price = price  # what its "tokens" cost, to test budgets (free by default)
 
     @property
     def name(self) -> str:
@@ -176,6 +183,15 @@ class ScriptedModel:
             yield StreamTextDelta(text[start : start + size])
         yield StreamUsage(input_tokens=input_tokens, output_tokens=max(1, len(text) // 4))
         yield StreamStop("end_turn")
+
+    async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
+        """The scripted JSON answer (``json_answer``), or a ``ModelError`` when there is none."""
+        answer = self._json_answer
+        if callable(answer):
+            answer = answer(system, prompt, schema)
+        if answer is None:
+            raise ModelError(f"{self._name} has no scripted JSON answer", code="invalid_output")
+        return json.loads(json.dumps(answer, default=str))  # a copy, as JSON would give it
 
 
 def _estimate_tokens(request: ModelRequest) -> int:

@@ -1,0 +1,770 @@
+"""CLI agents as models: ``claude`` (print mode, stream-json) and ``codex exec --json``.
+
+Each model turn runs the CLI once, with the whole conversation in its prompt, and ends it as soon
+as the model has proposed its tool calls: fiduciary, not the CLI, runs them (through its gates)
+and gives the results in the next turn. Nothing of a CLI session survives a turn, so a run resumes
+in any process.
+
+- ``claude``: fiduciary's capabilities are offered through an MCP config naming a small stdio MCP
+  server (``python -m fiduciary.models._mcp_proposals SPEC``) that lists them and *never runs
+  them*: a call is only recorded. Built-in tools are switched off. With partial
+  messages on, text and thinking stream token by token and the end of the model's message is
+  seen exactly.
+- ``codex exec --json``: the capabilities are described in the prompt, with a JSON reply format
+  for calls; the agent runs in an empty directory under a read-only sandbox.
+
+These models run only where the binary exists; otherwise a request fails with
+``ModelError(code="unavailable")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ModelError
+from ._mcp_proposals import DEFERRED_RESULT, MCP_SERVER, serve_proposals
+from .base import (
+    AssistantMessage,
+    Message,
+    ModelEvent,
+    ModelRequest,
+    StreamStop,
+    StreamTextDelta,
+    StreamThinkingDelta,
+    StreamThinkingDone,
+    StreamToolCall,
+    StreamUsage,
+    TextPart,
+    ThinkingPart,
+    ToolResultsMessage,
+    ToolSpec,
+    ToolUsePart,
+    UserTextMessage,
+)
+from .pricing import Price
+from .retry import RetryPolicy, classify_status, retry_call, retry_stream
+
+__all__ = [
+    "DEFERRED_RESULT",
+    "ClaudeCLIModel",
+    "CodexCLIModel",
+    "parse_tool_calls",
+    "render_transcript",
+    "serve_proposals",
+]
+
+MCP_PREFIX = f"mcp__{MCP_SERVER}__"
+_STDOUT_LIMIT = 1 << 24  # one JSON line may carry a long message
+
+
+# --- the conversation as a prompt --------------------------------------------------------------
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    """The conversation as text for a CLI agent (which keeps no state between turns)."""
+    lines: list[str] = []
+    for message in messages:
+        if isinstance(message, UserTextMessage):
+            lines += ["<user>", message.text, "</user>"]
+        elif isinstance(message, AssistantMessage):
+            body: list[str] = []
+            for part in message.parts:
+                if isinstance(part, TextPart) and part.text:
+                    body.append(part.text)
+                elif isinstance(part, ToolUsePart):
+                    args = json.dumps(part.input, sort_keys=True)
+                    body.append(f'<tool_call id="{part.id}" name="{part.name}">{args}</tool_call>')
+                elif isinstance(part, ThinkingPart):
+                    continue  # not sent back: only the provider that made it can verify it
+            if body:
+                lines += ["<assistant>", *body, "</assistant>"]
+        elif isinstance(message, ToolResultsMessage):
+            for r in message.results:
+                status = ' error="true"' if r.is_error else ""
+                lines += [
+                    f'<tool_result id="{r.tool_use_id}"{status}>',
+                    r.content,
+                    "</tool_result>",
+                ]
+    return "\n".join(lines)
+
+
+# --- the subprocess ------------------------------------------------------------------------------
+
+
+async def _json_lines(
+    args: Sequence[str],
+    stdin: str,
+    *,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    stderr_tail: list[str],
+) -> AsyncGenerator[dict[str, Any], None]:
+    """Run a CLI and yield the JSON objects it prints, one per line; kill it when closed early."""
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        limit=_STDOUT_LIMIT,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    err = proc.stderr
+
+    async def drain_stderr() -> None:
+        while chunk := await err.read(4096):
+            stderr_tail.append(chunk.decode(errors="replace"))
+            while sum(len(s) for s in stderr_tail) > 4000:
+                stderr_tail.pop(0)
+
+    errors = asyncio.create_task(drain_stderr())
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin.encode())
+            await proc.stdin.drain()
+            proc.stdin.close()
+        async for raw in proc.stdout:
+            line = raw.strip()
+            if not line.startswith(b"{"):
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                yield data
+        await proc.wait()
+        await errors
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        if not errors.done():
+            errors.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await errors
+
+
+def _which(executable: str, name: str) -> str:
+    found = shutil.which(executable)
+    if found is None:
+        raise ModelError(
+            f"{name}: the {executable!r} command was not found on PATH", code="unavailable"
+        )
+    return found
+
+
+def _tail(stderr: list[str]) -> str:
+    return "".join(stderr).strip().splitlines()[-1][:300] if "".join(stderr).strip() else ""
+
+
+# --- claude -------------------------------------------------------------------------------------
+
+
+class ClaudeCLIModel:
+    """The ``claude`` CLI in print mode as a model (``claude-cli:sonnet``)."""
+
+    def __init__(
+        self,
+        model: str = "sonnet",
+        *,
+        executable: str = "claude",
+        extra_args: Sequence[str] = (),
+        partial_messages: bool = True,
+        timeout: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+        retry: RetryPolicy | None = None,
+        price: Price | None = None,
+    ) -> None:
+        self.model = model
+        self.price = price
+        self._executable = executable
+        self._extra = list(extra_args)
+        self._partial = partial_messages
+        self._timeout = timeout
+        self._env = env
+        self._python = python
+        self._retry = retry or RetryPolicy(max_attempts=2)
+
+    @property
+    def name(self) -> str:
+        return f"claude-cli:{self.model}"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        return retry_stream(lambda: self._attempt(request), self._retry, model=self.name)
+
+    def _args(self, exe: str, system: str, mcp_config: str, effort: str | None) -> list[str]:
+        args = [exe, "-p", "--output-format", "stream-json", "--verbose", "--model", self.model]
+        if self._partial:
+            args.append("--include-partial-messages")
+        args += [
+            "--system-prompt",
+            system,
+            "--tools",
+            "",
+            "--strict-mcp-config",
+            "--mcp-config",
+            mcp_config,
+            "--allowedTools",
+            f"mcp__{MCP_SERVER}",
+            "--no-session-persistence",
+            "--disable-slash-commands",
+        ]
+        if effort is not None:
+            args += ["--effort", effort]
+        return args + self._extra
+
+    def _system(self, request: ModelRequest) -> str:
+        layers = [s for s in request.system if s]
+        if request.tools:
+            layers.append(
+                f"Your tools are those of the MCP server {MCP_SERVER!r}. When you call tools, call "
+                "every one you need now and then end your turn: fiduciary checks and runs them and "
+                "gives you their results in the next message. Never assume a call happened."
+            )
+        return "\n\n".join(layers)
+
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        exe = _which(self._executable, self.name)
+        effort = request.settings.get("effort")
+        with tempfile.TemporaryDirectory(prefix="fiduciary-claude-") as tmp:
+            spec = Path(tmp) / "tools.json"
+            spec.write_text(json.dumps([_tool_json(t) for t in request.tools]), encoding="utf-8")
+            servers: dict[str, Any] = {}
+            if request.tools:
+                servers[MCP_SERVER] = {
+                    "type": "stdio",
+                    "command": self._python,
+                    "args": ["-m", "fiduciary.models._mcp_proposals", str(spec)],
+                }
+            config = Path(tmp) / "mcp.json"
+            config.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+            args = self._args(
+                exe,
+                self._system(request),
+                str(config),
+                effort if effort in ("low", "medium", "high") else None,
+            )
+            prompt = render_transcript(request.messages)
+            turn = ClaudeStreamTurn(self.name)
+            stderr: list[str] = []
+            lines = _json_lines(args, prompt, cwd=tmp, env=self._env, stderr_tail=stderr)
+            try:
+                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
+                    async for data in lines:
+                        for event in turn.feed(data):
+                            yield event
+                        if turn.finished:
+                            break
+            except TimeoutError as exc:
+                raise ModelError(
+                    f"{self.name}: no answer within {self._timeout:.0f}s",
+                    code="timeout",
+                    retryable=True,
+                ) from exc
+            for event in turn.finish(_tail(stderr)):
+                yield event
+
+    async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
+        """One JSON value matching ``schema``, through ``--json-schema``."""
+
+        async def once() -> Any:
+            exe = _which(self._executable, self.name)
+            with tempfile.TemporaryDirectory(prefix="fiduciary-claude-") as tmp:
+                args = [
+                    exe,
+                    "-p",
+                    "--output-format",
+                    "stream-json",
+                    "--verbose",
+                    "--model",
+                    self.model,
+                    "--system-prompt",
+                    system,
+                    "--json-schema",
+                    json.dumps(schema),
+                    "--tools",
+                    "",
+                    "--strict-mcp-config",
+                    "--mcp-config",
+                    json.dumps({"mcpServers": {}}),
+                    "--no-session-persistence",
+                    *self._extra,
+                ]
+                stderr: list[str] = []
+                result: dict[str, Any] | None = None
+                lines = _json_lines(args, prompt, cwd=tmp, env=self._env, stderr_tail=stderr)
+                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
+                    async for data in lines:
+                        if data.get("type") == "result":
+                            result = data
+            if result is None:
+                raise ModelError(f"{self.name}: no result ({_tail(stderr)})", code="error")
+            _raise_for_result(self.name, result)
+            value = result.get("structured_output")
+            if value is None:
+                try:
+                    value = json.loads(str(result.get("result", "")))
+                except ValueError as exc:
+                    raise ModelError(
+                        f"{self.name} did not answer with JSON", code="invalid_output"
+                    ) from exc
+            return value
+
+        return await retry_call(once, self._retry, model=self.name)
+
+
+def _tool_json(tool: ToolSpec) -> dict[str, Any]:
+    return {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+
+
+def _raise_for_result(model: str, result: Mapping[str, Any]) -> None:
+    if result.get("subtype") == "success" and not result.get("is_error"):
+        return
+    status = result.get("api_error_status")
+    code, retryable = classify_status(status if isinstance(status, int) else None, None)
+    errors = result.get("errors") or result.get("result") or result.get("subtype")
+    raise ModelError(f"{model}: {errors}", code=code, retryable=retryable)
+
+
+@dataclass
+class _CliBlock:
+    kind: str
+    ordinal: int = 0
+    id: str = ""
+    name: str = ""
+    pieces: list[str] = field(default_factory=list)
+    signature: str = ""
+    said: bool = False
+
+
+class ClaudeStreamTurn:
+    """Folds the CLI's stream-json lines into fiduciary's model events.
+
+    With ``--include-partial-messages`` the raw Messages API events arrive as ``stream_event``
+    lines and are used (token streaming, an exact end of message); without, the complete
+    ``assistant`` lines are. ``finished`` turns true once the model's message has ended with tool
+    calls: the caller then stops the CLI before it goes on.
+    """
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._partial = False
+        self._blocks: dict[int, _CliBlock] = {}
+        self._thinking = 0
+        self._calls: list[str] = []
+        self._usage = StreamUsage()
+        self._stop = "end_turn"
+        self._message_done = False
+        self._last_message: str | None = None
+        self._result: dict[str, Any] | None = None
+        self.finished = False
+
+    def feed(self, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
+        kind = data.get("type")
+        if kind == "stream_event" and not data.get("parent_tool_use_id"):
+            self._partial = True
+            event = data.get("event")
+            if isinstance(event, Mapping):
+                yield from self._raw(event)
+        elif kind == "assistant" and not self._partial and not data.get("parent_tool_use_id"):
+            message = data.get("message")
+            if isinstance(message, Mapping):
+                yield from self._assistant(message)
+        elif kind in ("user", "result") and self._calls and not self._partial:
+            self.finished = True  # the CLI has begun running the calls: the message is over
+        if kind == "result":
+            self._result = dict(data)
+            self.finished = True
+
+    # partial messages: the Messages API stream, as dicts
+    def _raw(self, event: Mapping[str, Any]) -> Iterator[ModelEvent]:
+        kind = event.get("type")
+        index = event.get("index", 0)
+        if kind == "message_start":
+            self._blocks.clear()
+            usage = (event.get("message") or {}).get("usage") or {}
+            self._usage = _usage(usage)
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            yield from self._open(index, block)
+        elif kind == "content_block_delta":
+            state = self._blocks.get(index)
+            delta = event.get("delta") or {}
+            if state is None:
+                return
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                yield StreamTextDelta(str(delta["text"]))
+            elif delta.get("type") == "thinking_delta":
+                state.said = True
+                yield StreamThinkingDelta(str(delta.get("thinking", "")), state.ordinal)
+            elif delta.get("type") == "signature_delta":
+                state.signature += str(delta.get("signature", ""))
+            elif delta.get("type") == "input_json_delta":
+                state.pieces.append(str(delta.get("partial_json", "")))
+        elif kind == "content_block_stop":
+            yield from self._close(index)
+        elif kind == "message_delta":
+            stop = (event.get("delta") or {}).get("stop_reason")
+            if stop:
+                self._stop = str(stop)
+            usage = event.get("usage") or {}
+            self._usage = _usage({**_usage_dict(self._usage), **usage})
+        elif kind == "message_stop":
+            self._message_done = True
+            if self._calls:
+                self.finished = True
+
+    def _open(self, index: int, block: Mapping[str, Any]) -> Iterator[ModelEvent]:
+        kind = block.get("type")
+        if kind == "text":
+            self._blocks[index] = _CliBlock("text")
+            if block.get("text"):
+                yield StreamTextDelta(str(block["text"]))
+        elif kind in ("thinking", "redacted_thinking"):
+            self._blocks[index] = _CliBlock(
+                str(kind), ordinal=self._thinking, signature=str(block.get("signature", ""))
+            )
+            self._thinking += 1
+        elif kind == "tool_use":
+            self._blocks[index] = _CliBlock(
+                "tool", id=str(block.get("id", "")), name=str(block.get("name", ""))
+            )
+        else:
+            self._blocks[index] = _CliBlock("other")
+
+    def _close(self, index: int) -> Iterator[ModelEvent]:
+        state = self._blocks.pop(index, None)
+        if state is None:
+            return
+        if state.kind == "tool":
+            yield from self._call(state.id, state.name, "".join(state.pieces) or "{}")
+        elif state.kind in ("thinking", "redacted_thinking"):
+            if not state.said:
+                yield StreamThinkingDelta("", state.ordinal)
+            yield StreamThinkingDone(state.ordinal, None)
+
+    def _call(self, call_id: str, name: str, arguments: str) -> Iterator[ModelEvent]:
+        if call_id in self._calls:
+            return
+        self._calls.append(call_id)
+        plain = name[len(MCP_PREFIX) :] if name.startswith(MCP_PREFIX) else name
+        yield StreamToolCall(id=call_id, name=plain, arguments=arguments)
+
+    # complete messages (no partial messages): one content block or more per line
+    def _assistant(self, message: Mapping[str, Any]) -> Iterator[ModelEvent]:
+        message_id = message.get("id")
+        if self._calls and message_id != self._last_message:
+            self.finished = True  # a new message after tool calls: the CLI went on
+            return
+        self._last_message = str(message_id) if message_id is not None else None
+        usage = message.get("usage")
+        if isinstance(usage, Mapping):
+            self._usage = _usage(usage)
+        for block in message.get("content") or []:
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "text" and block.get("text"):
+                yield StreamTextDelta(str(block["text"]))
+            elif kind in ("thinking", "redacted_thinking"):
+                ordinal = self._thinking
+                self._thinking += 1
+                yield StreamThinkingDelta(str(block.get("thinking", "")), ordinal)
+                yield StreamThinkingDone(ordinal, None)
+            elif kind == "tool_use":
+                arguments = json.dumps(block.get("input") or {})
+                yield from self._call(
+                    str(block.get("id", "")), str(block.get("name", "")), arguments
+                )
+        stop = message.get("stop_reason")
+        if stop:
+            self._stop = str(stop)
+
+    def finish(self, stderr: str = "") -> Iterator[ModelEvent]:
+        result = self._result
+        if result is not None and not self._calls:
+            _raise_for_result(self._model, result)
+            usage = result.get("usage")
+            if isinstance(usage, Mapping):
+                self._usage = _usage(usage)
+        elif not self._calls and result is None:
+            raise ModelError(
+                f"{self._model}: the CLI ended without a result"
+                + (f" ({stderr})" if stderr else ""),
+                code="error",
+            )
+        yield self._usage
+        if self._calls:
+            yield StreamStop("tool_use")
+        else:
+            yield StreamStop(self._stop if self._stop != "tool_use" else "end_turn")
+
+
+def _usage(usage: Mapping[str, Any]) -> StreamUsage:
+    def number(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) else 0
+
+    return StreamUsage(
+        input_tokens=number("input_tokens"),
+        output_tokens=number("output_tokens"),
+        cache_read_tokens=number("cache_read_input_tokens"),
+        cache_write_tokens=number("cache_creation_input_tokens"),
+    )
+
+
+def _usage_dict(usage: StreamUsage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+    }
+
+
+# --- codex --------------------------------------------------------------------------------------
+
+_CALL_FORMAT = (
+    "You act only through the tools below; you cannot run them yourself, and you must not run "
+    "commands or edit files. To call tools, reply with one JSON object and nothing else:\n"
+    '{"tool_calls": [{"name": "<tool>", "arguments": {...}}]}\n'
+    "List every call you need now; their results come in the next message. Otherwise reply with "
+    "your answer to the person in plain text. Never claim a call happened unless a tool result "
+    "says so."
+)
+
+
+class CodexCLIModel:
+    """``codex exec --json`` as a model (``codex-cli:gpt-5.3-codex``)."""
+
+    def __init__(
+        self,
+        model: str = "gpt-5.3-codex",
+        *,
+        executable: str = "codex",
+        extra_args: Sequence[str] = (),
+        timeout: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        price: Price | None = None,
+    ) -> None:
+        self.model = model
+        self.price = price
+        self._executable = executable
+        self._extra = list(extra_args)
+        self._timeout = timeout
+        self._env = env
+        self._retry = retry or RetryPolicy(max_attempts=2)
+
+    @property
+    def name(self) -> str:
+        return f"codex-cli:{self.model}"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        return retry_stream(lambda: self._attempt(request), self._retry, model=self.name)
+
+    def _args(self, exe: str, workdir: str, effort: str | None, schema: str | None) -> list[str]:
+        args = [
+            exe,
+            "exec",
+            "--json",
+            "--model",
+            self.model,
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "--sandbox",
+            "read-only",
+            "--cd",
+            workdir,
+        ]
+        if effort is not None:
+            args += ["-c", f'model_reasoning_effort="{effort}"']
+        if schema is not None:
+            args += ["--output-schema", schema]
+        return [*args, *self._extra, "-"]
+
+    def prompt(self, request: ModelRequest) -> str:
+        parts = [s for s in request.system if s]
+        if request.tools:
+            tools = "\n".join(
+                f"- {t.name}: {t.description}\n  arguments (JSON schema): "
+                f"{json.dumps(t.input_schema, sort_keys=True)}"
+                for t in request.tools
+            )
+            parts += [_CALL_FORMAT, "Tools:\n" + tools]
+        parts.append("The conversation so far:\n" + render_transcript(request.messages))
+        parts.append("Reply now as the assistant.")
+        return "\n\n".join(parts)
+
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        exe = _which(self._executable, self.name)
+        effort = request.settings.get("effort")
+        known = {t.name for t in request.tools}
+        with tempfile.TemporaryDirectory(prefix="fiduciary-codex-") as tmp:
+            args = self._args(
+                exe, tmp, effort if effort in ("low", "medium", "high") else None, None
+            )
+            turn = CodexTurn(self.name, known)
+            stderr: list[str] = []
+            lines = _json_lines(
+                args, self.prompt(request), cwd=tmp, env=self._env, stderr_tail=stderr
+            )
+            try:
+                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
+                    async for data in lines:
+                        for event in turn.feed(data):
+                            yield event
+            except TimeoutError as exc:
+                raise ModelError(
+                    f"{self.name}: no answer within {self._timeout:.0f}s",
+                    code="timeout",
+                    retryable=True,
+                ) from exc
+            for event in turn.finish(_tail(stderr)):
+                yield event
+
+    async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
+        """One JSON value matching ``schema``, through ``--output-schema``."""
+
+        async def once() -> Any:
+            exe = _which(self._executable, self.name)
+            with tempfile.TemporaryDirectory(prefix="fiduciary-codex-") as tmp:
+                schema_file = Path(tmp) / "schema.json"
+                schema_file.write_text(json.dumps(schema), encoding="utf-8")
+                args = self._args(exe, tmp, None, str(schema_file))
+                stderr: list[str] = []
+                turn = CodexTurn(self.name, set())
+                text: list[str] = []
+                lines = _json_lines(
+                    args, f"{system}\n\n{prompt}", cwd=tmp, env=self._env, stderr_tail=stderr
+                )
+                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
+                    async for data in lines:
+                        for event in turn.feed(data):
+                            if isinstance(event, StreamTextDelta):
+                                text.append(event.text)
+                list(turn.finish(_tail(stderr)))
+            try:
+                return json.loads("".join(text))
+            except ValueError as exc:
+                raise ModelError(
+                    f"{self.name} did not answer with JSON", code="invalid_output"
+                ) from exc
+
+        return await retry_call(once, self._retry, model=self.name)
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def parse_tool_calls(text: str, known: set[str]) -> list[tuple[str, str]] | None:
+    """``[(name, arguments JSON)]`` when ``text`` is a tool-call reply, else None."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1)
+    if not body.startswith("{"):
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    calls = data.get("tool_calls") if isinstance(data, dict) else None
+    if not isinstance(calls, list) or not calls:
+        return None
+    out: list[tuple[str, str]] = []
+    for call in calls:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        arguments = call.get("arguments", {})
+        out.append(
+            (call["name"], arguments if isinstance(arguments, str) else json.dumps(arguments))
+        )
+    if known and not any(name in known for name, _ in out):
+        return None  # JSON about something else, not a call of ours
+    return out
+
+
+class CodexTurn:
+    """Folds ``codex exec --json`` lines into fiduciary's model events."""
+
+    def __init__(self, model: str, known: set[str]) -> None:
+        self._model = model
+        self._known = known
+        self._thinking = 0
+        self._calls = 0
+        self._usage: StreamUsage | None = None
+        self._error: str | None = None
+        self._completed = False
+
+    def feed(self, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
+        kind = data.get("type")
+        if kind == "item.completed":
+            item = data.get("item") or {}
+            item_type = item.get("type")
+            text = str(item.get("text", ""))
+            if item_type == "reasoning" and text:
+                ordinal = self._thinking
+                self._thinking += 1
+                yield StreamThinkingDelta(text, ordinal)
+                yield StreamThinkingDone(ordinal, None)
+            elif item_type == "agent_message":
+                calls = parse_tool_calls(text, self._known)
+                if calls is None:
+                    if text:
+                        yield StreamTextDelta(text)
+                else:
+                    for name, arguments in calls:
+                        self._calls += 1
+                        yield StreamToolCall(
+                            id=f"call_{uuid.uuid4().hex[:16]}", name=name, arguments=arguments
+                        )
+        elif kind == "turn.completed":
+            usage = data.get("usage") or {}
+            cached = int(usage.get("cached_input_tokens") or 0)
+            self._usage = StreamUsage(
+                input_tokens=max(0, int(usage.get("input_tokens") or 0) - cached),
+                output_tokens=int(usage.get("output_tokens") or 0),
+                cache_read_tokens=cached,
+            )
+            self._completed = True
+        elif kind == "turn.failed":
+            error = data.get("error") or {}
+            self._error = str(error.get("message", "the turn failed"))
+        elif kind == "error":
+            self._error = str(data.get("message", "error"))
+
+    def finish(self, stderr: str = "") -> Iterator[ModelEvent]:
+        if self._error is not None or not self._completed:
+            message = self._error or "the CLI ended without completing its turn"
+            lowered = message.lower()
+            retryable = any(
+                w in lowered for w in ("rate limit", "overloaded", "429", "503", "timeout")
+            )
+            raise ModelError(
+                f"{self._model}: {message}"
+                + (f" ({stderr})" if stderr and not self._error else ""),
+                code="rate_limited" if "rate limit" in lowered or "429" in lowered else "error",
+                retryable=retryable,
+            )
+        if self._usage is not None:
+            yield self._usage
+        yield StreamStop("tool_use" if self._calls else "end_turn")

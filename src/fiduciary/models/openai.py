@@ -1,0 +1,813 @@
+"""OpenAI models, and any OpenAI-compatible server, through the official ``openai`` SDK.
+
+Two APIs, both streamed:
+
+- the Responses API (``api="responses"``, the default for OpenAI): text, parallel function calls
+  with arguments in pieces, reasoning summaries kept as thinking with the encrypted reasoning
+  item as its signature (sent back on the next request: ``store`` is off), reasoning effort,
+  cached tokens in usage;
+- Chat Completions (``api="chat"``, always used for compatible servers: Ollama, vLLM, llama.cpp
+  server, LM Studio): text, tool-call deltas, ``reasoning_effort``, usage through
+  ``stream_options.include_usage``. Servers differ; this tolerates a stream without usage, tool
+  calls in one piece or without an index, and a ``reasoning_content`` side channel.
+
+Keys are read from the environment at each request (``OPENAI_API_KEY``; for a compatible server,
+only the variable named by ``api_key_env``, never OpenAI's own key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+try:
+    import openai
+    from openai.types.chat import (
+        ChatCompletionChunk,
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessageParam,
+    )
+    from openai.types.responses import (
+        FunctionToolParam,
+        ResponseCompletedEvent,
+        ResponseErrorEvent,
+        ResponseFailedEvent,
+        ResponseFunctionCallArgumentsDeltaEvent,
+        ResponseFunctionToolCall,
+        ResponseIncompleteEvent,
+        ResponseInputItemParam,
+        ResponseOutputItemAddedEvent,
+        ResponseOutputItemDoneEvent,
+        ResponseReasoningItem,
+        ResponseReasoningSummaryPartAddedEvent,
+        ResponseReasoningSummaryTextDeltaEvent,
+        ResponseReasoningTextDeltaEvent,
+        ResponseRefusalDeltaEvent,
+        ResponseStreamEvent,
+        ResponseTextDeltaEvent,
+        ResponseUsage,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "fiduciary's OpenAI models need the openai SDK: pip install 'fiduciary[openai]'"
+    ) from exc
+
+from ..exceptions import ModelError
+from .base import (
+    AssistantMessage,
+    Message,
+    ModelEvent,
+    ModelRequest,
+    StreamStop,
+    StreamTextDelta,
+    StreamThinkingDelta,
+    StreamThinkingDone,
+    StreamToolCall,
+    StreamUsage,
+    TextPart,
+    ThinkingPart,
+    ToolResultsMessage,
+    ToolSpec,
+    ToolUsePart,
+    UserTextMessage,
+)
+from .pricing import Price
+from .retry import (
+    RetryPolicy,
+    classify_status,
+    is_transport_error,
+    parse_retry_after,
+    retry_call,
+    retry_stream,
+    transport_error,
+)
+
+if TYPE_CHECKING:
+    import httpx2
+
+__all__ = ["OpenAIModel", "is_reasoning_model", "openai_compatible"]
+
+Api = Literal["responses", "chat"]
+_EFFORTS = ("low", "medium", "high")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """OpenAI's reasoning models (o-series, gpt-5 family) take a reasoning effort."""
+    name = model.rsplit("/", 1)[-1].lower()
+    return name.startswith(("o1", "o3", "o4", "gpt-5", "codex"))
+
+
+class OpenAIModel:
+    """An OpenAI model, or one served by an OpenAI-compatible server (``compatible=True``)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api: Api = "responses",
+        base_url: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        api_key: Callable[[], str | None] | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        compatible: bool = False,
+        reasoning: bool | None = None,
+        max_tokens: int | None = None,
+        include_usage: bool = True,
+        strict_json: bool = True,
+        retry: RetryPolicy | None = None,
+        timeout: float = 600.0,
+        price: Price | None = None,
+    ) -> None:
+        if compatible and base_url is None:
+            raise ValueError("an OpenAI-compatible model needs a base_url")
+        self.model = model
+        self.api: Api = "chat" if compatible else api
+        self.base_url = base_url
+        self.compatible = compatible
+        self.price = price
+        self._api_key_env = api_key_env
+        self._api_key = api_key
+        self._http = http_client
+        self._owns_http = http_client is None
+        self._reasoning = is_reasoning_model(model) if reasoning is None else reasoning
+        self._max_tokens = max_tokens
+        self._include_usage = include_usage
+        self._strict_json = strict_json
+        self._retry = retry or RetryPolicy()
+        self._timeout = timeout
+
+    @property
+    def name(self) -> str:
+        if self.compatible:
+            return f"openai-compatible:{self.model}@{self.base_url}"
+        return f"openai:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.model!r}, api={self.api!r}, base_url={self.base_url!r})"
+
+    # --- the client, made per request ------------------------------------------------------
+    def _client(self) -> openai.AsyncOpenAI:
+        key: str | None
+        if self._api_key is not None:
+            key = self._api_key()
+        elif self._api_key_env:
+            key = os.environ.get(self._api_key_env)
+        else:
+            key = None
+        if not key:
+            if not self.compatible:
+                raise ModelError(f"{self.name}: no API key; set {self._api_key_env}", code="auth")
+            key = "not-needed"  # local servers ignore it, and the SDK needs one
+        if self._http is None:
+            self._http = openai.DefaultAsyncHttpxClient()
+        return openai.AsyncOpenAI(
+            api_key=key,
+            base_url=self.base_url if self.base_url is not None else openai.not_given,
+            http_client=self._http,
+            max_retries=0,
+            timeout=self._timeout,
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool this model opened (not one it was given)."""
+        if self._http is not None and self._owns_http:
+            await self._http.aclose()
+            self._http = None
+
+    def _effort(self, request: ModelRequest) -> Literal["low", "medium", "high"] | None:
+        if not self._reasoning:
+            return None
+        effort = request.settings.get("effort")
+        if effort == "low":
+            return "low"
+        if effort == "high":
+            return "high"
+        return "medium"
+
+    def _max_output(self, request: ModelRequest) -> int | None:
+        wanted = request.settings.get("max_tokens")
+        return wanted if isinstance(wanted, int) and wanted > 0 else self._max_tokens
+
+    # --- streaming ------------------------------------------------------------------------
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        attempt = self._responses if self.api == "responses" else self._chat
+        return retry_stream(lambda: attempt(request), self._retry, model=self.name)
+
+    async def _responses(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        client = self._client()
+        effort = self._effort(request)
+        max_output = self._max_output(request)
+        temperature = request.settings.get("temperature")
+        instructions = "\n\n".join(s for s in request.system if s)
+        tools = responses_tools(request.tools)
+        turn = ResponsesTurn(self.name)
+        try:
+            stream = await client.responses.create(
+                model=self.model,
+                input=to_responses_input(request.messages),
+                instructions=instructions or openai.omit,
+                tools=tools or openai.omit,
+                parallel_tool_calls=True if tools else openai.omit,
+                store=False,
+                include=["reasoning.encrypted_content"] if self._reasoning else openai.omit,
+                reasoning={"effort": effort, "summary": "auto"} if effort else openai.omit,
+                max_output_tokens=max_output if max_output is not None else openai.omit,
+                temperature=(
+                    float(temperature)
+                    if isinstance(temperature, int | float) and not self._reasoning
+                    else openai.omit
+                ),
+                prompt_cache_key=_cache_key(instructions, request.tools),
+                stream=True,
+            )
+            async with stream:
+                async for event in stream:
+                    for out in turn.feed(event):
+                        yield out
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from exc
+        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
+            raise ModelError(
+                f"{self.name}: the stream carried malformed JSON",
+                code="invalid_output",
+                retryable=True,
+            ) from exc
+        except Exception as exc:
+            if is_transport_error(exc):
+                raise transport_error(exc, self.name) from exc
+            raise
+        for out in turn.finish():
+            yield out
+
+    async def _chat(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        client = self._client()
+        effort = self._effort(request)
+        max_output = self._max_output(request)
+        temperature = request.settings.get("temperature")
+        tools = chat_tools(request.tools)
+        turn = ChatTurn(self.name)
+        try:
+            stream = await client.chat.completions.create(
+                model=self.model,
+                messages=to_chat_messages(request.system, request.messages),
+                tools=tools or openai.omit,
+                # compatible servers are not all ready for these: send only what they need
+                parallel_tool_calls=True if tools and not self.compatible else openai.omit,
+                reasoning_effort=effort if effort else openai.omit,
+                max_completion_tokens=(
+                    max_output if max_output is not None and not self.compatible else openai.omit
+                ),
+                max_tokens=(
+                    max_output if max_output is not None and self.compatible else openai.omit
+                ),
+                temperature=(
+                    float(temperature)
+                    if isinstance(temperature, int | float) and not self._reasoning
+                    else openai.omit
+                ),
+                stream_options={"include_usage": True} if self._include_usage else openai.omit,
+                stream=True,
+            )
+            async with stream:
+                async for chunk in stream:
+                    for out in turn.feed(chunk):
+                        yield out
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from exc
+        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
+            raise ModelError(
+                f"{self.name}: the stream carried malformed JSON",
+                code="invalid_output",
+                retryable=True,
+            ) from exc
+        except Exception as exc:
+            if is_transport_error(exc):
+                raise transport_error(exc, self.name) from exc
+            raise
+        for out in turn.finish():
+            yield out
+
+    # --- structured output ----------------------------------------------------------------
+    async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
+        """One JSON value matching ``schema``, through the API's JSON-schema response format
+        (strict when the schema allows it)."""
+        strict = self._strict_json and is_strict_schema(schema)
+
+        async def once() -> Any:
+            client = self._client()
+            try:
+                if self.api == "responses":
+                    response = await client.responses.create(
+                        model=self.model,
+                        instructions=system or openai.omit,
+                        input=prompt,
+                        store=False,
+                        text={
+                            "format": {
+                                "type": "json_schema",
+                                "name": "answer",
+                                "schema": schema,
+                                "strict": strict,
+                            }
+                        },
+                    )
+                    text = response.output_text
+                    refused = any(
+                        getattr(c, "type", "") == "refusal"
+                        for item in response.output
+                        for c in getattr(item, "content", None) or []
+                    )
+                else:
+                    completion = await client.chat.completions.create(
+                        model=self.model,
+                        messages=[
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": prompt},
+                        ],
+                        response_format={
+                            "type": "json_schema",
+                            "json_schema": {"name": "answer", "schema": schema, "strict": strict},
+                        },
+                    )
+                    message = completion.choices[0].message
+                    text = message.content or ""
+                    refused = bool(message.refusal)
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from exc
+            except Exception as exc:
+                if is_transport_error(exc):
+                    raise transport_error(exc, self.name) from exc
+                raise
+            if refused:
+                raise ModelError(f"{self.name} refused to answer", code="refused")
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise ModelError(
+                    f"{self.name} did not answer with JSON", code="invalid_output"
+                ) from exc
+
+        return await retry_call(once, self._retry, model=self.name)
+
+    # --- errors ---------------------------------------------------------------------------
+    def _error(self, exc: openai.OpenAIError) -> ModelError:
+        if isinstance(exc, openai.APIStatusError):
+            error_type = _error_code(exc.body) or exc.code or exc.type
+            code, retryable = classify_status(exc.status_code, error_type)
+            shown = " ".join(p for p in (error_type, _error_message(exc.body)) if p)
+            return ModelError(
+                f"{self.name}: {exc.status_code} {shown}".strip(),
+                code=code,
+                retryable=retryable,
+                retry_after=parse_retry_after(exc.response.headers),
+                status=exc.status_code,
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return transport_error(exc, self.name)
+        if isinstance(exc, openai.APIError):  # an error inside the stream
+            code, retryable = classify_status(None, exc.code or exc.type)
+            return ModelError(f"{self.name}: {exc.message}", code=code, retryable=retryable)
+        return ModelError(f"{self.name}: {type(exc).__name__}", code="error")
+
+
+def openai_compatible(
+    model: str, base_url: str, *, api_key_env: str | None = None, **options: Any
+) -> OpenAIModel:
+    """A model served by an OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio)."""
+    return OpenAIModel(
+        model, base_url=base_url, compatible=True, api_key_env=api_key_env, **options
+    )
+
+
+def _error_code(body: object) -> str | None:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            for key in ("code", "type"):
+                value = inner.get(key)
+                if isinstance(value, str):
+                    return value
+    return None
+
+
+def _error_message(body: object) -> str:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    return ""
+
+
+def _cache_key(instructions: str, tools: Sequence[ToolSpec]) -> str:
+    """Requests sharing a prefix (instructions + tools) share a key: OpenAI routes them to the
+    same cache."""
+    digest = hashlib.sha256(instructions.encode())
+    for tool in tools:
+        digest.update(tool.name.encode())
+    return "fiduciary-" + digest.hexdigest()[:24]
+
+
+def is_strict_schema(schema: Any) -> bool:
+    """Whether a JSON schema fits OpenAI's strict mode: every object closed, every property
+    required."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "object" or "properties" in schema:
+            properties = schema.get("properties", {})
+            if schema.get("additionalProperties") is not False:
+                return False
+            if set(schema.get("required", [])) != set(properties):
+                return False
+        return all(is_strict_schema(v) for v in schema.values())
+    if isinstance(schema, list):
+        return all(is_strict_schema(v) for v in schema)
+    return True
+
+
+# --- reasoning items travel as a ThinkingPart's signature -------------------------------------
+
+
+def _reasoning_signature(item: ResponseReasoningItem) -> str | None:
+    if not item.encrypted_content:
+        return None
+    return json.dumps({"id": item.id, "encrypted_content": item.encrypted_content})
+
+
+def _reasoning_item(part: ThinkingPart) -> ResponseInputItemParam | None:
+    if not part.signature:
+        return None
+    try:
+        data = json.loads(part.signature)
+    except ValueError:
+        return None  # another provider's signature
+    if not isinstance(data, dict) or "encrypted_content" not in data or "id" not in data:
+        return None
+    summary: list[Any] = [{"type": "summary_text", "text": part.text}] if part.text else []
+    return {
+        "type": "reasoning",
+        "id": str(data["id"]),
+        "summary": summary,
+        "encrypted_content": str(data["encrypted_content"]),
+    }
+
+
+# --- fiduciary messages → Responses input ----------------------------------------------------
+
+
+def responses_tools(tools: Sequence[ToolSpec]) -> list[FunctionToolParam]:
+    return [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": t.input_schema,
+            "strict": False,
+        }
+        for t in tools
+    ]
+
+
+def to_responses_input(messages: Sequence[Message]) -> list[ResponseInputItemParam]:
+    items: list[ResponseInputItemParam] = []
+    for message in messages:
+        if isinstance(message, UserTextMessage):
+            items.append({"role": "user", "content": message.text})
+        elif isinstance(message, ToolResultsMessage):
+            for r in message.results:
+                items.append(
+                    {"type": "function_call_output", "call_id": r.tool_use_id, "output": r.content}
+                )
+        elif isinstance(message, AssistantMessage):
+            for part in message.parts:
+                if isinstance(part, TextPart):
+                    if part.text:
+                        items.append({"role": "assistant", "content": part.text})
+                elif isinstance(part, ThinkingPart):
+                    reasoning = _reasoning_item(part)
+                    if reasoning is not None:
+                        items.append(reasoning)
+                elif isinstance(part, ToolUsePart):
+                    items.append(
+                        {
+                            "type": "function_call",
+                            "call_id": part.id,
+                            "name": part.name,
+                            "arguments": json.dumps(part.input),
+                        }
+                    )
+    return items
+
+
+# --- Responses stream → fiduciary events -----------------------------------------------------
+
+
+@dataclass
+class _Reasoning:
+    ordinal: int
+    said: bool = False
+    parts: int = 0
+
+
+class ResponsesTurn:
+    """Folds one streamed response (``ResponseStreamEvent``s) into fiduciary's model events."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._reasoning: dict[str, _Reasoning] = {}
+        self._thinking = 0
+        self._calls: dict[str, ResponseFunctionToolCall] = {}
+        self._arguments: dict[str, list[str]] = {}
+        self._emitted: set[str] = set()
+        self._refused = False
+        self._usage: ResponseUsage | None = None
+        self._stop: str | None = None
+
+    def feed(self, event: ResponseStreamEvent) -> Iterator[ModelEvent]:
+        if isinstance(event, ResponseTextDeltaEvent):
+            if event.delta:
+                yield StreamTextDelta(event.delta)
+        elif isinstance(event, ResponseRefusalDeltaEvent):
+            self._refused = True
+            if event.delta:
+                yield StreamTextDelta(event.delta)
+        elif isinstance(event, ResponseOutputItemAddedEvent):
+            item = event.item
+            if isinstance(item, ResponseReasoningItem):
+                self._reasoning[item.id] = _Reasoning(self._thinking)
+                self._thinking += 1
+            elif isinstance(item, ResponseFunctionToolCall):
+                self._calls[item.id or item.call_id] = item
+        elif isinstance(event, ResponseReasoningSummaryPartAddedEvent):
+            state = self._reasoning.get(event.item_id)
+            if state is not None:
+                if state.parts and state.said:  # a new summary part: keep them apart
+                    yield StreamThinkingDelta("\n\n", state.ordinal)
+                state.parts += 1
+        elif isinstance(
+            event, ResponseReasoningSummaryTextDeltaEvent | ResponseReasoningTextDeltaEvent
+        ):
+            state = self._reasoning.get(event.item_id)
+            if state is not None and event.delta:
+                state.said = True
+                yield StreamThinkingDelta(event.delta, state.ordinal)
+        elif isinstance(event, ResponseFunctionCallArgumentsDeltaEvent):
+            self._arguments.setdefault(event.item_id, []).append(event.delta)
+        elif isinstance(event, ResponseOutputItemDoneEvent):
+            yield from self._item_done(event)
+        elif isinstance(event, ResponseCompletedEvent | ResponseIncompleteEvent):
+            self._usage = event.response.usage
+            reason = (
+                event.response.incomplete_details.reason
+                if event.response.incomplete_details
+                else None
+            )
+            if reason == "max_output_tokens":
+                self._stop = "max_tokens"
+            elif reason == "content_filter":
+                self._stop = "refusal"
+            elif isinstance(event, ResponseIncompleteEvent):
+                self._stop = reason or "incomplete"
+            else:
+                self._stop = "completed"
+        elif isinstance(event, ResponseFailedEvent):
+            error = event.response.error
+            code = error.code if error is not None else None
+            message = error.message if error is not None else "the response failed"
+            kind, retryable = classify_status(None, code)
+            raise ModelError(
+                f"{self._model}: {code or ''} {message}".strip(), code=kind, retryable=retryable
+            )
+        elif isinstance(event, ResponseErrorEvent):
+            kind, retryable = classify_status(None, event.code)
+            raise ModelError(
+                f"{self._model}: {event.code or ''} {event.message}".strip(),
+                code=kind,
+                retryable=retryable,
+            )
+
+    def _item_done(self, event: ResponseOutputItemDoneEvent) -> Iterator[ModelEvent]:
+        item = event.item
+        if isinstance(item, ResponseReasoningItem):
+            state = self._reasoning.pop(item.id, None) or _Reasoning(self._thinking)
+            signature = _reasoning_signature(item)
+            if not state.said and signature is None:
+                return  # nothing to show and nothing to send back
+            if not state.said:
+                yield StreamThinkingDelta("", state.ordinal)
+            yield StreamThinkingDone(state.ordinal, signature)
+        elif isinstance(item, ResponseFunctionToolCall):
+            key = item.id or item.call_id
+            if key in self._emitted:
+                return
+            self._emitted.add(key)
+            arguments = item.arguments or "".join(self._arguments.get(key, [])) or "{}"
+            yield StreamToolCall(id=item.call_id, name=item.name, arguments=arguments)
+
+    def finish(self) -> Iterator[ModelEvent]:
+        if self._stop is None:
+            raise ModelError(
+                f"{self._model}: the answer broke off before its end",
+                code="stream_cut",
+                retryable=True,
+            )
+        usage = self._usage
+        if usage is not None:
+            details = getattr(usage, "input_tokens_details", None)
+            cached = getattr(details, "cached_tokens", 0) or 0
+            written = getattr(details, "cache_write_tokens", 0) or 0
+            yield StreamUsage(
+                input_tokens=max(0, usage.input_tokens - cached - written),
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=cached,
+                cache_write_tokens=written,
+            )
+        if self._stop != "completed":
+            yield StreamStop(self._stop)
+        elif self._emitted:
+            yield StreamStop("tool_use")
+        else:
+            yield StreamStop("refusal" if self._refused else "end_turn")
+
+
+# --- fiduciary messages → Chat Completions ---------------------------------------------------
+
+
+def chat_tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionFunctionToolParam]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.input_schema,
+            },
+        }
+        for t in tools
+    ]
+
+
+def to_chat_messages(
+    system: Sequence[str], messages: Sequence[Message]
+) -> list[ChatCompletionMessageParam]:
+    out: list[ChatCompletionMessageParam] = []
+    instructions = "\n\n".join(s for s in system if s)
+    if instructions:
+        out.append({"role": "system", "content": instructions})
+    for message in messages:
+        if isinstance(message, UserTextMessage):
+            out.append({"role": "user", "content": message.text})
+        elif isinstance(message, ToolResultsMessage):
+            for r in message.results:
+                out.append({"role": "tool", "tool_call_id": r.tool_use_id, "content": r.content})
+        elif isinstance(message, AssistantMessage):
+            uses = message.tool_uses
+            text = message.text
+            if not text and not uses:
+                continue
+            if uses:
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": text or None,
+                        "tool_calls": [
+                            {
+                                "id": u.id,
+                                "type": "function",
+                                "function": {"name": u.name, "arguments": json.dumps(u.input)},
+                            }
+                            for u in uses
+                        ],
+                    }
+                )
+            else:
+                out.append({"role": "assistant", "content": text})
+    return out
+
+
+# --- Chat Completions stream → fiduciary events ----------------------------------------------
+
+
+@dataclass
+class _Call:
+    id: str
+    generated: bool = False  # the server sent no id (yet)
+    name: str = ""
+    pieces: list[str] = field(default_factory=list)
+
+
+class ChatTurn:
+    """Folds streamed chat completion chunks into fiduciary's model events.
+
+    A tool call is yielded as soon as the next one begins (its arguments are then complete), the
+    rest at the end of the stream.
+    """
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._calls: dict[int, _Call] = {}
+        self._order: list[int] = []
+        self._yielded = 0
+        self._current: int | None = None
+        self._thinking = False
+        self._thinking_done = False
+        self._refused = False
+        self._finish: str | None = None
+        self._usage: StreamUsage | None = None
+
+    def feed(self, chunk: ChatCompletionChunk) -> Iterator[ModelEvent]:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            details = getattr(usage, "prompt_tokens_details", None)
+            cached = getattr(details, "cached_tokens", 0) or 0
+            self._usage = StreamUsage(
+                input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
+                output_tokens=usage.completion_tokens or 0,
+                cache_read_tokens=cached,
+            )
+        for choice in chunk.choices or []:
+            if getattr(choice, "index", 0) not in (0, None):
+                continue
+            delta = choice.delta
+            if delta is not None:
+                yield from self._delta(delta)
+            if choice.finish_reason is not None:
+                self._finish = choice.finish_reason
+
+    def _delta(self, delta: Any) -> Iterator[ModelEvent]:
+        extra = getattr(delta, "model_extra", None) or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self._thinking = True
+            yield StreamThinkingDelta(reasoning, 0)
+        content = getattr(delta, "content", None)
+        refusal = getattr(delta, "refusal", None)
+        calls = getattr(delta, "tool_calls", None) or []
+        if (content or refusal or calls) and self._thinking and not self._thinking_done:
+            self._thinking_done = True
+            yield StreamThinkingDone(0, None)
+        if content:
+            yield StreamTextDelta(content)
+        if refusal:
+            self._refused = True
+            yield StreamTextDelta(refusal)
+        for position, call in enumerate(calls):
+            yield from self._tool_delta(position, call)
+
+    def _tool_delta(self, position: int, call: Any) -> Iterator[ModelEvent]:
+        index = getattr(call, "index", None)
+        call_id = getattr(call, "id", None)
+        if index is None:  # some servers leave it out: a new id starts a new call
+            if call_id and (self._current is None or self._calls[self._current].id != call_id):
+                index = len(self._order)
+            elif self._current is not None:
+                index = self._current
+            else:
+                index = position
+        state = self._calls.get(index)
+        if state is None:
+            # the previous calls are complete once a new one begins
+            yield from self._flush(upto=len(self._order))
+            state = _Call(id=call_id or f"call_{len(self._order)}", generated=not call_id)
+            self._calls[index] = state
+            self._order.append(index)
+        elif call_id and state.generated:
+            state.id, state.generated = call_id, False
+        self._current = index
+        function = getattr(call, "function", None)
+        if function is not None:
+            if function.name and not state.name:
+                state.name = function.name
+            if function.arguments:
+                state.pieces.append(function.arguments)
+
+    def _flush(self, upto: int) -> Iterator[ModelEvent]:
+        while self._yielded < upto:
+            state = self._calls[self._order[self._yielded]]
+            self._yielded += 1
+            yield StreamToolCall(
+                id=state.id, name=state.name, arguments="".join(state.pieces) or "{}"
+            )
+
+    def finish(self) -> Iterator[ModelEvent]:
+        if self._finish is None:
+            raise ModelError(
+                f"{self._model}: the answer broke off before its end",
+                code="stream_cut",
+                retryable=True,
+            )
+        if self._thinking and not self._thinking_done:
+            yield StreamThinkingDone(0, None)
+        yield from self._flush(upto=len(self._order))
+        if self._usage is not None:
+            yield self._usage
+        if self._order:
+            yield StreamStop("tool_use")
+        elif self._refused or self._finish == "content_filter":
+            yield StreamStop("refusal")
+        elif self._finish == "length":
+            yield StreamStop("max_tokens")
+        else:
+            yield StreamStop("end_turn")
