@@ -8,14 +8,29 @@ Opening
     A file whose schema is newer than this code is refused with ``StoreError``.
 
 Group commit
-    ``commit`` and ``create_run`` do not write at once: they queue a request and wait. The first
-    request of an event-loop iteration schedules a flush with ``loop.call_soon``; the flush writes
-    every request queued by then (at most ``batch_size``; the rest go in the next flush) in ONE
-    transaction, each request inside its own SAVEPOINT so that a refused request
-    (``StaleEpochError``, ``ConflictError``, ...) is rolled back and fails alone while its
-    batch-mates commit. A caller's future resolves only after the COMMIT of its transaction, and
-    listeners (``subscribe``) receive the events only after that COMMIT, in seq order.
-    ``transactions`` counts the write transactions committed, so group commit can be observed.
+    Every write (``create_run``, ``commit``, ``acquire``, ``renew``, ``release``,
+    ``decide_approval``, ``ledger_begin``, ``ledger_finish``, ``ledger_retry``) queues a request
+    and waits; its rows are encoded once, before it is queued. The first request of an
+    event-loop iteration schedules a flush with ``loop.call_soon``; the flush writes every request
+    queued by then (at most ``batch_size``; the rest go in the next flush) in ONE transaction, in
+    the order they were queued, and a caller's future resolves only after the COMMIT of its
+    transaction, with what its call returns (``acquire``'s new record, ``ledger_begin``'s
+    existing row, ``decide_approval``'s bool ...). Listeners (``subscribe``) receive a commit's
+    events only after that COMMIT, in seq order. ``transactions`` counts the write transactions
+    committed, so group commit can be observed. A caller cancelled before the flush has its
+    write skipped, except ``release``, ``renew``, ``ledger_finish`` and ``decide_approval``,
+    which are written anyway (their effect must not depend on the caller still waiting).
+
+    One failing request fails alone while its batch-mates commit. A batch is first written
+    without savepoints: a commit checks its seqs in Python, then advances the run with one
+    guarded ``UPDATE runs ... WHERE run_id = ? AND epoch = ? AND last_seq = ?``; when that
+    matches no row, nothing was written and the run row says why (``StaleEpochError``,
+    ``ConflictError``, ``StoreError``): the request is refused and the transaction goes on. The
+    events and audit rows of the batch's commits are inserted at its end, one ``executemany``
+    each (no request of a batch reads them). Only if a request fails after it wrote (an approval
+    that exists, an unexpected ``sqlite3`` error) is the whole transaction rolled back and the
+    batch written again with each request inside its own SAVEPOINT, so that the failing one is
+    rolled back alone.
 
     The SQL runs on the event-loop thread, with no hop to a worker thread: a small WAL
     transaction with ``synchronous=NORMAL`` takes tens of microseconds, less than a thread hop.
@@ -33,10 +48,13 @@ Durability: ``synchronous="NORMAL"`` (the default, deliberately) vs ``"FULL"``
     partial turn is retracted and asked again.
 
     What must not be lost is the record that a non-replayable side effect is about to happen,
-    so ``ledger_begin`` is always written with FULL: its fsync of the WAL also makes durable
-    everything committed before it (the WAL is one file, appended in order). Hence, even with
-    NORMAL, a side effect is never started while its ledger row or the events that led to it
-    could still vanish in a power loss.
+    so a batch that holds a ``ledger_begin`` (or a ``ledger_retry``) is always committed with
+    FULL (``synchronous`` cannot change inside a transaction: it is set before the batch's BEGIN
+    and restored after its COMMIT), and ``ledger_begin`` returns only after that fsync. The
+    fsync of the WAL also makes durable everything committed before it and the rest of its
+    batch (the WAL is one file, appended in order). Hence, even with NORMAL, a side effect is
+    never started while its ledger row or the events that led to it could still vanish in a
+    power loss; the ``ledger_begin``s of one event-loop iteration share one fsync.
 
 Encoding
     Times are ISO-8601 UTC text with microseconds (ordered as text = ordered in time; a naive
@@ -62,13 +80,13 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -227,6 +245,8 @@ def apply_migrations(
 
 
 def _ts(value: datetime) -> str:
+    if value.tzinfo is UTC:  # the common case (the clocks give UTC): no conversion
+        return value.isoformat(timespec="microseconds")
     if value.tzinfo is None or value.utcoffset() is None:
         raise StoreError(f"naive datetime {value!r}: the store keeps timezone-aware UTC times")
     return value.astimezone(UTC).isoformat(timespec="microseconds")
@@ -442,9 +462,24 @@ def _audit_from_row(row: Sequence[Any]) -> AuditRecord:
     )
 
 
-def _event_rows(run_id: UUID, events: Sequence[Event]) -> list[EventRow]:
-    key = str(run_id)
-    return [(key, e.seq, e.type, _ts(e.at), e.model_dump_json()) for e in events]
+def _event_rows(run_id: UUID, key: str, events: Sequence[Event]) -> tuple[list[EventRow], bool]:
+    """The rows of ``events`` (``key`` is ``str(run_id)``), and whether they are all of run
+    ``run_id`` with consecutive seqs (checked here, in Python, before the database is touched)."""
+    rows: list[EventRow] = []
+    consecutive = True
+    expected = events[0].seq if events else 0
+    last_at: datetime | None = None
+    at_text = ""
+    for e in events:
+        if e.seq != expected or e.run_id != run_id:
+            consecutive = False
+        expected += 1
+        at = e.at
+        if at is not last_at:  # the events of one emit share their time: encode it once
+            at_text = _ts(at)
+            last_at = at
+        rows.append((key, e.seq, e.type, at_text, e.model_dump_json()))
+    return rows, consecutive
 
 
 def _seq_error(run_id: UUID, last_seq: int, events: Sequence[Event]) -> ConflictError | None:
@@ -502,21 +537,218 @@ def _rollback_quietly(conn: sqlite3.Connection) -> None:
 
 # --- the store ----------------------------------------------------------------------------
 
+T = TypeVar("T")
 
-@dataclass(slots=True)
-class _Request:
-    """One queued ``commit`` or ``create_run``, its rows encoded before the flush."""
+# Without a status change, status is not assigned: its index (runs_by_status) stays untouched.
+_ADVANCE_RUN = (
+    "UPDATE runs SET last_seq = ?, updated_at = ? WHERE run_id = ? AND epoch = ? AND last_seq = ?"
+)
+_ADVANCE_RUN_WITH_STATUS = (
+    "UPDATE runs SET last_seq = ?, updated_at = ?, status = ? "
+    "WHERE run_id = ? AND epoch = ? AND last_seq = ?"
+)
+_SET_STATUS = "UPDATE runs SET status = ? WHERE run_id = ? AND epoch = ?"
+_CHECK_EPOCH = "SELECT 1 FROM runs WHERE run_id = ? AND epoch = ?"
+_INSERT_LEDGER = (
+    f"INSERT INTO ledger ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (key) DO NOTHING"
+)
 
-    run_id: UUID
-    epoch: int  # ignored for a create
-    event_rows: list[EventRow]
-    events: Sequence[Event]
-    status: RunStatus | None
-    updated_at: str | None
-    approval_rows: list[Params]
-    audit_rows: list[Params]
-    future: asyncio.Future[None]
-    create: Params | None = None  # the runs row of a create_run
+
+class _Refused(Exception):  # noqa: N818 (internal: it never leaves the store)
+    """A request refused before it wrote anything: it fails alone, the transaction goes on."""
+
+    def __init__(self, error: FiduciaryError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class _Rows:
+    """The event and audit rows of a batch's commits, inserted with one ``executemany`` each
+    (no request of a batch reads them back, so they can wait for the end of the batch)."""
+
+    __slots__ = ("audit", "events")
+
+    def __init__(self) -> None:
+        self.events: list[EventRow] = []
+        self.audit: list[Params] = []
+
+    def write(self, conn: sqlite3.Connection) -> None:
+        events, audit = self.events, self.audit
+        self.events, self.audit = [], []
+        if events:
+            conn.executemany(_INSERT_EVENT, events)
+        if audit:
+            conn.executemany(_INSERT_AUDIT, audit)
+
+    def clear(self) -> None:
+        self.events, self.audit = [], []
+
+
+class _Op(Generic[T]):
+    """One queued write, its rows encoded before the flush; ``apply`` runs it in the batch's
+    transaction and raises ``_Refused`` if it refuses before writing anything."""
+
+    __slots__ = ("future",)
+    full_sync = False  # the batch holding it is committed with synchronous=FULL
+    always = False  # written even if its caller was cancelled before the flush
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def apply(self, conn: sqlite3.Connection, rows: _Rows) -> T:
+        raise NotImplementedError
+
+    def committed(self, broadcaster: Broadcaster) -> None:
+        """Called after the COMMIT that holds this write (before its caller wakes)."""
+
+
+class _Call(_Op[T]):
+    """A write of a few statements (lease, ledger, decision) given as a function."""
+
+    __slots__ = ("always", "fn", "full_sync")
+
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        full_sync: bool = False,
+        always: bool = False,
+    ) -> None:
+        super().__init__()
+        self.fn = fn
+        self.full_sync = full_sync
+        self.always = always
+
+    def apply(self, conn: sqlite3.Connection, rows: _Rows) -> T:
+        return self.fn(conn)
+
+
+class _Commit(_Op[None]):
+    """A ``commit``: the guarded update of the run row, approvals, then events and audit."""
+
+    __slots__ = (
+        "approval_rows",
+        "audit_rows",
+        "consecutive",
+        "epoch",
+        "event_rows",
+        "events",
+        "key",
+        "run_id",
+        "status",
+    )
+
+    def __init__(
+        self,
+        run_id: UUID,
+        epoch: int,
+        events: tuple[Event, ...],
+        status: RunStatus | None,
+        approval_rows: list[Params],
+        audit_rows: list[Params],
+    ) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.key = str(run_id)
+        self.epoch = epoch
+        self.events = events
+        self.event_rows, self.consecutive = _event_rows(run_id, self.key, events)
+        self.status = status
+        self.approval_rows = approval_rows
+        self.audit_rows = audit_rows
+
+    def apply(self, conn: sqlite3.Connection, rows: _Rows) -> None:
+        # First the run row: one guarded UPDATE checks epoch and seqs and advances last_seq;
+        # when it matches no row, nothing was written and _refusal says why.
+        event_rows = self.event_rows
+        if event_rows:
+            first, last = event_rows[0], event_rows[-1]
+            if not self.consecutive:
+                raise self._refusal(conn)
+            if self.status is None:
+                cursor = conn.execute(
+                    _ADVANCE_RUN, (last[1], last[3], self.key, self.epoch, first[1] - 1)
+                )
+            else:
+                cursor = conn.execute(
+                    _ADVANCE_RUN_WITH_STATUS,
+                    (last[1], last[3], self.status, self.key, self.epoch, first[1] - 1),
+                )
+            if cursor.rowcount != 1:
+                raise self._refusal(conn)
+        elif self.status is not None:
+            if conn.execute(_SET_STATUS, (self.status, self.key, self.epoch)).rowcount != 1:
+                raise self._refusal(conn)
+        elif conn.execute(_CHECK_EPOCH, (self.key, self.epoch)).fetchone() is None:
+            raise self._refusal(conn)
+        for params in self.approval_rows:
+            try:
+                conn.execute(_INSERT_APPROVAL, params)
+            except sqlite3.IntegrityError as exc:
+                if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                    raise ConflictError(f"approval {params[0]} already exists") from exc
+                raise
+        rows.events += event_rows
+        rows.audit += self.audit_rows
+
+    def _refusal(self, conn: sqlite3.Connection) -> _Refused:
+        """Why the run row refused this commit (read in the same transaction)."""
+        row = conn.execute(
+            "SELECT epoch, last_seq FROM runs WHERE run_id = ?", (self.key,)
+        ).fetchone()
+        error: FiduciaryError
+        if row is None:
+            error = StoreError(f"run {self.run_id} does not exist")
+        elif int(row[0]) != self.epoch:
+            error = StaleEpochError(
+                f"run {self.run_id}: epoch {self.epoch} is stale (now {row[0]})"
+            )
+        else:
+            error = _seq_error(self.run_id, int(row[1]), self.events) or StoreError(
+                f"run {self.run_id}: the commit was refused"
+            )
+        return _Refused(error)
+
+    def committed(self, broadcaster: Broadcaster) -> None:
+        broadcaster.publish(self.run_id, self.events)
+
+
+class _Create(_Op[None]):
+    """A ``create_run``: the run row, then its first events."""
+
+    __slots__ = ("event_rows", "events", "key", "params", "run_id", "valid")
+
+    def __init__(self, run: RunRecord, events: tuple[Event, ...]) -> None:
+        super().__init__()
+        self.run_id = run.run_id
+        self.key = str(run.run_id)
+        self.params = _run_params(run, last_seq=len(events))
+        self.events = events
+        self.event_rows, consecutive = _event_rows(run.run_id, self.key, events)
+        self.valid = consecutive and (not events or events[0].seq == 1)
+
+    def apply(self, conn: sqlite3.Connection, rows: _Rows) -> None:
+        if not self.valid:
+            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (self.key,)).fetchone():
+                raise _Refused(ConflictError(f"run {self.run_id} already exists"))
+            raise _Refused(
+                _seq_error(self.run_id, 0, self.events)
+                or ConflictError(f"run {self.run_id}: the first event must have seq 1")
+            )
+        try:
+            conn.execute(_INSERT_RUN, self.params)
+        except sqlite3.IntegrityError as exc:  # the statement is undone, the transaction goes on
+            error = ConflictError(f"run {self.run_id} already exists")
+            error.__cause__ = exc
+            raise _Refused(error) from None
+        rows.events += self.event_rows
+
+    def committed(self, broadcaster: Broadcaster) -> None:
+        broadcaster.publish(self.run_id, self.events)
+
+
+Outcome = tuple[bool, Any]  # (True, the result) or (False, the error)
 
 
 class SQLiteStore:
@@ -541,10 +773,10 @@ class SQLiteStore:
         self.busy_timeout_ms = busy_timeout_ms
         self.batch_size = batch_size
         self.transactions = 0
-        """Write transactions committed by this store (a batch of commits counts once)."""
+        """Write transactions committed by this store (a batch of writes counts once)."""
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._pending: list[_Request] = []
+        self._pending: list[_Op[Any]] = []
         self._flush_handle: asyncio.Handle | None = None
         self._broadcaster = Broadcaster()
 
@@ -594,28 +826,6 @@ class SQLiteStore:
             raise
         return conn
 
-    @contextmanager
-    def _write(self, *, full_sync: bool = False) -> Iterator[sqlite3.Connection]:
-        """One immediate write transaction (outside the group commit)."""
-        conn = self._connection()
-        switch = full_sync and self.synchronous != "FULL"
-        try:
-            if switch:
-                conn.execute("PRAGMA synchronous = FULL")
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback_quietly(conn)
-                raise
-            finally:
-                if switch:
-                    conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        except sqlite3.Error as exc:
-            raise _translate(exc) from exc
-        self.transactions += 1
-
     def _read(self, sql: str, params: Params = ()) -> list[Any]:
         conn = self._connection()
         try:
@@ -624,11 +834,12 @@ class SQLiteStore:
             raise _translate(exc) from exc
 
     # --- group commit ---------------------------------------------------------------------
-    async def _submit(self, request: _Request) -> None:
-        self._pending.append(request)
+    async def _submit(self, op: _Op[T]) -> T:
+        """Queue ``op`` for the next flush and wait until its transaction committed."""
+        self._pending.append(op)
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
-        await request.future
+        return await op.future
 
     def _flush(self) -> None:
         self._flush_handle = None
@@ -639,107 +850,109 @@ class SQLiteStore:
         if batch:
             self._write_batch(batch)
 
-    def _write_batch(self, batch: list[_Request]) -> None:
-        live = [r for r in batch if not r.future.done()]  # a cancelled caller's write is skipped
+    def _write_batch(self, batch: list[_Op[Any]]) -> None:
+        # a cancelled caller's write is skipped (unless it is one that took effect at once
+        # before group commit: release, renew, ledger_finish, decide_approval)
+        live = [op for op in batch if op.always or not op.future.done()]
         if not live:
             return
         conn = self._conn
         if conn is None:  # closed underneath (cannot happen: requests open the connection)
             self._fail_all(live, StoreError("the store is closed"))
             return
-        outcomes: list[FiduciaryError | None] = []
+        # synchronous cannot change inside a transaction: decide for the whole batch now
+        full_sync = self.synchronous != "FULL" and any(op.full_sync for op in live)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for request in live:
-                conn.execute("SAVEPOINT fiduciary_commit")
-                try:
-                    self._apply(conn, request)
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO fiduciary_commit")
-                    conn.execute("RELEASE fiduciary_commit")
-                    outcomes.append(_as_store_error(exc))
-                else:
-                    conn.execute("RELEASE fiduciary_commit")
-                    outcomes.append(None)
-            conn.execute("COMMIT")
+            if full_sync:
+                conn.execute("PRAGMA synchronous = FULL")
+            try:
+                outcomes = self._run_together(conn, live)
+                if outcomes is None:  # a request failed after writing: isolate each one
+                    outcomes = self._run_isolated(conn, live)
+            except BaseException:
+                _rollback_quietly(conn)
+                raise
+            finally:
+                if full_sync:  # outside the transaction now (committed or rolled back)
+                    with suppress(sqlite3.Error):  # if it stays FULL, it is only slower
+                        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.Error as exc:
-            _rollback_quietly(conn)
             self._fail_all(live, _translate(exc, "group commit"))
             return
         except BaseException as exc:
-            _rollback_quietly(conn)
             self._fail_all(live, StoreError(f"group commit interrupted: {exc!r}"))
             raise
         self.transactions += 1
-        for request, outcome in zip(live, outcomes, strict=True):
-            if outcome is None:
-                self._broadcaster.publish(request.run_id, request.events)
-                if not request.future.done():
-                    request.future.set_result(None)
-            elif not request.future.done():
-                request.future.set_exception(outcome)
+        broadcaster = self._broadcaster
+        for op, (ok, value) in zip(live, outcomes, strict=True):
+            future = op.future
+            if ok:
+                op.committed(broadcaster)
+                if not future.done():
+                    future.set_result(value)
+            elif not future.done():
+                future.set_exception(value)
 
     @staticmethod
-    def _fail_all(requests: list[_Request], error: FiduciaryError) -> None:
-        for request in requests:
-            if not request.future.done():
-                request.future.set_exception(_copy_error(error))
+    def _run_together(conn: sqlite3.Connection, live: list[_Op[Any]]) -> list[Outcome] | None:
+        """The batch in one transaction, no savepoints: the common case, where every request
+        either succeeds or is refused before writing anything. None (rolled back) if a request
+        failed after it wrote: the batch must then be redone with ``_run_isolated``."""
+        rows = _Rows()
+        outcomes: list[Outcome] = []
+        conn.execute("BEGIN IMMEDIATE")
+        for op in live:
+            try:
+                outcomes.append((True, op.apply(conn, rows)))
+            except _Refused as refusal:
+                if not conn.in_transaction:  # sqlite rolled the transaction back
+                    return None
+                outcomes.append((False, refusal.error))
+            except Exception:
+                _rollback_quietly(conn)
+                return None
+        try:
+            rows.write(conn)
+        except Exception:
+            _rollback_quietly(conn)
+            return None
+        conn.execute("COMMIT")
+        return outcomes
 
-    def _apply(self, conn: sqlite3.Connection, r: _Request) -> None:
-        key = str(r.run_id)
-        if r.create is not None:
+    @staticmethod
+    def _run_isolated(conn: sqlite3.Connection, live: list[_Op[Any]]) -> list[Outcome]:
+        """The batch in one transaction, each request inside its own SAVEPOINT so that a
+        failing one is rolled back and fails alone while its batch-mates commit."""
+        rows = _Rows()
+        outcomes: list[Outcome] = []
+        conn.execute("BEGIN IMMEDIATE")
+        for op in live:
+            conn.execute("SAVEPOINT fiduciary_op")
             try:
-                conn.execute(_INSERT_RUN, r.create)
-            except sqlite3.IntegrityError as exc:
-                raise ConflictError(f"run {r.run_id} already exists") from exc
-            seq_error = _seq_error(r.run_id, 0, r.events)
-            if seq_error is not None:
-                raise seq_error
-            conn.executemany(_INSERT_EVENT, r.event_rows)
-            return
-        row = conn.execute("SELECT epoch, last_seq FROM runs WHERE run_id = ?", (key,)).fetchone()
-        if row is None:
-            raise StoreError(f"run {r.run_id} does not exist")
-        epoch, last_seq = int(row[0]), int(row[1])
-        if epoch != r.epoch:
-            raise StaleEpochError(f"run {r.run_id}: epoch {r.epoch} is stale (now {epoch})")
-        seq_error = _seq_error(r.run_id, last_seq, r.events)
-        if seq_error is not None:
-            raise seq_error
-        if r.event_rows:
-            conn.executemany(_INSERT_EVENT, r.event_rows)
-        for params in r.approval_rows:
-            try:
-                conn.execute(_INSERT_APPROVAL, params)
-            except sqlite3.IntegrityError as exc:
-                if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-                    raise ConflictError(f"approval {params[0]} already exists") from exc
-                raise
-        if r.audit_rows:
-            conn.executemany(_INSERT_AUDIT, r.audit_rows)
-        if r.event_rows or r.status is not None:
-            conn.execute(
-                "UPDATE runs SET last_seq = ?, status = COALESCE(?, status), "
-                "updated_at = COALESCE(?, updated_at) WHERE run_id = ?",
-                (last_seq + len(r.event_rows), r.status, r.updated_at, key),
-            )
+                value = op.apply(conn, rows)
+                rows.write(conn)
+            except Exception as exc:
+                rows.clear()
+                conn.execute("ROLLBACK TO fiduciary_op")
+                conn.execute("RELEASE fiduciary_op")
+                error = exc.error if isinstance(exc, _Refused) else _as_store_error(exc)
+                outcomes.append((False, error))
+            else:
+                conn.execute("RELEASE fiduciary_op")
+                outcomes.append((True, value))
+        conn.execute("COMMIT")
+        return outcomes
+
+    @staticmethod
+    def _fail_all(ops: list[_Op[Any]], error: FiduciaryError) -> None:
+        for op in ops:
+            if not op.future.done():
+                op.future.set_exception(_copy_error(error))
 
     # --- runs ----------------------------------------------------------------------------
     async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
         self._connection()
-        request = _Request(
-            run_id=run.run_id,
-            epoch=run.epoch,
-            event_rows=_event_rows(run.run_id, events),
-            events=tuple(events),
-            status=None,
-            updated_at=None,
-            approval_rows=[],
-            audit_rows=[],
-            future=asyncio.get_running_loop().create_future(),
-            create=_run_params(run, last_seq=len(events)),
-        )
-        await self._submit(request)
+        await self._submit(_Create(run, tuple(events)))
 
     async def get_run(self, run_id: UUID) -> RunRecord | None:
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (str(run_id),))
@@ -779,18 +992,16 @@ class SQLiteStore:
         audit: Sequence[AuditRecord] = (),
     ) -> None:
         self._connection()
-        request = _Request(
-            run_id=run_id,
-            epoch=epoch,
-            event_rows=_event_rows(run_id, events),
-            events=tuple(events),
-            status=status,
-            updated_at=_ts(events[-1].at) if events else None,
-            approval_rows=[_approval_params(a) for a in approvals],
-            audit_rows=[_audit_params(a) for a in audit],
-            future=asyncio.get_running_loop().create_future(),
+        await self._submit(
+            _Commit(
+                run_id,
+                epoch,
+                tuple(events),
+                status,
+                [_approval_params(a) for a in approvals] if approvals else [],
+                [_audit_params(a) for a in audit] if audit else [],
+            )
         )
-        await self._submit(request)
 
     async def read_events(
         self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
@@ -807,10 +1018,12 @@ class SQLiteStore:
     async def acquire(
         self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float
     ) -> RunRecord | None:
+        self._connection()
         key = str(run_id)
         now_text = _ts(now)
         until = _ts(now + timedelta(seconds=ttl_seconds))
-        with self._write() as conn:
+
+        def apply(conn: sqlite3.Connection) -> RunRecord | None:
             cursor = conn.execute(
                 "UPDATE runs SET lease_owner = ?, lease_until = ?, epoch = epoch + 1 "
                 "WHERE run_id = ? AND (lease_owner IS NULL OR lease_until IS NULL "
@@ -822,25 +1035,36 @@ class SQLiteStore:
             row = conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (key,)
             ).fetchone()
-        return _run_from_row(row)
+            return _run_from_row(row)
+
+        return await self._submit(_Call(apply))
 
     async def renew(self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float) -> bool:
-        until = _ts(now + timedelta(seconds=ttl_seconds))
-        with self._write() as conn:
+        self._connection()
+        params = (_ts(now + timedelta(seconds=ttl_seconds)), str(run_id), epoch)
+
+        def apply(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "UPDATE runs SET lease_until = ? "
                 "WHERE run_id = ? AND epoch = ? AND lease_owner IS NOT NULL",
-                (until, str(run_id), epoch),
+                params,
             )
             return cursor.rowcount == 1
 
+        return await self._submit(_Call(apply, always=True))
+
     async def release(self, run_id: UUID, *, epoch: int) -> None:
-        with self._write() as conn:
+        self._connection()
+        params = (str(run_id), epoch)
+
+        def apply(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_until = NULL "
                 "WHERE run_id = ? AND epoch = ?",
-                (str(run_id), epoch),
+                params,
             )
+
+        await self._submit(_Call(apply, always=True))
 
     async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
         rows = self._read(
@@ -887,18 +1111,21 @@ class SQLiteStore:
     async def decide_approval(
         self, approval: ApprovalRecord, *, expected_status: ApprovalStatus = "pending"
     ) -> bool:
+        self._connection()
         params = _approval_params(approval)
-        with self._write() as conn:
-            cursor = conn.execute(
-                _DECIDE_APPROVAL,
-                (*params[1:], params[0], expected_status),
-            )
-            return cursor.rowcount == 1
+        update = (*params[1:], params[0], expected_status)
+
+        def apply(conn: sqlite3.Connection) -> bool:
+            return conn.execute(_DECIDE_APPROVAL, update).rowcount == 1
+
+        return await self._submit(_Call(apply, always=True))
 
     # --- ledger ---------------------------------------------------------------------------
     async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+        self._connection()
+        key = entry.key
         params = (
-            entry.key,
+            key,
             str(entry.run_id),
             entry.tool_use_id,
             entry.capability,
@@ -908,18 +1135,17 @@ class SQLiteStore:
             _json_or_none(entry.result),
             entry.error,
         )
-        with self._write(full_sync=True) as conn:
-            cursor = conn.execute(
-                f"INSERT INTO ledger ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (key) DO NOTHING",
-                params,
-            )
-            if cursor.rowcount == 1:
+
+        def apply(conn: sqlite3.Connection) -> LedgerEntry | None:
+            if conn.execute(_INSERT_LEDGER, params).rowcount == 1:
                 return None
             row = conn.execute(
-                f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE key = ?", (entry.key,)
+                f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE key = ?", (key,)
             ).fetchone()
-        return _ledger_from_row(row)
+            return _ledger_from_row(row)
+
+        # full_sync: the row is on disk before the caller starts the side effect
+        return await self._submit(_Call(apply, full_sync=True))
 
     async def ledger_finish(
         self,
@@ -930,24 +1156,34 @@ class SQLiteStore:
         result: Any = None,
         error: str | None = None,
     ) -> None:
+        self._connection()
         params = (status, _ts(at), _json_or_none(result), error, key)
-        with self._write() as conn:
+
+        def apply(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
                 "UPDATE ledger SET status = ?, finished_at = ?, result = ?, error = ? "
                 "WHERE key = ?",
                 params,
             )
             if cursor.rowcount != 1:
-                raise StoreError(f"no ledger entry {key!r}")
+                raise _Refused(StoreError(f"no ledger entry {key!r}"))
+
+        await self._submit(_Call(apply, always=True))
 
     async def ledger_retry(self, key: str, *, at: datetime) -> bool:
-        with self._write(full_sync=True) as conn:
+        self._connection()
+        params = (_ts(at), key)
+
+        def apply(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "UPDATE ledger SET status = 'started', started_at = ?, finished_at = NULL, "
                 "result = NULL, error = NULL WHERE key = ? AND status = 'failed'",
-                (_ts(at), key),
+                params,
             )
             return cursor.rowcount == 1
+
+        # full_sync: a new attempt's row is on disk before the caller starts it
+        return await self._submit(_Call(apply, full_sync=True))
 
     async def ledger_get(self, key: str) -> LedgerEntry | None:
         rows = self._read(f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE key = ?", (key,))
@@ -978,7 +1214,7 @@ class SQLiteStore:
         return self._broadcaster.subscribe(run_id, buffer)
 
     async def close(self) -> None:
-        """Write the queued commits, end the subscriptions and close the file. Idempotent."""
+        """Write the queued writes, end the subscriptions and close the file. Idempotent."""
         if self._closed:
             return
         if self._flush_handle is not None:

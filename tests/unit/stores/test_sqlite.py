@@ -420,6 +420,312 @@ async def test_ledger_begin_is_written_with_a_full_sync(db_path: Path) -> None:
         await store.close()
 
 
+class SyncAtCommit:
+    """The store's connection, wrapped: records ``PRAGMA synchronous`` at every COMMIT
+    (0 OFF, 1 NORMAL, 2 FULL) and the statements executed (not those of ``executemany``)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.levels: list[int] = []
+        self.statements: list[str] = []
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            self.levels.append(self._conn.execute("PRAGMA synchronous").fetchone()[0])
+        self.statements.append(sql.split(" (")[0])
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def watch(store: SQLiteStore) -> SyncAtCommit:
+    spy = SyncAtCommit(store._connection())
+    store._conn = spy  # type: ignore[assignment]
+    return spy
+
+
+async def test_a_batch_whose_requests_all_succeed_or_are_refused_uses_no_savepoint(
+    sqlite_store: SQLiteStore,
+) -> None:
+    runs = [await new_run(sqlite_store, created=i) for i in range(6)]
+    taken = await sqlite_store.acquire(runs[1].run_id, owner="w", now=at(0), ttl_seconds=9)
+    assert taken is not None
+    spy = watch(sqlite_store)
+    before = sqlite_store.transactions
+    r = [run.run_id for run in runs]
+
+    results = await asyncio.gather(
+        sqlite_store.commit(r[0], epoch=0, events=deltas(r[0], 2, 2), status="completed"),
+        sqlite_store.commit(r[1], epoch=0, events=deltas(r[1], 2, 1)),  # stale
+        sqlite_store.commit(r[2], epoch=0, events=deltas(r[2], 3, 1)),  # a gap
+        sqlite_store.commit(r[3], epoch=0, events=[*deltas(r[3], 2, 1), *deltas(r[3], 4, 1)]),
+        sqlite_store.commit(uuid4(), epoch=0),  # no such run
+        sqlite_store.commit(r[4], epoch=0, audit=[make_audit(r[4])]),  # no events: checked too
+        sqlite_store.commit(r[5], epoch=0, events=deltas(r[0], 2, 1)),  # another run's event
+        return_exceptions=True,
+    )
+
+    assert sqlite_store.transactions - before == 1
+    assert not any(s.startswith(("SAVEPOINT", "ROLLBACK")) for s in spy.statements)
+    assert results[0] is None
+    assert results[5] is None
+    assert isinstance(results[1], StaleEpochError)
+    assert isinstance(results[2], ConflictError)
+    assert "expected seq 2, got 3" in str(results[2])
+    assert isinstance(results[3], ConflictError)
+    assert "expected seq 3, got 4" in str(results[3])
+    assert type(results[4]) is StoreError
+    assert "does not exist" in str(results[4])
+    assert isinstance(results[6], ConflictError)
+    assert "appended to run" in str(results[6])
+    assert [e.seq for e in await sqlite_store.read_events(r[0])] == [1, 2, 3]
+    stored = await sqlite_store.get_run(r[0])
+    assert stored is not None
+    assert (stored.status, stored.last_seq, stored.updated_at) == ("completed", 3, at(1.003))
+    for i in (1, 2, 3, 5):
+        assert [e.seq for e in await sqlite_store.read_events(r[i])] == [1]
+        refused = await sqlite_store.get_run(r[i])
+        assert refused is not None
+        assert refused.last_seq == 1
+    assert len(await sqlite_store.audit_records(r[4])) == 1
+
+
+async def test_a_stale_epoch_wins_over_bad_seqs_as_it_always_did(sqlite_store: SQLiteStore) -> None:
+    run = await new_run(sqlite_store)
+    await sqlite_store.acquire(run.run_id, owner="w", now=at(0), ttl_seconds=9)
+
+    with pytest.raises(StaleEpochError):
+        await sqlite_store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 7, 1))
+    with pytest.raises(StaleEpochError):
+        await sqlite_store.commit(run.run_id, epoch=0, events=deltas(uuid4(), 2, 1))
+    with pytest.raises(ConflictError, match="already exists"):  # exists wins over bad seqs
+        await sqlite_store.create_run(run, deltas(run.run_id, 2, 1))
+    with pytest.raises(ConflictError, match="expected seq 1, got 2"):
+        await sqlite_store.create_run(make_run(run_id=(rid := uuid4())), deltas(rid, 2, 1))
+    assert await sqlite_store.get_run(rid) is None
+
+
+async def test_a_request_that_fails_after_writing_rolls_the_batch_back_and_redoes_it(
+    sqlite_store: SQLiteStore,
+) -> None:
+    runs = [await new_run(sqlite_store, created=i) for i in range(4)]
+    duplicate = make_approval(runs[2].run_id)
+    await sqlite_store.commit(runs[2].run_id, epoch=0, approvals=[duplicate])
+    subs = [sqlite_store.subscribe(r.run_id) for r in runs]
+    spy = watch(sqlite_store)
+    before = sqlite_store.transactions
+    r = [run.run_id for run in runs]
+
+    results = await asyncio.gather(
+        sqlite_store.commit(r[0], epoch=0, events=deltas(r[0], 2, 2), audit=[make_audit(r[0])]),
+        sqlite_store.commit(r[1], epoch=0, events=deltas(r[1], 3, 1)),  # refused: a gap
+        # its run row and events are written before its approval fails: undone
+        sqlite_store.commit(r[2], epoch=0, events=deltas(r[2], 2, 1), approvals=[duplicate]),
+        sqlite_store.commit(r[3], epoch=0, events=deltas(r[3], 2, 1), status="completed"),
+        sqlite_store.ledger_finish("missing", status="done", at=at(1)),  # refused
+        return_exceptions=True,
+    )
+
+    assert sqlite_store.transactions - before == 1  # the rolled-back attempt does not count
+    assert spy.statements.count("BEGIN IMMEDIATE") == 2
+    assert "ROLLBACK" in spy.statements
+    assert spy.statements.count("SAVEPOINT fiduciary_op") == 5
+    assert spy.statements.count("COMMIT") == 1
+    assert results[0] is None
+    assert results[3] is None
+    assert isinstance(results[1], ConflictError)
+    assert isinstance(results[2], ConflictError)
+    assert "approval" in str(results[2])
+    assert type(results[4]) is StoreError
+    assert "no ledger entry" in str(results[4])
+    published = [[e.seq for e in await drain(s)] for s in subs]
+    assert published == [[2, 3], [], [], [2]]
+    assert [len(await sqlite_store.read_events(rid)) for rid in r] == [3, 1, 1, 2]
+    stored = await sqlite_store.get_run(r[2])
+    assert stored is not None
+    assert stored.last_seq == 1
+    assert len(await sqlite_store.audit_records(r[0])) == 1
+
+
+async def test_a_ledger_begin_in_a_batch_of_commits_commits_it_with_a_full_sync(
+    sqlite_store: SQLiteStore,
+) -> None:
+    runs = [await new_run(sqlite_store, created=i) for i in range(20)]
+    spy = watch(sqlite_store)
+    before = sqlite_store.transactions
+    entry = make_ledger(runs[0].run_id)
+
+    results = await asyncio.gather(
+        *(sqlite_store.commit(r.run_id, epoch=0, events=deltas(r.run_id, 2, 1)) for r in runs),
+        sqlite_store.ledger_begin(entry),
+    )
+    # a batch without a ledger_begin: NORMAL
+    await asyncio.gather(
+        *(sqlite_store.commit(r.run_id, epoch=0, events=deltas(r.run_id, 3, 1)) for r in runs)
+    )
+
+    assert results[-1] is None
+    assert sqlite_store.transactions - before == 2
+    assert spy.levels == [2, 1]  # FULL at the batch's COMMIT, then NORMAL
+    assert spy.statements[0] == "PRAGMA synchronous = FULL"
+    assert spy.statements[spy.statements.index("COMMIT") + 1] == "PRAGMA synchronous = NORMAL"
+    assert spy.execute("PRAGMA synchronous").fetchone() == (1,)
+    assert await sqlite_store.ledger_get(entry.key) == entry
+    for r in runs:
+        assert len(await sqlite_store.read_events(r.run_id)) == 3
+
+
+async def test_a_ledger_retry_in_a_batch_is_committed_with_a_full_sync(
+    sqlite_store: SQLiteStore,
+) -> None:
+    run = await new_run(sqlite_store)
+    entry = make_ledger(run.run_id)
+    await sqlite_store.ledger_begin(entry)
+    await sqlite_store.ledger_finish(entry.key, status="failed", at=at(21), error="{}")
+    spy = watch(sqlite_store)
+
+    retried, renewed = await asyncio.gather(
+        sqlite_store.ledger_retry(entry.key, at=at(30)),
+        sqlite_store.renew(run.run_id, epoch=0, now=at(30), ttl_seconds=5),
+    )
+    await sqlite_store.ledger_finish(entry.key, status="done", at=at(31))
+
+    assert (retried, renewed) == (True, False)  # renew: there is no lease to renew
+    assert spy.levels == [2, 1]
+
+
+async def test_ledger_begin_of_an_existing_key_in_a_batch_returns_the_existing_row(
+    sqlite_store: SQLiteStore,
+) -> None:
+    run = await new_run(sqlite_store)
+    first = make_ledger(run.run_id, key="k")
+    second = replace(first, tool_use_id="toolu_99", started_at=at(99))
+    earlier = make_ledger(run.run_id, key="k:earlier")
+    await sqlite_store.ledger_begin(earlier)
+    await sqlite_store.ledger_finish("k:earlier", status="done", at=at(21), result={"ok": 1})
+    before = sqlite_store.transactions
+
+    results = await asyncio.gather(
+        sqlite_store.ledger_begin(first),
+        sqlite_store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 1)),
+        sqlite_store.ledger_begin(second),  # same key, same batch: the first one's row
+        sqlite_store.ledger_begin(replace(earlier, started_at=at(50))),
+    )
+
+    assert sqlite_store.transactions - before == 1
+    done = replace(earlier, status="done", finished_at=at(21), result={"ok": 1})
+    assert list(results) == [None, None, first, done]
+    assert await sqlite_store.ledger_get("k") == first
+
+
+async def test_two_acquires_of_one_run_in_one_tick_give_the_lease_to_exactly_one(
+    sqlite_store: SQLiteStore,
+) -> None:
+    run = await new_run(sqlite_store)
+    before = sqlite_store.transactions
+
+    a, b = await asyncio.gather(
+        sqlite_store.acquire(run.run_id, owner="w1", now=at(0), ttl_seconds=30),
+        sqlite_store.acquire(run.run_id, owner="w2", now=at(0), ttl_seconds=30),
+    )
+
+    assert sqlite_store.transactions - before == 1
+    assert a is not None
+    assert b is None
+    assert (a.lease_owner, a.epoch, a.lease_until) == ("w1", 1, at(30))
+    assert await sqlite_store.get_run(run.run_id) == a
+    # the same owner twice in one tick: each call gets its own new epoch, in order
+    c, d = await asyncio.gather(
+        sqlite_store.acquire(run.run_id, owner="w1", now=at(1), ttl_seconds=30),
+        sqlite_store.acquire(run.run_id, owner="w1", now=at(2), ttl_seconds=30),
+    )
+    assert c is not None
+    assert d is not None
+    assert (c.epoch, d.epoch, d.lease_until) == (2, 3, at(32))
+
+
+async def test_writes_of_every_kind_in_one_tick_share_one_transaction(
+    sqlite_store: SQLiteStore,
+) -> None:
+    run = await new_run(sqlite_store)
+    fresh = make_run(created=1)
+    approval = make_approval(run.run_id)
+    await sqlite_store.commit(run.run_id, epoch=0, approvals=[approval])
+    entry = make_ledger(run.run_id)
+    approved = approval.with_(status="approved", decided_by="alice", decided_at=at(60))
+    before = sqlite_store.transactions
+    sub = sqlite_store.subscribe(fresh.run_id)
+
+    results = await asyncio.gather(
+        sqlite_store.create_run(fresh, [started(fresh.run_id)]),
+        sqlite_store.commit(fresh.run_id, epoch=0, events=deltas(fresh.run_id, 2, 1)),
+        sqlite_store.acquire(run.run_id, owner="w", now=at(0), ttl_seconds=10),
+        sqlite_store.renew(run.run_id, epoch=1, now=at(5), ttl_seconds=10),
+        sqlite_store.decide_approval(approved),
+        sqlite_store.decide_approval(approval.with_(status="denied")),  # no longer pending
+        sqlite_store.ledger_begin(entry),
+        sqlite_store.ledger_finish(entry.key, status="done", at=at(21), result={"ok": True}),
+        sqlite_store.ledger_retry(entry.key, at=at(22)),  # done, not failed
+        sqlite_store.release(run.run_id, epoch=1),
+    )
+
+    assert sqlite_store.transactions - before == 1
+    leased = results[2]
+    assert isinstance(leased, RunRecord)
+    assert leased.epoch == 1
+    assert results[:2] == [None, None]
+    assert results[3:] == [True, True, False, None, None, False, None]
+    assert [e.seq for e in await drain(sub)] == [1, 2]
+    stored = await sqlite_store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.epoch, stored.lease_owner, stored.lease_until) == (1, None, None)
+    assert await sqlite_store.get_approval(approval.approval_id) == approved
+    ledger = await sqlite_store.ledger_get(entry.key)
+    assert ledger is not None
+    assert ledger.status == "done"
+
+
+async def test_a_cancelled_acquire_is_skipped_but_a_cancelled_release_is_written(
+    sqlite_store: SQLiteStore,
+) -> None:
+    run = await new_run(sqlite_store)
+    lease = await sqlite_store.acquire(run.run_id, owner="w1", now=at(0), ttl_seconds=30)
+    assert lease is not None
+    release = asyncio.ensure_future(sqlite_store.release(run.run_id, epoch=lease.epoch))
+    acquire = asyncio.ensure_future(
+        sqlite_store.acquire(run.run_id, owner="w2", now=at(1), ttl_seconds=30)
+    )
+
+    async def cancel() -> None:  # runs after both queued, before the flush
+        release.cancel()
+        acquire.cancel()
+
+    await asyncio.gather(cancel())
+    for task in (release, acquire):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    stored = await sqlite_store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.epoch, stored.lease_owner) == (lease.epoch, None)  # released, not taken
+
+
+async def test_close_writes_the_ledger_writes_still_queued(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_path)
+    run = await new_run(store)
+    entry = make_ledger(run.run_id)
+
+    begun, _ = await asyncio.gather(store.ledger_begin(entry), store.close())
+
+    assert begun is None
+    reopened = await SQLiteStore.open(db_path)
+    try:
+        assert await reopened.ledger_get(entry.key) == entry
+    finally:
+        await reopened.close()
+
+
 async def test_the_common_queries_use_indexes(sqlite_store: SQLiteStore) -> None:
     run = await new_run(sqlite_store)
     statements: list[str] = []
