@@ -256,7 +256,7 @@ def default_model_name(env: Mapping[str, str]) -> str:
     if env.get("FIDUCIARY_MODEL"):
         return env["FIDUCIARY_MODEL"]
     if env.get("ANTHROPIC_API_KEY"):
-        return "anthropic:claude-sonnet-4-5"
+        return "anthropic:claude-sonnet-4-6"
     if env.get("OPENAI_API_KEY"):
         return "openai:gpt-5.1"
     return "scripted"
