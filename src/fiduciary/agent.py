@@ -139,6 +139,9 @@ class Agent:
             if existing.status not in _IDLE:
                 raise RunError("busy", "the run is still running")
             run, transcript = await self._lease(existing.run_id)
+            if run.status not in _IDLE:  # someone else continued it between our read and lease
+                await self.store.release(run.run_id, epoch=run.epoch)
+                raise RunError("busy", "the run is still running")
             driver = Driver(self, run, transcript, None)
             for event in await self._emit_first(
                 driver, UserMessage, {"text": self.redactor.redact_text(message)}
@@ -229,6 +232,9 @@ class Agent:
         if existing.status in _IDLE:
             return
         run, transcript = await self._lease(run_id)
+        if run.status in _IDLE:  # finished by another holder between our read and our lease
+            await self.store.release(run_id, epoch=run.epoch)
+            return
         driver = Driver(self, run, transcript, None)
         async for event in self._drive(driver):
             yield event
@@ -254,6 +260,9 @@ class Agent:
         if existing.status in _IDLE:
             raise RunError("state", f"the run is already {existing.status}")
         run, transcript = await self._lease(run_id)
+        if run.status in _IDLE:
+            await self.store.release(run_id, epoch=run.epoch)
+            raise RunError("state", f"the run is already {run.status}")
         driver = Driver(self, run, transcript, None)
         try:
             await driver.cancel(by=who.actor_id, reason=self.redactor.redact_text(reason)[:500])

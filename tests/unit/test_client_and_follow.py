@@ -6,6 +6,7 @@ import asyncio
 import json
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -253,3 +254,35 @@ async def test_the_lease_is_renewed_while_a_long_call_runs(clock: ManualClock) -
     run = await store.get_run(events[0].run_id)
     assert run is not None
     assert run.lease_owner is None  # released at the end, and no renewal after that
+
+
+async def test_resume_does_not_drive_a_run_finished_after_it_looked(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script("hello", [Reply("hi")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+    )
+    first = await collect(agent.run("hello", principal="alice"))
+    run_id = first[0].run_id
+    done = await store.get_run(run_id)
+    assert done is not None
+    assert done.status == "completed"
+
+    # the first read says running, as it did a moment before another worker finished the run
+    original = store.get_run
+
+    async def stale_get_run(rid: UUID) -> Any:
+        return done.with_(status="running")
+
+    store.get_run = stale_get_run  # type: ignore[method-assign,assignment]
+    try:
+        more = await collect(agent.resume(run_id))
+    finally:
+        store.get_run = original  # type: ignore[method-assign]
+    assert more == []  # the leased record says completed: nothing is driven
+    log = await store.read_events(run_id)
+    assert len(log) == len(first)
