@@ -16,6 +16,7 @@ import pytest
 from fiduciary.stores.base import Store
 from fiduciary.stores.memory import MemoryStore
 from fiduciary.stores.sqlite import SQLiteStore
+from tests.postgres_support import open_postgres
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ async def open_sqlite(tmp_path: Path) -> Store:
 BACKENDS: dict[str, Backend] = {
     "memory": Backend(open_memory),
     "sqlite": Backend(open_sqlite),
+    # skipped when the server is unreachable, except in CI (CI=true), where that fails
+    "postgres": Backend(open_postgres, (pytest.mark.postgres,)),
 }
 
 

@@ -17,21 +17,34 @@ import signal
 import sqlite3
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from fiduciary import Agent, CallContext, CapabilityError, Policy, capability, encode_event
 from fiduciary.capabilities import Capability
 from fiduciary.events import Event
-from fiduciary.stores.base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord
+from fiduciary.stores.base import (
+    ApprovalRecord,
+    ApprovalStatus,
+    AuditRecord,
+    LedgerEntry,
+    LedgerStatus,
+    RunRecord,
+    RunStatus,
+    Store,
+    Subscription,
+)
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 
+T = TypeVar("T")
+Backend = Literal["sqlite", "postgres"]
+BACKENDS: tuple[Backend, ...] = ("sqlite", "postgres")
 Phase = Literal["start", "decide", "resume", "followup"]
 Where = Literal["before_write", "after_write", "before_effect", "after_effect"]
 PRINCIPAL = "alice"
@@ -58,15 +71,15 @@ def _die() -> None:
     time.sleep(10)  # never reached
 
 
-class FaultyStore(SQLiteStore):
-    """The SQLite store with a trap door before or after its n-th write."""
+class FaultyStore:
+    """A store (SQLite or PostgreSQL) with a trap door before or after its n-th write."""
 
-    def __init__(self, path: Path, kill: Kill | None, counters: Counters) -> None:
-        super().__init__(path)
+    def __init__(self, inner: Store, kill: Kill | None, counters: Counters) -> None:
+        self.inner = inner
         self.kill = kill
         self.counters = counters
 
-    async def _trap(self, call: Any) -> Any:
+    async def _trap(self, call: Awaitable[T]) -> T:
         self.counters.writes += 1
         n = self.counters.writes
         if self.kill and self.kill.where == "before_write" and self.kill.n == n:
@@ -76,8 +89,9 @@ class FaultyStore(SQLiteStore):
             _die()
         return result
 
+    # --- writes: trapped --------------------------------------------------------------------
     async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
-        await self._trap(super().create_run(run, events))
+        await self._trap(self.inner.create_run(run, events))
 
     async def commit(
         self,
@@ -85,12 +99,12 @@ class FaultyStore(SQLiteStore):
         *,
         epoch: int,
         events: Sequence[Event] = (),
-        status: Any = None,
+        status: RunStatus | None = None,
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
     ) -> None:
         await self._trap(
-            super().commit(
+            self.inner.commit(
                 run_id, epoch=epoch, events=events, status=status, approvals=approvals, audit=audit
             )
         )
@@ -98,32 +112,85 @@ class FaultyStore(SQLiteStore):
     async def acquire(
         self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float
     ) -> RunRecord | None:
-        result: RunRecord | None = await self._trap(
-            super().acquire(run_id, owner=owner, now=now, ttl_seconds=ttl_seconds)
+        return await self._trap(
+            self.inner.acquire(run_id, owner=owner, now=now, ttl_seconds=ttl_seconds)
         )
-        return result
 
     async def release(self, run_id: UUID, *, epoch: int) -> None:
-        await self._trap(super().release(run_id, epoch=epoch))
+        await self._trap(self.inner.release(run_id, epoch=epoch))
 
     async def decide_approval(
-        self, approval: ApprovalRecord, *, expected_status: Any = "pending"
+        self, approval: ApprovalRecord, *, expected_status: ApprovalStatus = "pending"
     ) -> bool:
-        result: bool = await self._trap(
-            super().decide_approval(approval, expected_status=expected_status)
+        return await self._trap(
+            self.inner.decide_approval(approval, expected_status=expected_status)
         )
-        return result
 
     async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
-        result: LedgerEntry | None = await self._trap(super().ledger_begin(entry))
-        return result
+        return await self._trap(self.inner.ledger_begin(entry))
 
-    async def ledger_finish(self, key: str, **kwargs: Any) -> None:
-        await self._trap(super().ledger_finish(key, **kwargs))
+    async def ledger_finish(
+        self,
+        key: str,
+        *,
+        status: LedgerStatus,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+    ) -> None:
+        await self._trap(
+            self.inner.ledger_finish(key, status=status, at=at, result=result, error=error)
+        )
 
     async def ledger_retry(self, key: str, *, at: datetime) -> bool:
-        result: bool = await self._trap(super().ledger_retry(key, at=at))
-        return result
+        return await self._trap(self.inner.ledger_retry(key, at=at))
+
+    # --- the rest: as is --------------------------------------------------------------------
+    async def renew(self, run_id: UUID, *, epoch: int, now: datetime, ttl_seconds: float) -> bool:
+        return await self.inner.renew(run_id, epoch=epoch, now=now, ttl_seconds=ttl_seconds)
+
+    async def get_run(self, run_id: UUID) -> RunRecord | None:
+        return await self.inner.get_run(run_id)
+
+    async def list_runs(
+        self, *, principal: str | None = None, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        return await self.inner.list_runs(principal=principal, status=status, limit=limit)
+
+    async def read_events(
+        self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        return await self.inner.read_events(run_id, after_seq=after_seq, limit=limit)
+
+    async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
+        return await self.inner.runs_to_resume(now=now, limit=limit)
+
+    async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None:
+        return await self.inner.get_approval(approval_id)
+
+    async def list_approvals(
+        self,
+        *,
+        principal: str | None = None,
+        run_id: UUID | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> list[ApprovalRecord]:
+        return await self.inner.list_approvals(principal=principal, run_id=run_id, status=status)
+
+    async def ledger_get(self, key: str) -> LedgerEntry | None:
+        return await self.inner.ledger_get(key)
+
+    async def audit_records(self, run_id: UUID) -> list[AuditRecord]:
+        return await self.inner.audit_records(run_id)
+
+    async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
+        return await self.inner.autonomous_spend(principal, since=since)
+
+    def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:
+        return self.inner.subscribe(run_id, buffer=buffer)
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 class EffectTarget:
@@ -322,7 +389,11 @@ SCENARIOS = [
 
 @dataclass(frozen=True)
 class Paths:
+    """Where one play keeps its files, and the store's database (a file, or a PostgreSQL DSN)."""
+
     root: Path
+    backend: Backend = "sqlite"
+    dsn: str = ""  # postgres: a database of its own (tests.postgres_support.new_database)
 
     @property
     def db(self) -> Path:
@@ -336,6 +407,51 @@ class Paths:
     def seen(self) -> Path:
         return self.root / "seen.jsonl"
 
+    def open_store(self) -> Store:
+        if self.backend == "postgres":
+            from fiduciary.stores.postgres import PostgresStore
+
+            return PostgresStore(self.dsn, max_connections=4)
+        return SQLiteStore(self.db)
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Read the store's tables directly (the same tables and columns on both backends)."""
+        if self.backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                return conn.execute(sql.encode()).fetchall()
+        if not self.db.exists():
+            return []
+        with sqlite3.connect(self.db) as conn:
+            try:
+                return conn.execute(sql).fetchall()
+            except sqlite3.OperationalError:  # killed before the schema was created
+                return []
+
+    def run_exists(self) -> bool:
+        if self.backend == "sqlite" and not self.db.exists():
+            return False
+        return bool(self.query("SELECT run_id FROM runs"))
+
+    def run_status(self) -> str:
+        rows = self.query("SELECT status FROM runs")
+        assert len(rows) == 1, rows
+        return str(rows[0][0])
+
+    def payloads(self) -> list[tuple[int, str]]:
+        cast = "payload::text" if self.backend == "postgres" else "payload"
+        return [
+            (int(r[0]), str(r[1]))
+            for r in self.query(f"SELECT seq, {cast} FROM events ORDER BY seq")
+        ]
+
+    def ledger(self) -> list[tuple[str, str, str | None]]:
+        return [
+            (str(r[0]), str(r[1]), r[2])
+            for r in self.query("SELECT key, status, error FROM ledger")
+        ]
+
 
 def build_agent(
     paths: Paths, kill: Kill | None, counters: Counters, scenario: Scenario
@@ -344,7 +460,7 @@ def build_agent(
     agent = Agent(
         model=ScriptedModel([scenario.script]),
         capabilities=capabilities(target, kill, counters),
-        store=FaultyStore(paths.db, kill, counters),
+        store=FaultyStore(paths.open_store(), kill, counters),
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
         authorize=allow_all,
         lease_seconds=0.2,  # a killed process's lease lapses quickly for the next one

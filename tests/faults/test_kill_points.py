@@ -7,17 +7,20 @@ log must be gapless, and what a listener saw before the crash must be a prefix o
 
 from __future__ import annotations
 
+import asyncio
 import json
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from fiduciary.events import RunCompleted, decode_event
+from tests.postgres_support import new_database
 
 from .harness import (
+    BACKENDS,
     SCENARIOS,
+    Backend,
     EffectTarget,
     Kill,
     Paths,
@@ -28,6 +31,20 @@ from .harness import (
 )
 
 pytestmark = pytest.mark.slow
+
+# every scenario on every durable store; PostgreSQL is skipped when unreachable (failed in CI)
+backends = pytest.mark.parametrize(
+    "backend",
+    [pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else []) for b in BACKENDS],
+)
+
+
+def new_paths(root: Path, backend: Backend) -> Paths:
+    """A directory for one play, and a database of its own."""
+    root.mkdir(parents=True, exist_ok=True)
+    if backend == "postgres":
+        return Paths(root, backend, asyncio.run(new_database()))
+    return Paths(root, backend)
 
 
 def play(paths: Paths, scenario: Scenario, kill: Kill | None) -> list[str]:
@@ -52,27 +69,17 @@ def play(paths: Paths, scenario: Scenario, kill: Kill | None) -> list[str]:
 
 
 def run_exists(paths: Paths) -> bool:
-    if not paths.db.exists():
-        return False
-    with sqlite3.connect(paths.db) as conn:
-        try:
-            return int(conn.execute("SELECT count(*) FROM runs").fetchone()[0]) > 0
-        except sqlite3.OperationalError:  # killed before the schema was created
-            return False
+    return paths.run_exists()
 
 
 def run_status(paths: Paths) -> str:
-    with sqlite3.connect(paths.db) as conn:
-        rows = conn.execute("SELECT status FROM runs").fetchall()
-    assert len(rows) == 1, rows
-    return str(rows[0][0])
+    return paths.run_status()
 
 
 def log_payloads(paths: Paths) -> list[str]:
-    with sqlite3.connect(paths.db) as conn:
-        rows = conn.execute("SELECT seq, payload FROM events ORDER BY seq").fetchall()
+    rows = paths.payloads()
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1)), "seqs must be gapless"
-    return [str(r[1]) for r in rows]
+    return [r[1] for r in rows]
 
 
 def check(paths: Paths, scenario: Scenario, kill: Kill | None) -> None:
@@ -106,18 +113,17 @@ def check(paths: Paths, scenario: Scenario, kill: Kill | None) -> None:
 
 def refused_keys(paths: Paths) -> set[str]:
     """Ledger keys whose recorded failure is known to have had no effect."""
-    with sqlite3.connect(paths.db) as conn:
-        rows = conn.execute("SELECT key, status, error FROM ledger").fetchall()
+    rows = paths.ledger()
     return {
         str(key)
         for key, status, error in rows
-        if status == "failed" and json.loads(error).get("unknown") is False
+        if status == "failed" and error is not None and json.loads(error).get("unknown") is False
     }
 
 
-def dry_run(tmp: Path, scenario: Scenario) -> list[tuple[int, int]]:
+def dry_run(tmp: Path, scenario: Scenario, backend: Backend) -> list[tuple[int, int]]:
     """Count store writes and handler entries per phase of an undisturbed play."""
-    paths = Paths(tmp)
+    paths = new_paths(tmp, backend)
     counts: list[tuple[int, int]] = []
     for phase in scenario.phases:
         outcome, counters = run_phase(phase, paths, None, scenario)
@@ -139,20 +145,21 @@ def kill_points(counts: list[tuple[int, int]]) -> list[Kill]:
     return points
 
 
-def test_the_scenarios_have_at_least_200_kill_points(tmp_path: Path) -> None:
-    total = sum(len(kill_points(dry_run(tmp_path / s.name, s))) for s in SCENARIOS)
+@backends
+def test_the_scenarios_have_at_least_200_kill_points(tmp_path: Path, backend: Backend) -> None:
+    total = sum(len(kill_points(dry_run(tmp_path / s.name, s, backend))) for s in SCENARIOS)
     assert total >= 200, total
 
 
+@backends
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_every_kill_point(scenario: Scenario, tmp_path: Path) -> None:
-    counts = dry_run(tmp_path / "dry", scenario)
+def test_every_kill_point(scenario: Scenario, tmp_path: Path, backend: Backend) -> None:
+    counts = dry_run(tmp_path / "dry", scenario, backend)
     points = kill_points(counts)
     assert len(points) >= 20, counts
     killed = 0
     for i, kill in enumerate(points):
-        paths = Paths(tmp_path / f"k{i}")
-        paths.root.mkdir()
+        paths = new_paths(tmp_path / f"k{i}", backend)
         outcomes = play(paths, scenario, kill)
         killed += any(o.endswith("killed") for o in outcomes)
         check(paths, scenario, kill)
@@ -160,15 +167,16 @@ def test_every_kill_point(scenario: Scenario, tmp_path: Path) -> None:
     assert killed >= len(points) * 0.9, (killed, len(points))
 
 
-def test_accepted_run_survives_a_crash_before_its_first_model_call(tmp_path: Path) -> None:
+@backends
+def test_accepted_run_survives_a_crash_before_its_first_model_call(
+    tmp_path: Path, backend: Backend
+) -> None:
     scenario = next(s for s in SCENARIOS if s.name == "auto-chain")
-    paths = Paths(tmp_path)
+    paths = new_paths(tmp_path, backend)
     outcome, _ = run_phase("start", paths, Kill(0, "after_write", 1), scenario)
     assert outcome == "killed"
-    with sqlite3.connect(paths.db) as conn:
-        (status,) = conn.execute("SELECT status FROM runs").fetchone()
-        types = [r[0] for r in conn.execute("SELECT type FROM events ORDER BY seq")]
-    assert status == "running"
+    assert paths.run_status() == "running"
+    types = [json.loads(payload)["type"] for _, payload in paths.payloads()]
     assert types == ["run_started", "user_message"]
     outcome, _ = run_phase("resume", paths, None, scenario)
     assert outcome == "ok"

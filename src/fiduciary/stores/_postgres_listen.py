@@ -1,0 +1,177 @@
+"""Private: ``PostgresStore``'s listener — one LISTEN connection per store.
+
+It feeds the store's subscribers with the events other processes commit (``fiduciary_events``:
+a notification names, per run, the range of seqs a batch committed; the events themselves are
+read back, one query per burst) and wakes the store's workers (``fiduciary_runnable``). If the
+connection drops, notifications may have been lost: every subscription is ended as overflowed
+(its follower re-reads from its last seq), the workers are woken, and it reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from uuid import UUID
+
+from ..events import Event, decode_event
+from ._postgres_sql import _READ_RANGES, EVENTS_CHANNEL, RUNNABLE_CHANNEL, Params, _Conn
+from .base import Broadcaster, BroadcastSubscription
+
+log = logging.getLogger("fiduciary.stores.postgres")
+
+Fetch = Callable[[str, Params], Awaitable[list[Any]]]
+
+
+class Fanout(Broadcaster):
+    """The in-process broadcaster, plus what a store fed by notifications needs."""
+
+    def has_subscribers(self, run_id: UUID) -> bool:
+        return run_id in self._subs
+
+    def interrupt_all(self) -> None:
+        """End every subscription as overflowed: its listener must re-read from its last seq."""
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                interrupt(sub)
+
+
+def interrupt(sub: BroadcastSubscription) -> None:
+    """End one subscription as overflowed (what ``BroadcastSubscription.put`` does when full)."""
+    if not sub.overflowed:
+        sub._q.overflowed = True
+        sub.close()
+
+
+class Listener:
+    """The LISTEN connection of one store, and what arrives on it."""
+
+    def __init__(self, *, instance: str, connect: Callable[[], Awaitable[_Conn]], fetch: Fetch):
+        self.instance = instance
+        self.fanout = Fanout()
+        self.listening = asyncio.Event()
+        """Set once LISTEN is in effect (subscriptions made before may have missed events)."""
+        self.work_generation = 0
+        """Increases whenever workers are told that a run may be claimable."""
+        self._connect = connect
+        self._fetch = fetch
+        self._work = asyncio.Event()
+        self._arrived: list[tuple[UUID, int, int]] = []
+        self._arrival = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
+
+    def start(self) -> None:
+        self._stopped = False
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="fiduciary-pg-listener"),
+            asyncio.create_task(self._read_arrivals(), name="fiduciary-pg-reader"),
+        ]
+
+    async def halt(self) -> None:
+        """Stop listening (``start`` again to resume); subscriptions stay as they are."""
+        self._stopped = True
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._tasks = []
+
+    async def close(self) -> None:
+        """Stop listening, end every subscription, wake the workers (the store is closing)."""
+        await self.halt()
+        self.fanout.close_all()
+        self.wake_workers()
+
+    def wake_workers(self) -> None:
+        self.work_generation += 1
+        event, self._work = self._work, asyncio.Event()
+        event.set()
+
+    async def wait_for_work(self, since: int) -> int:
+        if self.work_generation == since:
+            await self._work.wait()
+        return self.work_generation
+
+    async def _listen(self) -> None:
+        """Receive notifications until stopped, reconnecting if needed."""
+        delay = 0.05
+        first = True
+        while not self._stopped:
+            conn: _Conn | None = None
+            try:
+                conn = await self._connect()
+                await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
+                await conn.execute(f"LISTEN {RUNNABLE_CHANNEL}")
+                if not first:
+                    # notifications may have been lost while disconnected
+                    self.fanout.interrupt_all()
+                    self.wake_workers()
+                first = False
+                delay = 0.05
+                self.listening.set()
+                async for notice in conn.notifies():
+                    if notice.channel == RUNNABLE_CHANNEL:
+                        self.wake_workers()
+                    else:
+                        self._arrive(notice.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopped:
+                    return
+                log.warning("lost the notification connection (%s); reconnecting", exc)
+                self.fanout.interrupt_all()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    def _arrive(self, payload: str) -> None:
+        instance, _, body = payload.partition(" ")
+        if instance == self.instance:
+            return  # the store's own commit: already handed to its subscribers
+        for part in body.split():
+            try:
+                run_text, first, last = part.split(":")
+                run_id = UUID(run_text)
+            except ValueError:
+                log.warning("ignored a malformed notification: %.80r", part)
+                continue
+            if self.fanout.has_subscribers(run_id):
+                self._arrived.append((run_id, int(first), int(last)))
+        if self._arrived:
+            self._arrival.set()
+
+    async def _read_arrivals(self) -> None:
+        """Read back the events other processes committed, for the runs followed here."""
+        while not self._stopped:
+            await self._arrival.wait()
+            self._arrival.clear()
+            arrived, self._arrived = self._arrived, []
+            wanted = [a for a in arrived if self.fanout.has_subscribers(a[0])]
+            if not wanted:
+                continue
+            try:
+                rows = await self._fetch(
+                    _READ_RANGES,
+                    ([a[0] for a in wanted], [a[1] for a in wanted], [a[2] for a in wanted]),
+                )
+                by_run: dict[UUID, list[Event]] = {}
+                for run_id, payload in rows:
+                    by_run.setdefault(run_id, []).append(decode_event(payload))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopped:
+                    return
+                log.warning("could not read notified events (%s); subscribers must re-read", exc)
+                self.fanout.interrupt_all()
+                continue
+            for run_id, events in by_run.items():
+                self.fanout.publish(run_id, events)

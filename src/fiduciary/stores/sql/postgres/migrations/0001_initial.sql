@@ -1,0 +1,139 @@
+-- Migration 0001: the initial schema (runs, events, approvals, ledger, audit, the wake-up
+-- triggers).
+--
+-- Migrations are applied in order by fiduciary.stores.postgres, each in one transaction with
+-- its row in schema_migrations (which the runner creates itself before the first migration),
+-- under an advisory lock so that processes starting together apply each migration once.
+-- A migration is never edited once released: change the schema with a new NNNN_name.sql and
+-- update ../schema.sql to match.
+
+CREATE TABLE runs (
+    run_id      uuid PRIMARY KEY,
+    principal   text NOT NULL,
+    status      text NOT NULL CHECK (status IN ('running', 'awaiting_approval',
+                    'awaiting_client_result', 'completed', 'failed', 'cancelled')),
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    last_seq    bigint NOT NULL DEFAULT 0 CHECK (last_seq >= 0),
+    epoch       bigint NOT NULL DEFAULT 0,
+    lease_owner text,
+    lease_until timestamptz,
+    title       text NOT NULL DEFAULT '',
+    scopes      text[] NOT NULL DEFAULT '{}',
+    wake_at     timestamptz
+) WITH (fillfactor = 70);
+
+CREATE INDEX runs_by_created ON runs (created_at, run_id);
+
+CREATE INDEX runs_by_principal ON runs (principal, created_at, run_id);
+
+CREATE INDEX runs_by_status ON runs (status, created_at, run_id);
+
+CREATE INDEX runs_runnable ON runs (created_at, run_id)
+    WHERE status = 'running' OR wake_at IS NOT NULL;
+
+CREATE TABLE events (
+    run_id  uuid NOT NULL REFERENCES runs (run_id),
+    seq     bigint NOT NULL CHECK (seq >= 1),
+    type    text NOT NULL,
+    at      timestamptz NOT NULL,
+    payload json NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE approvals (
+    approval_id       uuid PRIMARY KEY,
+    run_id            uuid NOT NULL REFERENCES runs (run_id),
+    tool_use_id       text NOT NULL,
+    principal         text NOT NULL,
+    capability        text NOT NULL,
+    args              json NOT NULL,
+    args_digest       text NOT NULL,
+    tier              text NOT NULL CHECK (tier IN ('confirm', 'explicit')),
+    amount_usd        numeric,
+    modifiable_fields text[] NOT NULL DEFAULT '{}',
+    executor          text NOT NULL CHECK (executor IN ('server', 'client')),
+    status            text NOT NULL CHECK (status IN ('pending', 'approved', 'denied',
+                          'expired', 'client_result')),
+    created_at        timestamptz NOT NULL,
+    expires_at        timestamptz NOT NULL,
+    decided_by        text,
+    decided_at        timestamptz,
+    reason            text,
+    approved_args     json,
+    approved_digest   text,
+    client_result     json
+);
+
+CREATE INDEX approvals_by_principal ON approvals (principal, status, created_at, approval_id);
+
+CREATE INDEX approvals_by_run ON approvals (run_id, created_at, approval_id);
+
+CREATE INDEX approvals_by_status ON approvals (status, created_at, approval_id);
+
+CREATE INDEX approvals_pending_expiry ON approvals (expires_at) WHERE status = 'pending';
+
+CREATE TABLE ledger (
+    key         text PRIMARY KEY,
+    run_id      uuid NOT NULL,
+    tool_use_id text NOT NULL,
+    capability  text NOT NULL,
+    status      text NOT NULL CHECK (status IN ('started', 'done', 'failed')),
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz,
+    result      json,
+    error       text
+);
+
+CREATE INDEX ledger_by_run ON ledger (run_id);
+
+CREATE TABLE audit (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id          uuid NOT NULL REFERENCES runs (run_id),
+    at              timestamptz NOT NULL,
+    principal       text NOT NULL,
+    capability      text NOT NULL,
+    kind            text NOT NULL,
+    tool_use_id     text NOT NULL,
+    outcome         text NOT NULL,
+    tier            text,
+    amount_usd      numeric,
+    input           json NOT NULL DEFAULT '{}',
+    output          text,
+    idempotency_key text,
+    duration_ms     double precision
+);
+
+CREATE INDEX audit_by_run ON audit (run_id, id);
+
+CREATE INDEX audit_by_principal_at ON audit (principal, at);
+
+-- A decision on a pending approval (by a person on any instance, or its expiry) asks for the
+-- run to be continued: wake_at marks it for the workers' claim.
+CREATE FUNCTION fiduciary_wake_on_decision() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE runs SET wake_at = COALESCE(wake_at, now())
+    WHERE run_id = NEW.run_id
+      AND status IN ('running', 'awaiting_approval', 'awaiting_client_result');
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER approvals_wake_run AFTER UPDATE OF status ON approvals
+    FOR EACH ROW WHEN (OLD.status = 'pending' AND NEW.status <> 'pending')
+    EXECUTE FUNCTION fiduciary_wake_on_decision();
+
+-- A run that can be driven and that nobody leases wakes the workers (LISTEN
+-- fiduciary_runnable). Delivered at commit; identical notifications of one transaction fold.
+CREATE FUNCTION fiduciary_notify_runnable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('fiduciary_runnable', NEW.run_id::text);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_notify_runnable AFTER INSERT OR UPDATE ON runs
+    FOR EACH ROW WHEN (NEW.lease_owner IS NULL AND (NEW.status = 'running'
+        OR (NEW.wake_at IS NOT NULL
+            AND NEW.status IN ('awaiting_approval', 'awaiting_client_result'))))
+    EXECUTE FUNCTION fiduciary_notify_runnable();

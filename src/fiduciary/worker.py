@@ -1,0 +1,203 @@
+"""Workers: processes that drive the runs of a shared store, claimed one batch at a time.
+
+Several workers (on several machines) share one PostgreSQL database. Each claims runnable runs
+— new ones, runs whose approvals were decided on any server instance, runs whose worker died —
+with ``FOR UPDATE SKIP LOCKED`` and a lease, and drives each with ``Agent.resume`` (the same code
+that continues a run after a crash), several at once. A lease that lapses (the worker died or
+froze) lets another worker take the run; the new lease's epoch fences the old holder's appends.
+
+The store must offer the ``WorkQueue`` methods (``PostgresStore`` does). Submitting work is the
+servers' side: ``submit`` records a run for the workers without driving it here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Collection, Iterable
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
+
+from .agent import Agent
+from .capabilities import Principal
+from .exceptions import ConfigurationError, FiduciaryError, RunError
+from .stores.base import RunRecord
+
+__all__ = ["WorkQueue", "run_worker", "submit"]
+
+log = logging.getLogger("fiduciary.worker")
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """What a store offers workers (on top of the ``Store`` contract)."""
+
+    @property
+    def work_generation(self) -> int:
+        """Increases whenever a run may have become claimable."""
+
+    async def claim_runnable(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        ttl_seconds: float,
+        limit: int = 1,
+        exclude: Collection[UUID] = (),
+    ) -> list[RunRecord]:
+        """Lease up to ``limit`` runnable runs nobody leases (and not in ``exclude``), each with
+        a new epoch."""
+
+    async def wait_for_work(self, *, since: int) -> int:
+        """Return once ``work_generation`` has passed ``since``."""
+
+
+async def run_worker(
+    agent: Agent,
+    *,
+    stop: asyncio.Event,
+    owner: str | None = None,
+    poll_interval: float = 1.0,
+    concurrency: int = 16,
+    drain_seconds: float = 10.0,
+) -> None:
+    """Claim and drive runs until ``stop`` is set.
+
+    ``owner`` is the lease owner; it must be ``agent.owner`` (the default), since
+    ``Agent.resume`` re-takes the claimed lease under that name. At most ``concurrency`` runs
+    are driven at once. When idle, the worker waits for a notification from the store, for a
+    run to finish, or ``poll_interval`` seconds — the poll catches what nobody notifies: a lease
+    that lapsed, an approval that expired. Once ``stop`` is set it claims nothing more, lets the
+    runs it drives go on for up to ``drain_seconds``, then cancels them (their leases are
+    released; another worker continues them).
+    """
+    queue = agent.store
+    if not isinstance(queue, WorkQueue):
+        raise ConfigurationError(
+            f"{type(queue).__name__} cannot hand out work: workers need a store with "
+            "claim_runnable and wait_for_work (PostgresStore)"
+        )
+    if owner is not None and owner != agent.owner:
+        raise ConfigurationError("a worker's owner must be its agent's owner (agent.owner)")
+    if concurrency < 1 or poll_interval <= 0:
+        raise ConfigurationError("concurrency must be at least 1 and poll_interval positive")
+    active: dict[UUID, asyncio.Task[None]] = {}
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            seen = queue.work_generation
+            free = concurrency - len(active)
+            claimed: list[RunRecord] = []
+            if free > 0:
+                try:
+                    claimed = await queue.claim_runnable(
+                        owner=agent.owner,
+                        now=agent.clock.now(),
+                        ttl_seconds=agent.lease_seconds,
+                        limit=free,
+                        exclude=list(active),  # never a second drive of a run in this process
+                    )
+                except FiduciaryError as exc:
+                    log.warning("could not claim runs (%s); trying again", exc)
+            for run in claimed:
+                task = asyncio.create_task(_drive(agent, run), name=f"fiduciary-run-{run.run_id}")
+                active[run.run_id] = task
+                task.add_done_callback(_forget(active, run.run_id))
+            if claimed and len(claimed) == free:
+                # more may be waiting: claim again as soon as a run finishes
+                await _first(stopping, active.values(), None, seconds=poll_interval)
+            elif not claimed:
+                notified = asyncio.ensure_future(queue.wait_for_work(since=seen))
+                try:
+                    await _first(stopping, active.values(), notified, seconds=poll_interval)
+                finally:
+                    notified.cancel()
+                    with contextlib.suppress(BaseException):
+                        await notified
+    finally:
+        stopping.cancel()
+        await _drain(list(active.values()), drain_seconds)
+
+
+def _forget(
+    active: dict[UUID, asyncio.Task[None]], run_id: UUID
+) -> Callable[[asyncio.Task[None]], None]:
+    def forget(_: asyncio.Task[None]) -> None:
+        active.pop(run_id, None)
+
+    return forget
+
+
+async def _first(
+    stopping: asyncio.Future[Any],
+    running: Iterable[asyncio.Task[None]],
+    notified: asyncio.Future[Any] | None,
+    *,
+    seconds: float,
+) -> None:
+    """Wait for stop, a run finishing, a notification, or ``seconds``."""
+    waiting: set[asyncio.Future[Any]] = {stopping, *running}
+    if notified is not None:
+        waiting.add(notified)
+    await asyncio.wait(waiting, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+
+
+async def _drive(agent: Agent, run: RunRecord) -> None:
+    """Drive one claimed run until it completes, fails or waits for a person."""
+    try:
+        # The claim may have lapsed while this task waited to start (a starved process), and
+        # another worker may be finishing the run: Agent.resume checks the status before it
+        # leases, so it could lease a run finished meanwhile (see the integration notes).
+        # Renewing the claim first proves it is still ours, and keeps it until resume leases.
+        if not await agent.store.renew(
+            run.run_id, epoch=run.epoch, now=agent.clock.now(), ttl_seconds=agent.lease_seconds
+        ):
+            log.info("run %s: the claim lapsed before it was driven; skipped", run.run_id)
+            return
+        async for _ in agent.resume(run.run_id):
+            pass
+    except RunError as exc:  # e.g. busy: the claim lapsed and someone else took it
+        log.info("run %s was not driven: %s", run.run_id, exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("driving run %s failed; it can be resumed", run.run_id)
+    finally:
+        # Agent.resume leased the run again (a new epoch) and released that; if it never got
+        # that far (an idle run, an error), the claim itself is released here
+        with contextlib.suppress(Exception):
+            await agent.store.release(run.run_id, epoch=run.epoch)
+
+
+async def _drain(tasks: list[asyncio.Task[None]], seconds: float) -> None:
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=seconds)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def submit(
+    agent: Agent,
+    message: str,
+    *,
+    principal: Principal | str,
+    run_id: UUID | None = None,
+    capabilities: Iterable[str] | None = None,
+    plan_first: bool = False,
+) -> RunRecord:
+    """Record a new run for the workers to drive, without driving it here.
+
+    The run is committed (``run_started`` + ``user_message``) exactly as ``Agent.run`` commits
+    it, then its lease is released, which makes it claimable and notifies the workers.
+    """
+    who = principal if isinstance(principal, Principal) else Principal(principal)
+    if not isinstance(message, str) or not message.strip():
+        raise RunError("invalid", "a message must be non-empty text")
+    # Agent.run's own first step; see the integration notes for a public Agent.submit
+    run, _, _ = await agent._create(message, who, run_id, capabilities, plan_first)
+    await agent.store.release(run.run_id, epoch=run.epoch)
+    return run.with_(lease_owner=None, lease_until=None)

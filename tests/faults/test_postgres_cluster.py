@@ -1,0 +1,207 @@
+"""Three workers and two server instances on one PostgreSQL; one worker SIGKILLed mid-run and
+another frozen (SIGSTOP) until its leases are taken over, then revived (SIGCONT).
+
+Server A submits the runs and follows every one of them live (LISTEN/NOTIFY only); server B
+approves every payment as it appears. For every run: it completes; its log is gapless and is
+exactly what server A received, in order, once; its payment is made at most once (one handler
+entry, one effect), and a payment that was not made is one the model was told has an unknown
+outcome. The frozen worker's appends after its revival are refused (stale epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.postgres_support import new_database
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("psycopg")
+import psycopg
+
+from fiduciary.events import TextDelta, ToolCallEnd, decode_event
+from fiduciary.exceptions import StaleEpochError
+from fiduciary.stores.postgres import PostgresStore
+
+from .cluster import EFFECTS_DDL
+
+RUNS = 200
+DEADLINE = 240.0  # seconds for the whole scenario
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(DEADLINE + 120)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(*args: str, files: Path, name: str) -> subprocess.Popen[bytes]:
+    with (files / f"{name}.stderr").open("wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.cluster", *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    *,
+    timeout: float = 60.0,
+    state: Callable[[], object] = lambda: "",
+) -> None:
+    """The parent's orchestration: look at the database or the files until ``condition``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; {state()}")
+        time.sleep(0.01)
+
+
+async def assert_fenced(dsn: str, held: list[tuple[Any, ...]]) -> None:
+    """An append with the epoch the frozen worker held is refused, whatever it appends."""
+    store = await PostgresStore.open(dsn)
+    try:
+        for run_id, epoch in held:
+            run = await store.get_run(run_id)
+            assert run is not None
+            assert run.epoch > epoch
+            late = TextDelta(run_id=run_id, seq=run.last_seq + 1, at=datetime.now(UTC), text="x")
+            with pytest.raises(StaleEpochError):
+                await store.commit(run_id, epoch=epoch, events=[late])
+    finally:
+        await store.close()
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
+    dsn = asyncio.run(new_database())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(EFFECTS_DDL)
+
+    def query(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return conn.execute(sql.encode(), params).fetchall()
+
+    def leases_of(owner: str) -> int:
+        return int(query("SELECT count(*) FROM runs WHERE lease_owner = %s", owner)[0][0])
+
+    workers = {n: spawn("worker", dsn, str(tmp_path), n, files=tmp_path, name=n) for n in "123"}
+    approver = spawn("approve", dsn, str(tmp_path), files=tmp_path, name="approver")
+    submitter = spawn("submit", dsn, str(tmp_path), str(RUNS), files=tmp_path, name="submitter")
+    processes = [*workers.values(), approver, submitter]
+    try:
+        for n in workers:
+            owner_file = tmp_path / f"owner-{n}"
+            wait_for(owner_file.exists, f"worker {n} to start")
+        owner = {n: (tmp_path / f"owner-{n}").read_text() for n in workers}
+
+        # SIGKILL worker 1 while it is inside a run (in its slow read)
+        reads = lines(tmp_path / "reads-1")
+        wait_for(lambda: lines(tmp_path / "reads-1") > reads + 2, "worker 1 to be mid-run")
+        assert leases_of(owner["1"]) > 0
+        workers["1"].send_signal(signal.SIGKILL)
+
+        # freeze worker 2 mid-run until every run it held was taken over by someone else
+        reads = lines(tmp_path / "reads-2")
+        wait_for(lambda: lines(tmp_path / "reads-2") > reads, "worker 2 to be mid-run")
+        workers["2"].send_signal(signal.SIGSTOP)
+        held = query(
+            "SELECT run_id, epoch FROM runs WHERE lease_owner = %s AND status = 'running'",
+            owner["2"],
+        )
+        assert held, "worker 2 held no run when it was frozen"
+
+        def taken_over() -> bool:
+            epochs = dict(query("SELECT run_id, epoch FROM runs WHERE run_id = ANY(%s)", ids))
+            return all(epochs[run_id] > epoch for run_id, epoch in held)
+
+        ids = [run_id for run_id, _ in held]
+        wait_for(
+            taken_over,
+            "worker 2's runs to be taken over",
+            state=lambda: (
+                held,
+                query(
+                    "SELECT run_id, status, epoch, lease_owner, lease_until, wake_at, now() "
+                    "FROM runs WHERE run_id = ANY(%s)",
+                    ids,
+                ),
+                query(
+                    "SELECT pid, state, wait_event, left(query, 60), xact_start "
+                    "FROM pg_stat_activity WHERE datname = current_database()"
+                ),
+            ),
+        )
+        workers["2"].send_signal(signal.SIGCONT)
+
+        try:
+            code = submitter.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            stuck = query(
+                "SELECT r.run_id, r.status, r.epoch, r.lease_owner, r.lease_until, r.wake_at, "
+                "array_agg(a.status) FROM runs r LEFT JOIN approvals a USING (run_id) "
+                "WHERE r.status <> 'completed' GROUP BY 1 LIMIT 5"
+            )
+            raise AssertionError(f"runs not completed in time: {stuck} {owner}") from None
+        assert code == 0, (tmp_path / "submitter.stderr").read_text()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    # every run completed
+    statuses = Counter(s for (s,) in query("SELECT status FROM runs"))
+    assert statuses == {"completed": RUNS}, statuses
+    # the frozen worker was fenced: an append with its epoch is refused; and its own appends
+    # after revival were refused (stale epoch; or, if it froze inside a transaction, the
+    # database had ended that session so that its runs could be taken over)
+    refused = lines(tmp_path / "stale-2") + lines(tmp_path / "ended-2")
+    assert refused >= 1, (tmp_path / "2.stderr").read_text()
+    asyncio.run(assert_fenced(dsn, held))
+
+    # no event lost or duplicated: each log is gapless and is what server A received live
+    seen: dict[str, list[str]] = json.loads((tmp_path / "seen.json").read_text())
+    assert len(seen) == RUNS
+    unknown: set[str] = set()
+    for run_id, received in seen.items():
+        rows = query("SELECT seq, payload::text FROM events WHERE run_id = %s ORDER BY seq", run_id)
+        assert [seq for seq, _ in rows] == list(range(1, len(rows) + 1)), run_id
+        stored = [decode_event(payload) for _, payload in rows]
+        assert [decode_event(e) for e in received] == stored, run_id
+        for event in stored:
+            if isinstance(event, ToolCallEnd) and event.name == "send":
+                if event.recovery == "unknown":
+                    unknown.add(run_id)
+                else:
+                    assert not event.is_error, (run_id, event)
+
+    # no effect twice, no handler entered twice; a payment not made was reported unknown
+    entries = Counter(key for (key,) in query("SELECT key FROM cluster_entries"))
+    assert all(n == 1 for n in entries.values()), entries.most_common(3)
+    effects = query("SELECT key, payee FROM cluster_effects")
+    assert len({payee for _, payee in effects}) == len(effects)
+    paid_runs = {key.split(":", 1)[0] for key, _ in effects}
+    assert set(seen) - paid_runs <= unknown
+    assert len(effects) >= RUNS - len(unknown)

@@ -1,0 +1,133 @@
+"""Workers on PostgreSQL, in one process: claim, drive, wake on decisions made elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from fiduciary import Agent, Policy
+from fiduciary.events import Event, PendingAction, RunCompleted
+from fiduciary.exceptions import ConfigurationError
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.worker import run_worker, submit
+from tests.postgres_support import new_database
+
+from .conftest import Effects, toy_capabilities
+
+pytestmark = pytest.mark.postgres
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("psycopg")
+from fiduciary.stores.postgres import PostgresStore  # noqa: E402
+
+TIMEOUT = 20.0
+
+SCRIPT = Script(
+    "pay",
+    [
+        ToolCalls([Call("balance")]),
+        ToolCalls(
+            [Call("send", lambda r: {"to": r.user_messages[0].split()[-1], "amount": "120"})]
+        ),
+        Reply("paid"),
+    ],
+)
+
+
+def make_agent(store: Any, effects: Effects) -> Agent:
+    return Agent(
+        model=ScriptedModel([SCRIPT]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
+        authorize=allow_all,
+        lease_seconds=5.0,
+    )
+
+
+@pytest.fixture
+async def dsn() -> str:
+    return await new_database()
+
+
+@pytest.fixture
+async def stores(dsn: str) -> AsyncIterator[list[PostgresStore]]:
+    """Three stores on one database: two workers' and one server's."""
+    opened = [await PostgresStore.open(dsn) for _ in range(3)]
+    try:
+        yield opened
+    finally:
+        for store in opened:
+            await store.close()
+
+
+async def until_completed(server: Agent, run_id: UUID) -> list[Event]:
+    """Follow a run from the server until it completes, approving what it asks (live)."""
+    seen: list[Event] = []
+    async for event in server.events(run_id, poll_seconds=3600):  # no polling: LISTEN only
+        seen.append(event)
+        if isinstance(event, PendingAction):
+            await server.approve(event.approval_id, by="alice")
+        if isinstance(event, RunCompleted):
+            return seen
+    raise AssertionError("the stream ended before the run completed")
+
+
+async def test_workers_drive_submitted_runs_and_wake_on_approvals_made_elsewhere(
+    stores: list[PostgresStore],
+) -> None:
+    effects = Effects()
+    workers = [make_agent(s, effects) for s in stores[:2]]
+    server = make_agent(stores[2], effects)
+    stop = asyncio.Event()
+    running = [
+        asyncio.create_task(run_worker(w, stop=stop, poll_interval=3600, concurrency=4))
+        for w in workers
+    ]
+    try:
+        runs = [await submit(server, f"pay {name}", principal="alice") for name in "abcdefgh"]
+        async with asyncio.timeout(TIMEOUT):
+            logs = await asyncio.gather(*(until_completed(server, r.run_id) for r in runs))
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT):
+            await asyncio.gather(*running)
+
+    assert sorted(p["to"] for p in effects.payments) == list("abcdefgh")
+    assert len(set(effects.entries)) == len(effects.entries) == 8
+    for run, log in zip(runs, logs, strict=True):
+        stored = await server.store.read_events(run.run_id)
+        assert log == stored  # followed live from another instance: nothing lost or repeated
+        assert (await server.get_run(run.run_id)).status == "completed"
+    # the runs went through several holders: submit, a worker, a worker after the approval
+    owners = {r.lease_owner for r in await server.store.list_runs()}
+    assert owners == {None}
+
+
+async def test_a_worker_stops_when_asked(stores: list[PostgresStore]) -> None:
+    agent = make_agent(stores[0], Effects())
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(agent, stop=stop, poll_interval=3600))
+    await asyncio.sleep(0)  # let it start claiming
+
+    stop.set()
+
+    async with asyncio.timeout(TIMEOUT):
+        await task
+
+
+async def test_a_worker_needs_a_store_that_hands_out_work() -> None:
+    agent = make_agent(MemoryStore(), Effects())
+    with pytest.raises(ConfigurationError):
+        await run_worker(agent, stop=asyncio.Event())
+
+
+async def test_a_worker_owner_must_be_its_agents(stores: list[PostgresStore]) -> None:
+    agent = make_agent(stores[0], Effects())
+    with pytest.raises(ConfigurationError):
+        await run_worker(agent, stop=asyncio.Event(), owner="someone-else")
