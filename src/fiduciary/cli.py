@@ -889,6 +889,57 @@ async def approvals_deny(
     return await _decide(db, approval, by, deny)
 
 
+@_command(app, "worker", interrupted=("stopped", 0))
+async def worker(
+    agent: Annotated[
+        str,
+        typer.Option(help="The agent factory to drive runs with: module:callable(store) -> Agent."),
+    ],
+    postgres: Annotated[
+        str, typer.Option(envvar="FIDUCIARY_POSTGRES", help="The shared PostgreSQL DSN.")
+    ],
+    concurrency: Annotated[int, typer.Option(help="Runs driven at once.")] = 16,
+    poll_interval: Annotated[
+        float, typer.Option(help="Seconds between polls (besides NOTIFY).")
+    ] = 1.0,
+    drain_seconds: Annotated[float, typer.Option(help="Seconds to finish runs on SIGTERM.")] = 10.0,
+) -> int:
+    """Claim and drive runs from a shared PostgreSQL database until SIGTERM or Ctrl-C."""
+    import importlib
+    import signal
+
+    from .stores.postgres import PostgresStore
+    from .worker import run_worker
+
+    module_name, sep, attribute = agent.partition(":")
+    if not sep:
+        raise CliError(f"--agent must be module:callable, not {agent!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"cannot load {agent}: {exc}") from exc
+    store = await PostgresStore.open(postgres)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        made = factory(store)
+        driven: Agent = getattr(made, "agent", made)  # an Agent, or a ServedAgent holding one
+        if not isinstance(driven, Agent):
+            raise CliError(f"{agent} did not return an Agent")
+        await run_worker(
+            driven,
+            stop=stop,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            drain_seconds=drain_seconds,
+        )
+    finally:
+        await store.close()
+    return 0
+
+
 def _register_server() -> None:
     """``serve`` and ``keys`` need the server extra; without it, ``serve`` says how to get it."""
     try:
