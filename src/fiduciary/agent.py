@@ -239,6 +239,27 @@ class Agent:
         async for event in self._drive(driver):
             yield event
 
+    async def submit(
+        self,
+        message: str,
+        *,
+        principal: Principal | str,
+        run_id: UUID | None = None,
+        capabilities: Iterable[str] | None = None,
+        plan_first: bool = False,
+    ) -> RunRecord:
+        """Record a new run for workers to drive (``fiduciary.worker``), without driving it here.
+
+        The run is committed (``run_started`` + ``user_message``) exactly as ``run`` commits it,
+        then its lease is released, which makes it claimable (and notifies PostgreSQL workers).
+        """
+        who = _principal(principal)
+        if not isinstance(message, str) or not message.strip():
+            raise RunError("invalid", "a message must be non-empty text")
+        run, _, _ = await self._create(message, who, run_id, capabilities, plan_first)
+        await self.store.release(run.run_id, epoch=run.epoch)
+        return run.with_(lease_owner=None, lease_until=None)
+
     async def cancel(self, run_id: UUID, *, by: Principal | str, reason: str = "") -> RunRecord:
         """Stop a run for good: it ends ``cancelled`` and nothing more of it executes.
 

@@ -194,10 +194,10 @@ async def submit(
     The run is committed (``run_started`` + ``user_message``) exactly as ``Agent.run`` commits
     it, then its lease is released, which makes it claimable and notifies the workers.
     """
-    who = principal if isinstance(principal, Principal) else Principal(principal)
-    if not isinstance(message, str) or not message.strip():
-        raise RunError("invalid", "a message must be non-empty text")
-    # Agent.run's own first step; see the integration notes for a public Agent.submit
-    run, _, _ = await agent._create(message, who, run_id, capabilities, plan_first)
-    await agent.store.release(run.run_id, epoch=run.epoch)
-    return run.with_(lease_owner=None, lease_until=None)
+    return await agent.submit(
+        message,
+        principal=principal,
+        run_id=run_id,
+        capabilities=capabilities,
+        plan_first=plan_first,
+    )

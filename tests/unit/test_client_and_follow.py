@@ -286,3 +286,22 @@ async def test_resume_does_not_drive_a_run_finished_after_it_looked(
     assert more == []  # the leased record says completed: nothing is driven
     log = await store.read_events(run_id)
     assert len(log) == len(first)
+
+
+async def test_submit_records_a_run_for_workers_without_driving_it(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script("later", [Reply("done later")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+    )
+    run = await agent.submit("later, please", principal="alice")
+    stored = await store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.status, stored.lease_owner) == ("running", None)  # claimable at once
+    assert [e.type for e in await store.read_events(run.run_id)] == ["run_started", "user_message"]
+    assert await agent.resume_all() == [run.run_id]
+    assert (await agent.get_run(run.run_id)).status == "completed"
