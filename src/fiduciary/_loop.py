@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -81,7 +81,6 @@ DONE: Any = object()  # end-of-stream marker on a driver's output queue
 class Transcript:
     """A run's log folded into messages, open calls, approvals and the guards' history."""
 
-    kinds: Callable[[str], str | None]
     started: RunStarted | None = None
     messages: list[Message] = field(default_factory=list)
     parts: list[TextPart | ThinkingPart | ToolUsePart] = field(default_factory=list)
