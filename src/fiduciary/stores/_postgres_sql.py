@@ -11,15 +11,21 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, LiteralString
-from uuid import UUID
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.types.string import TextLoader
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..events import Event
 from ..exceptions import ConflictError, FiduciaryError, StoreError
+from ._rows import (
+    _APPROVAL_COLUMNS,
+    _AUDIT_COLUMNS,
+    _RUN_COLUMNS,
+    _json,
+    _json_or_none,
+    _unjson,
+)
 from .base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord
 from .sqlite import Migration, load_migrations
 
@@ -113,42 +119,6 @@ def _utc(value: datetime) -> datetime:
 def _utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
 
-
-def _json(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
-    except (TypeError, ValueError, PydanticSerializationError) as exc:
-        raise StoreError(f"value cannot be stored as JSON: {exc}") from exc
-
-
-def _json_or_none(value: Any) -> str | None:
-    return None if value is None else _json(value)
-
-
-def _jsonable(value: Any) -> Any:
-    return to_jsonable_python(value)
-
-
-def _unjson(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-_RUN_COLUMNS = (
-    "run_id, principal, status, created_at, updated_at, last_seq, epoch, lease_owner, "
-    "lease_until, title, scopes"
-)
-_APPROVAL_COLUMNS = (
-    "approval_id, run_id, tool_use_id, principal, capability, args, args_digest, tier, "
-    "amount_usd, modifiable_fields, executor, status, created_at, expires_at, decided_by, "
-    "decided_at, reason, approved_args, approved_digest, client_result"
-)
-_LEDGER_COLUMNS = (
-    "key, run_id, tool_use_id, capability, status, started_at, finished_at, result, error"
-)
-_AUDIT_COLUMNS = (
-    "run_id, at, principal, capability, kind, tool_use_id, outcome, tier, amount_usd, input, "
-    "output, idempotency_key, duration_ms"
-)
 
 # One statement per kind of row for a whole batch: arrays in, rows out, in array order.
 _INSERT_RUNS = (
@@ -346,18 +316,6 @@ def _columns(rows: Sequence[Params], width: int) -> list[list[Any]]:
     return [list(column) for column in zip(*rows, strict=True)]
 
 
-def _seq_error(run_id: UUID, last_seq: int, events: Sequence[Event]) -> ConflictError | None:
-    """Why ``events`` cannot follow ``last_seq`` in run ``run_id`` (None: they can)."""
-    expected = last_seq + 1
-    for event in events:
-        if event.run_id != run_id:
-            return ConflictError(f"event for run {event.run_id} appended to run {run_id}")
-        if event.seq != expected:
-            return ConflictError(f"run {run_id}: expected seq {expected}, got {event.seq}")
-        expected += 1
-    return None
-
-
 # --- errors -------------------------------------------------------------------------------
 
 
@@ -379,16 +337,6 @@ def _as_store_error(exc: BaseException) -> FiduciaryError:
     error = StoreError(f"{type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
-
-
-def _copy_error(exc: FiduciaryError) -> FiduciaryError:
-    """A fresh exception of the same kind, so that no two callers raise one object."""
-    try:
-        copy = type(exc)(*exc.args)
-    except TypeError:
-        return exc
-    copy.__cause__ = exc.__cause__
-    return copy
 
 
 def _event_rows(events: Sequence[Event]) -> list[Params]:

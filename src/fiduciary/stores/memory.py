@@ -14,6 +14,7 @@ from uuid import UUID
 
 from ..events import Event
 from ..exceptions import ConflictError, StaleEpochError, StoreError
+from ._rows import _seq_error
 from .base import (
     ApprovalRecord,
     ApprovalStatus,
@@ -259,10 +260,6 @@ class MemoryStore:
 
 
 def _check_seqs(run_id: UUID, last_seq: int, events: Sequence[Event]) -> None:
-    expected = last_seq + 1
-    for event in events:
-        if event.run_id != run_id:
-            raise ConflictError(f"event for run {event.run_id} appended to run {run_id}")
-        if event.seq != expected:
-            raise ConflictError(f"run {run_id}: expected seq {expected}, got {event.seq}")
-        expected += 1
+    error = _seq_error(run_id, last_seq, events)
+    if error is not None:
+        raise error

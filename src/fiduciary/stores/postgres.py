@@ -106,17 +106,13 @@ from ..events import Event, decode_event
 from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreError
 from ._postgres_listen import Listener, interrupt
 from ._postgres_sql import (
-    _APPROVAL_COLUMNS,
-    _AUDIT_COLUMNS,
     _CLAIM,
     _INSERT_APPROVALS,
     _INSERT_AUDIT,
     _INSERT_EVENTS,
     _INSERT_RUNS,
-    _LEDGER_COLUMNS,
     _NOTIFY,
     _NOTIFY_LIMIT,
-    _RUN_COLUMNS,
     _UPDATE_RUNS,
     EVENTS_CHANNEL,
     MIGRATIONS_DIR,
@@ -132,17 +128,23 @@ from ._postgres_sql import (
     _columns,
     _configure_types,
     _Conn,
-    _copy_error,
     _event_rows,
-    _json,
-    _json_or_none,
     _ledger_from_row,
     _run_from_row,
-    _seq_error,
     _translate,
     _utc,
     _utc_or_none,
     apply_migrations,
+)
+from ._rows import (
+    _APPROVAL_COLUMNS,
+    _AUDIT_COLUMNS,
+    _LEDGER_COLUMNS,
+    _RUN_COLUMNS,
+    _copy_error,
+    _json,
+    _json_or_none,
+    _seq_error,
 )
 from .base import (
     ApprovalRecord,
