@@ -130,18 +130,7 @@ class Agent:
             for event in first:
                 yield event
         else:
-            if existing.principal != who.actor_id:
-                raise RunError("forbidden", "this run belongs to another principal")
-            if existing.status in _SUSPENDED:
-                raise RunError(
-                    "state", "the run is waiting for a decision; approve or deny it first"
-                )
-            if existing.status not in _IDLE:
-                raise RunError("busy", "the run is still running")
-            run, transcript = await self._lease(existing.run_id)
-            if run.status not in _IDLE:  # someone else continued it between our read and lease
-                await self.store.release(run.run_id, epoch=run.epoch)
-                raise RunError("busy", "the run is still running")
+            run, transcript = await self._continue(existing, who)
             driver = Driver(self, run, transcript, None)
             for event in await self._emit_first(
                 driver, UserMessage, {"text": self.redactor.redact_text(message)}
@@ -208,6 +197,20 @@ class Agent:
             transcript.apply(event)
         return run.with_(last_seq=2), transcript, first
 
+    async def _continue(self, existing: RunRecord, who: Principal) -> tuple[RunRecord, Transcript]:
+        """Lease an idle run to add a message to it (``run`` and ``submit``)."""
+        if existing.principal != who.actor_id:
+            raise RunError("forbidden", "this run belongs to another principal")
+        if existing.status in _SUSPENDED:
+            raise RunError("state", "the run is waiting for a decision; approve or deny it first")
+        if existing.status not in _IDLE:
+            raise RunError("busy", "the run is still running")
+        run, transcript = await self._lease(existing.run_id)
+        if run.status not in _IDLE:  # someone else continued it between our read and lease
+            await self.store.release(run.run_id, epoch=run.epoch)
+            raise RunError("busy", "the run is still running")
+        return run, transcript
+
     async def _emit_first(
         self, driver: Driver, cls: type[Any], fields: dict[str, Any]
     ) -> list[Event]:
@@ -248,15 +251,27 @@ class Agent:
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
     ) -> RunRecord:
-        """Record a new run for workers to drive (``fiduciary.worker``), without driving it here.
+        """Record a run's message for workers to drive (``fiduciary.worker``), not driving it here.
 
-        The run is committed (``run_started`` + ``user_message``) exactly as ``run`` commits it,
-        then its lease is released, which makes it claimable (and notifies PostgreSQL workers).
+        A new run is committed (``run_started`` + ``user_message``) exactly as ``run`` commits
+        it; an idle run given as ``run_id`` gets the ``user_message`` that continues it, with the
+        same checks as ``run`` (``forbidden``, ``state``, ``busy``). Then the lease is released,
+        which makes the run claimable (and notifies PostgreSQL workers). Returns the run as
+        recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
         who = _principal(principal)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
-        run, _, _ = await self._create(message, who, run_id, capabilities, plan_first)
+        existing = await self.store.get_run(run_id) if run_id is not None else None
+        if existing is None:
+            run, _, _ = await self._create(message, who, run_id, capabilities, plan_first)
+        else:
+            run, transcript = await self._continue(existing, who)
+            driver = Driver(self, run, transcript, None)
+            first = await self._emit_first(
+                driver, UserMessage, {"text": self.redactor.redact_text(message)}
+            )
+            run = run.with_(status="running", last_seq=first[-1].seq)
         await self.store.release(run.run_id, epoch=run.epoch)
         return run.with_(lease_owner=None, lease_until=None)
 

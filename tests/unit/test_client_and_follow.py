@@ -11,8 +11,8 @@ from uuid import UUID
 
 import pytest
 
-from fiduciary import Agent, ApprovalError, PendingAction, RunCompleted, capability
-from fiduciary.events import Event, ToolCallEnd
+from fiduciary import Agent, ApprovalError, PendingAction, RunCompleted, RunError, capability
+from fiduciary.events import Event, TextDelta, ToolCallEnd
 from fiduciary.stores.base import Store
 from fiduciary.testing import (
     Call,
@@ -305,3 +305,35 @@ async def test_submit_records_a_run_for_workers_without_driving_it(
     assert [e.type for e in await store.read_events(run.run_id)] == ["run_started", "user_message"]
     assert await agent.resume_all() == [run.run_id]
     assert (await agent.get_run(run.run_id)).status == "completed"
+
+
+async def test_submit_continues_an_idle_run_for_workers(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = Agent(
+        model=ScriptedModel([Script("first", [Reply("one"), Reply("two")])]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+    )
+    [event async for event in agent.run("first", principal="alice", run_id=None)]
+    (done,) = await store.list_runs()
+    with pytest.raises(RunError) as refused:
+        await agent.submit("second", principal="mallory", run_id=done.run_id)
+    assert refused.value.code == "forbidden"
+
+    run = await agent.submit("second", principal="alice", run_id=done.run_id)
+    stored = await store.get_run(run.run_id)
+    assert stored is not None
+    assert (stored.status, stored.lease_owner, stored.last_seq) == ("running", None, run.last_seq)
+    log = await store.read_events(run.run_id)
+    assert log[-1].type == "user_message"
+    assert log[-1].seq == run.last_seq
+    with pytest.raises(RunError) as busy:  # claimable, not idle: a second message waits
+        await agent.submit("third", principal="alice", run_id=run.run_id)
+    assert busy.value.code == "busy"
+    assert await agent.resume_all() == [run.run_id]
+    final = await store.read_events(run.run_id)
+    assert final[-1].type == "run_completed"
+    reply = "".join(e.text for e in final[run.last_seq :] if isinstance(e, TextDelta))
+    assert reply == "two"

@@ -1,8 +1,8 @@
 """The HTTP server: API, live events over SSE, approvals from any device, webhooks, console.
 
 Needs the ``server`` extra (``pip install 'fiduciary[server]'``). Build the ASGI app with
-``create_app(agent, keys=SQLiteKeyStore(path))`` and serve it with any ASGI server, or run
-``fiduciary serve``.
+``create_app(agent, keys=SQLiteKeyStore(path))`` (``PostgresKeyStore(dsn)`` on PostgreSQL) and
+serve it with any ASGI server, or run ``fiduciary serve``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .app import OPERATIONS, BalancesHook, Server, create_app
-from .auth import ALL_SCOPES, DEFAULT_SCOPES, ApiKey, KeyStore, MemoryKeyStore, SQLiteKeyStore
+from .auth import (
+    ALL_SCOPES,
+    DEFAULT_SCOPES,
+    ApiKey,
+    KeyStore,
+    MemoryKeyStore,
+    PostgresKeyStore,
+    SQLiteKeyStore,
+)
 from .problems import PROBLEMS, ProblemError
 from .ratelimit import RateLimit, RateLimiter
 from .webhooks import InboundChannel, Notifier, UrlGuard, WebhookTarget, sign
@@ -32,6 +40,7 @@ __all__ = [
     "KeyStore",
     "MemoryKeyStore",
     "Notifier",
+    "PostgresKeyStore",
     "ProblemError",
     "RateLimit",
     "RateLimiter",

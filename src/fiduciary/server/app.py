@@ -37,8 +37,9 @@ from .. import __version__
 from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event, GuardNote, PendingAction
-from ..exceptions import ApprovalError, FiduciaryError
+from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError
 from ..stores.base import ApprovalRecord, RunRecord
+from ..worker import WorkQueue
 from . import auth
 from .auth import ApiKey, KeyStore
 from .drives import Drives
@@ -245,8 +246,15 @@ class Server:
         poll_seconds: float = 0.5,
         max_body_bytes: int = 64 * 1024,
         coalesce_seconds: float = 0.01,
+        drive: bool = True,
     ) -> None:
+        if not drive and not isinstance(agent.store, WorkQueue):
+            raise ConfigurationError(
+                "drive=False leaves runs to workers, and workers need a store that hands out "
+                f"work (PostgresStore), not {type(agent.store).__name__}"
+            )
         self.agent = agent
+        self.drive = drive
         self.keys = keys
         self.balances_hook = balances
         self.limiter = RateLimiter(rate_limit or RateLimit(), clock=agent.clock)
@@ -374,14 +382,47 @@ class Server:
     async def create_run(self, call: Call) -> Response:
         body = call.body_as(CreateRunBody)
         self._limit(call.caller.principal)
-        first = await self.drives.start(
-            body.message,
-            call.principal,
-            capabilities=body.capabilities,
-            plan_first=body.plan_first,
-            on_claim=self._remember(call.caller.principal),
+        return _accepted(
+            *await self._start(
+                body.message,
+                call.principal,
+                capabilities=body.capabilities,
+                plan_first=body.plan_first,
+            )
         )
-        return _accepted(first)
+
+    async def _start(
+        self,
+        message: str,
+        principal: Principal,
+        *,
+        capabilities: Sequence[str] | None = None,
+        plan_first: bool = False,
+    ) -> tuple[UUID, int]:
+        """A new run, driven here or recorded for workers: its id and first seq."""
+        if not self.drive:
+            run = await self.agent.submit(
+                message, principal=principal, capabilities=capabilities, plan_first=plan_first
+            )
+            return run.run_id, 1
+        first = await self.drives.start(
+            message,
+            principal,
+            capabilities=capabilities,
+            plan_first=plan_first,
+            on_claim=self._remember(principal.actor_id),
+        )
+        return first.run_id, first.seq
+
+    async def _say(self, run: RunRecord, message: str, principal: Principal) -> tuple[UUID, int]:
+        """A message continuing an idle run, driven here or left to workers."""
+        if not self.drive:
+            submitted = await self.agent.submit(message, principal=principal, run_id=run.run_id)
+            return run.run_id, submitted.last_seq
+        first = await self.drives.say(
+            run.run_id, message, principal, on_claim=self._remember(run.principal)
+        )
+        return first.run_id, first.seq
 
     def _remember(self, principal: str) -> Callable[[UUID], None]:
         def remember(run_id: UUID) -> None:
@@ -396,10 +437,7 @@ class Server:
         body = call.body_as(MessageBody)
         self._limit(call.caller.principal)
         principal = Principal(run.principal, call.caller.scopes)
-        first = await self.drives.say(
-            run.run_id, body.message, principal, on_claim=self._remember(run.principal)
-        )
-        return _accepted(first)
+        return _accepted(*await self._say(run, body.message, principal))
 
     async def get_run(self, call: Call) -> Response:
         run = await self._visible_run(call.caller, call.request.path_params["run_id"])
@@ -486,6 +524,8 @@ class Server:
         return _json_response((await self._out([decided]))[0])
 
     def _resume(self, record: ApprovalRecord) -> None:
+        if not self.drive:  # the decision itself makes the run claimable for the workers
+            return
         self._remember(record.principal)(record.run_id)
         self.drives.resume(record.run_id)
 
@@ -549,15 +589,12 @@ class Server:
         body = _validate(HookBody, _json(call.raw, call.request))
         self._limit(channel.principal)
         principal = Principal(channel.principal)
-        remember = self._remember(channel.principal)
         if body.run_id is None:
-            first = await self.drives.start(body.text, principal, on_claim=remember)
-        else:
-            run = await self.agent.store.get_run(body.run_id)
-            if run is None or run.principal != channel.principal:
-                raise ProblemError("not_found", f"no run {body.run_id}")
-            first = await self.drives.say(run.run_id, body.text, principal, on_claim=remember)
-        return _accepted(first)
+            return _accepted(*await self._start(body.text, principal))
+        run = await self.agent.store.get_run(body.run_id)
+        if run is None or run.principal != channel.principal:
+            raise ProblemError("not_found", f"no run {body.run_id}")
+        return _accepted(*await self._say(run, body.text, principal))
 
     # --- documents and the console ---------------------------------------------------------
     async def openapi_document(self, request: Request) -> Response:
@@ -584,12 +621,12 @@ def _static(name: str, media_type: str, *, csp: bool = False) -> Response:
     return Response((STATIC_DIR / name).read_bytes(), media_type=media_type, headers=headers)
 
 
-def _accepted(first: Event) -> Response:
-    url = f"/runs/{first.run_id}/events?after={first.seq - 1}"
+def _accepted(run_id: UUID, first_seq: int) -> Response:
+    url = f"/runs/{run_id}/events?after={first_seq - 1}"
     return _json_response(
-        RunAccepted(run_id=first.run_id, first_seq=first.seq, events_url=url),
+        RunAccepted(run_id=run_id, first_seq=first_seq, events_url=url),
         status=202,
-        headers={"location": f"/runs/{first.run_id}"},
+        headers={"location": f"/runs/{run_id}"},
     )
 
 
@@ -699,12 +736,18 @@ def create_app(
     max_body_bytes: int = 64 * 1024,
     coalesce_seconds: float = 0.01,
     resume_on_start: bool = True,
+    drive: bool = True,
 ) -> Starlette:
     """The ASGI app serving ``agent``: the API, live events, webhooks and the console.
 
     ``app.state.server`` is the ``Server`` behind it. On startup (with a lifespan), runs left
     ``running`` by a process that died are resumed in the background; on shutdown, drives stop
     (runs resume from the store later) and streams close.
+
+    ``drive=False`` (PostgreSQL, with ``fiduciary worker`` processes): this process drives no
+    run. A new run or message is recorded for the workers (``Agent.submit``), a decision only
+    makes the run claimable again, and nothing is resumed on startup; the API, the approvals
+    and the live events (LISTEN/NOTIFY) work as when driving, whichever process drives the run.
     """
     server = Server(
         agent,
@@ -718,6 +761,7 @@ def create_app(
         poll_seconds=poll_seconds,
         max_body_bytes=max_body_bytes,
         coalesce_seconds=coalesce_seconds,
+        drive=drive,
     )
     routes = [
         Route(op.path, server.endpoint(op), methods=[op.method], name=op.operation_id)
@@ -732,7 +776,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        resumer = asyncio.create_task(_resume_all(server)) if resume_on_start else None
+        resumer = asyncio.create_task(_resume_all(server)) if resume_on_start and drive else None
         try:
             yield
         finally:

@@ -15,7 +15,9 @@ A key is bound to one principal and a set of scopes:
 | ``admin`` | all of the above on every principal's runs |
 
 Keys live in a ``KeyStore``: ``SQLiteKeyStore`` (a table of its own, ``server_api_keys``, in the
-same file as the runs, through stdlib ``sqlite3``) or ``MemoryKeyStore`` (tests).
+same file as the runs, through stdlib ``sqlite3``), ``PostgresKeyStore`` (the same table in the
+runs' PostgreSQL database, shared by every server instance: a key created or revoked on one is
+honoured by all at their next request) or ``MemoryKeyStore`` (tests).
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..clock import Clock, SystemClock
 from ..exceptions import StoreError
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
 
 __all__ = [
     "ALL_SCOPES",
@@ -41,6 +46,7 @@ __all__ = [
     "ApiKey",
     "KeyStore",
     "MemoryKeyStore",
+    "PostgresKeyStore",
     "SQLiteKeyStore",
     "Scope",
     "new_key",
@@ -112,6 +118,10 @@ class KeyStore(Protocol):
 
     async def revoke(self, key_id: str) -> bool: ...
 
+    async def aclose(self) -> None:
+        """Release connections (the store is not used afterwards)."""
+        ...
+
 
 def _matches(presented: str, stored_digest: str | None) -> bool:
     # compare even when there is nothing to compare to, so that timing says little
@@ -153,6 +163,9 @@ class MemoryKeyStore:
             return False
         self._rows[key_id] = (row[0], replace(row[1], revoked_at=self._clock.now()))
         return True
+
+    async def aclose(self) -> None:
+        return None
 
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS server_api_keys (
@@ -257,9 +270,145 @@ class SQLiteKeyStore:
         if conn is not None:
             conn.close()
 
+    async def aclose(self) -> None:
+        self.close()
+
+
+_PG_SCHEMA = """CREATE TABLE IF NOT EXISTS server_api_keys (
+    key_id     text PRIMARY KEY,
+    digest     text NOT NULL,
+    principal  text NOT NULL,
+    scopes     text NOT NULL,
+    label      text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL,
+    revoked_at timestamptz
+)"""
+_PG_LOCK = 0x6669647563696B  # pg_advisory_xact_lock: instances starting together create it once
+
+
+class PostgresKeyStore:
+    """Keys in the ``server_api_keys`` table of the runs' PostgreSQL database.
+
+    Every server instance on the database sees the same keys: one created with
+    ``fiduciary keys create --postgres DSN`` works on all of them, and a revocation takes effect
+    at each instance's next request (nothing is cached). The table is created on first use
+    (under an advisory lock), outside the store's migrations, as ``SQLiteKeyStore`` does. A small
+    pool of its own (``max_size`` connections) serves the one-row lookups.
+    """
+
+    def __init__(self, dsn: str, *, clock: Clock | None = None, max_size: int = 4) -> None:
+        self.dsn = dsn
+        self._clock = clock or SystemClock()
+        self._max_size = max_size
+        self._pool: AsyncConnectionPool[Any] | None = None
+
+    @classmethod
+    async def open(cls, dsn: str, **options: Any) -> PostgresKeyStore:
+        keys = cls(dsn, **options)
+        await keys._ready()
+        return keys
+
+    async def _ready(self) -> AsyncConnectionPool[Any]:
+        if self._pool is not None:
+            return self._pool
+        try:
+            import psycopg
+            from psycopg_pool import AsyncConnectionPool
+        except ImportError as exc:  # pragma: no cover - exercised without the extra
+            raise StoreError("API keys on PostgreSQL need 'fiduciary[postgres]'") from exc
+        try:  # one connection first: an unreachable server is an error at once, not a wait
+            conn = await psycopg.AsyncConnection.connect(self.dsn)
+            async with conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK,))
+                await conn.execute(_PG_SCHEMA)
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres: {exc} (opening the API keys)") from exc
+        if self._pool is None:  # another task may have opened it meanwhile
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self.dsn, min_size=1, max_size=self._max_size, open=False, timeout=10.0
+            )
+            await pool.open()
+            self._pool = pool
+        return self._pool
+
+    async def _execute(self, sql: Any, params: tuple[object, ...] = ()) -> tuple[list[Any], int]:
+        import psycopg
+
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn:
+                cursor = await conn.execute(sql, params)
+                rows = await cursor.fetchall() if cursor.description else []
+                return rows, cursor.rowcount
+        except (psycopg.Error, TimeoutError) as exc:
+            raise StoreError(f"postgres: {exc} (API keys)") from exc
+
+    async def create(
+        self, principal: str, scopes: Iterable[Scope], *, label: str = ""
+    ) -> tuple[str, ApiKey]:
+        if not principal:
+            raise ValueError("a key needs a principal")
+        key, key_id = new_key()
+        record = ApiKey(key_id, principal, _check_scopes(scopes), self._clock.now(), label)
+        await self._execute(
+            f"INSERT INTO server_api_keys ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL)",
+            (
+                key_id,
+                digest(key),
+                principal,
+                json.dumps(sorted(record.scopes)),
+                label,
+                record.created_at,
+            ),
+        )
+        return key, record
+
+    async def verify(self, presented: str) -> ApiKey | None:
+        match = _KEY.match(presented)
+        rows: list[Any] = []
+        if match:
+            rows, _ = await self._execute(
+                f"SELECT {_COLUMNS} FROM server_api_keys WHERE key_id = %s", (match[1],)
+            )
+        stored = str(rows[0][1]) if rows else None
+        if not _matches(presented, stored) or not rows:
+            return None
+        record = _record(rows[0])
+        return None if record.revoked_at is not None else record
+
+    async def list(self, *, principal: str | None = None) -> list[ApiKey]:
+        if principal is None:
+            rows, _ = await self._execute(
+                f"SELECT {_COLUMNS} FROM server_api_keys ORDER BY created_at"
+            )
+        else:
+            rows, _ = await self._execute(
+                f"SELECT {_COLUMNS} FROM server_api_keys WHERE principal = %s ORDER BY created_at",
+                (principal,),
+            )
+        return [_record(row) for row in rows]
+
+    async def revoke(self, key_id: str) -> bool:
+        _, count = await self._execute(
+            "UPDATE server_api_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL",
+            (self._clock.now(), key_id),
+        )
+        return count == 1
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
 
 def _ts(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _when(value: object) -> datetime:
+    """A stored time: ISO text (SQLite) or an aware datetime (PostgreSQL), as UTC."""
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return when.astimezone(UTC)
 
 
 def _record(row: tuple[object, ...]) -> ApiKey:
@@ -268,6 +417,6 @@ def _record(row: tuple[object, ...]) -> ApiKey:
         principal=str(row[2]),
         scopes=frozenset(json.loads(str(row[3]))),
         label=str(row[4]),
-        created_at=datetime.fromisoformat(str(row[5])),
-        revoked_at=None if row[6] is None else datetime.fromisoformat(str(row[6])),
+        created_at=_when(row[5]),
+        revoked_at=None if row[6] is None else _when(row[6]),
     )

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import tomllib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,7 +22,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..exceptions import FiduciaryError
-from .auth import ALL_SCOPES, DEFAULT_SCOPES, SQLiteKeyStore
+from ..stores.base import Store
+from .auth import (
+    ALL_SCOPES,
+    DEFAULT_SCOPES,
+    ApiKey,
+    KeyStore,
+    PostgresKeyStore,
+    SQLiteKeyStore,
+)
 from .ratelimit import RateLimit
 from .served import DEFAULT_AGENT
 from .webhooks import InboundChannel, WebhookTarget
@@ -36,10 +45,20 @@ __all__ = [
     "serve",
 ]
 
+T = TypeVar("T")
+
 DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
 
 Db = Annotated[
     Path, typer.Option("--db", envvar="FIDUCIARY_DB", help="The SQLite file runs are stored in.")
+]
+Postgres = Annotated[
+    str | None,
+    typer.Option(
+        "--postgres",
+        envvar="FIDUCIARY_POSTGRES",
+        help="A PostgreSQL DSN: runs and API keys are stored there instead of --db.",
+    ),
 ]
 
 keys_app = typer.Typer(
@@ -161,6 +180,14 @@ def _secret(inline: str | None, env: str | None, what: str) -> str:
 
 def serve(
     db: Db = DEFAULT_DB,
+    postgres: Postgres = None,
+    drive: Annotated[
+        bool,
+        typer.Option(
+            help="Drive runs in this process; --no-drive leaves them to `fiduciary worker`s "
+            "(PostgreSQL only)."
+        ),
+    ] = True,
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The port to listen on.")] = 8000,
     agent: Annotated[
@@ -173,25 +200,63 @@ def serve(
         str | None, typer.Option(help="Messages per principal, N/SECONDS (default 10/60).")
     ] = None,
 ) -> None:
-    """Serve the HTTP API, live events and the web console (SQLite, the given agent)."""
+    """Serve the HTTP API, live events and the web console (SQLite or PostgreSQL)."""
+    if not drive and postgres is None:
+        raise _fail("--no-drive leaves runs to workers, which need --postgres")
     try:
         settings = ServerConfig.load(config)
         limit = RateLimit.parse(rate_limit or settings.rate_limit)
         channels, targets = settings.inbound(), settings.targets()
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    where = _Where(db, postgres)
     try:
-        code = asyncio.run(_serve(db, host, port, agent, settings, limit, channels, targets))
+        code = asyncio.run(
+            _serve(where, host, port, agent, drive, settings, limit, channels, targets)
+        )
     except KeyboardInterrupt:
         code = 130
     raise typer.Exit(code)
 
 
+class _Where:
+    """Where runs and keys live: a SQLite file, or a PostgreSQL database (``--postgres``)."""
+
+    def __init__(self, db: Path, postgres: str | None) -> None:
+        self.db, self.postgres = db, postgres
+
+    def __str__(self) -> str:
+        return "PostgreSQL" if self.postgres else str(self.db)
+
+    async def store(self) -> Store:
+        if self.postgres:
+            from ..stores.postgres import PostgresStore
+
+            return await PostgresStore.open(self.postgres)
+        from ..stores.sqlite import SQLiteStore
+
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        return await SQLiteStore.open(self.db)
+
+    async def keys(self, *, existing: bool = False) -> KeyStore:
+        """The key store (``existing``: the SQLite file must be there already)."""
+        if self.postgres:
+            return await PostgresKeyStore.open(self.postgres)
+        if existing and not self.db.is_file():
+            raise ValueError(f"no database at {self.db}")
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteKeyStore(self.db)
+
+    def key_hint(self) -> str:
+        return "--postgres $FIDUCIARY_POSTGRES" if self.postgres else f"--db {self.db}"
+
+
 async def _serve(
-    db: Path,
+    where: _Where,
     host: str,
     port: int,
     agent_spec: str,
+    drive: bool,
     settings: ServerConfig,
     limit: RateLimit,
     channels: list[InboundChannel],
@@ -199,20 +264,19 @@ async def _serve(
 ) -> int:
     import uvicorn
 
-    from ..stores.sqlite import SQLiteStore
     from .app import create_app
     from .served import load_factory, serve_setup
     from .webhooks import Notifier, UrlGuard
 
     console = Console(stderr=True)
     try:
-        db.parent.mkdir(parents=True, exist_ok=True)
-        store = await SQLiteStore.open(db)
-    except (OSError, FiduciaryError) as exc:
-        console.print(f"[red]error:[/] cannot open {escape(str(db))}: {escape(str(exc))}")
+        store = await where.store()
+    except (OSError, ImportError, FiduciaryError) as exc:
+        console.print(f"[red]error:[/] cannot open {escape(str(where))}: {escape(str(exc))}")
         return 2
-    keys = SQLiteKeyStore(db)
+    keys: KeyStore | None = None
     try:
+        keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
         notifier = None
         if targets:
@@ -228,13 +292,17 @@ async def _serve(
             channels=channels,
             notifier=notifier,
             heartbeat_seconds=settings.heartbeat_seconds,
+            drive=drive,
         )
         if not await keys.list():
             console.print(
                 "[yellow]no API keys yet:[/] create one with "
-                f"`fiduciary keys create --db {escape(str(db))} --principal demo-user`"
+                f"`fiduciary keys create {escape(where.key_hint())} --principal demo-user`"
             )
-        console.print(f"fiduciary: console and API at http://{host}:{port}/ (db {escape(str(db))})")
+        mode = "" if drive else ", runs driven by workers"
+        console.print(
+            f"fiduciary: console and API at http://{host}:{port}/ ({escape(str(where))}{mode})"
+        )
         loop = asyncio.get_running_loop()
         hub = app.state.server.hub
 
@@ -262,7 +330,8 @@ async def _serve(
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     finally:
-        keys.close()
+        if keys is not None:
+            await keys.aclose()
         await store.close()
 
 
@@ -272,6 +341,7 @@ async def _serve(
 def keys_create(
     principal: Annotated[str, typer.Option(help="Whom the key acts for (a run's principal).")],
     db: Db = DEFAULT_DB,
+    postgres: Postgres = None,
     scope: Annotated[
         list[str] | None,
         typer.Option(help=f"A scope (repeat): {', '.join(sorted(ALL_SCOPES))}."),
@@ -280,15 +350,11 @@ def keys_create(
 ) -> None:
     """Create an API key. It is printed once; only its sha256 is stored."""
     scopes = scope or list(DEFAULT_SCOPES)
-    try:
-        db.parent.mkdir(parents=True, exist_ok=True)
-        keys = SQLiteKeyStore(db)
-        try:
-            key, record = asyncio.run(keys.create(principal, scopes, label=label))
-        finally:
-            keys.close()
-    except (ValueError, OSError, FiduciaryError) as exc:
-        raise _fail(str(exc)) from None
+
+    async def create(keys: KeyStore) -> tuple[str, ApiKey]:
+        return await keys.create(principal, scopes, label=label)
+
+    key, record = _with_keys(_Where(db, postgres), create)
     console = Console()
     console.print(key, soft_wrap=True, highlight=False)
     Console(stderr=True).print(
@@ -299,18 +365,15 @@ def keys_create(
 
 def keys_list(
     db: Db = DEFAULT_DB,
+    postgres: Postgres = None,
     principal: Annotated[str | None, typer.Option(help="Only this principal's keys.")] = None,
 ) -> None:
     """List API keys (never the keys themselves)."""
-    if not db.is_file():
-        raise _fail(f"no database at {db}")
-    keys = SQLiteKeyStore(db)
-    try:
-        records = asyncio.run(keys.list(principal=principal))
-    except FiduciaryError as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        keys.close()
+
+    async def listed(keys: KeyStore) -> list[ApiKey]:
+        return await keys.list(principal=principal)
+
+    records = _with_keys(_Where(db, postgres), listed, existing=True)
     table = Table()
     table.add_column("key id", no_wrap=True)
     for title in ("principal", "scopes", "label", "created", "revoked"):
@@ -330,20 +393,35 @@ def keys_list(
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key id (from keys list).")],
     db: Db = DEFAULT_DB,
+    postgres: Postgres = None,
 ) -> None:
     """Revoke an API key: requests with it are refused from now on."""
-    if not db.is_file():
-        raise _fail(f"no database at {db}")
-    keys = SQLiteKeyStore(db)
-    try:
-        done = asyncio.run(keys.revoke(key_id))
-    except FiduciaryError as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        keys.close()
+
+    async def revoke(keys: KeyStore) -> bool:
+        return await keys.revoke(key_id)
+
+    done = _with_keys(_Where(db, postgres), revoke, existing=True)
     if not done:
         raise _fail(f"no active key {key_id}", 1)
     Console(stderr=True).print(f"revoked {escape(key_id)}")
+
+
+def _with_keys(
+    where: _Where, use: Callable[[KeyStore], Awaitable[T]], *, existing: bool = False
+) -> T:
+    """Open the key store, ``use`` it, close it; a failure is one red line (exit 2)."""
+
+    async def run() -> T:
+        keys = await where.keys(existing=existing)
+        try:
+            return await use(keys)
+        finally:
+            await keys.aclose()
+
+    try:
+        return asyncio.run(run())
+    except (ValueError, OSError, FiduciaryError) as exc:
+        raise _fail(str(exc)) from None
 
 
 keys_app.command("create")(keys_create)

@@ -56,9 +56,17 @@ def wallet_agent(store: Store) -> ServedAgent:
     The model is ``FIDUCIARY_MODEL``, else a provider's when its API key is set, else the
     scripted demo conversation (which plays whatever the first message is).
     """
+    from ..stores.memory import MemoryStore
+    from ..stores.sqlite import SQLiteStore
     from ..wallet import PaperWallet, build_wallet_agent
     from ..wallet.demo import default_model_name, demo_script, load_model
 
+    if not isinstance(store, SQLiteStore | MemoryStore):
+        raise ConfigurationError(
+            "the paper wallet keeps its books in the runs' SQLite file, so it cannot be served "
+            f"from {type(store).__name__}: name your own agent factory with --agent "
+            "module:attribute (see docs/deploy.md)"
+        )
     wallet = PaperWallet(getattr(store, "path", ":memory:"))
     name = default_model_name(os.environ)
     model = load_model(name, scripted=demo_script(match=lambda _: True))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from fiduciary import ManualClock
-from fiduciary.server import MemoryKeyStore, SQLiteKeyStore
+from fiduciary.exceptions import StoreError
+from fiduciary.server import MemoryKeyStore, PostgresKeyStore, SQLiteKeyStore
 from fiduciary.server.auth import KeyStore, digest
 
 from .conftest import Keys, bearer, problem
@@ -17,11 +20,25 @@ from .conftest import Keys, bearer, problem
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def key_store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> KeyStore:
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def key_store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[KeyStore]:
+    store: KeyStore
     if request.param == "memory":
-        return MemoryKeyStore(clock=clock)
-    return SQLiteKeyStore(tmp_path / "keys.sqlite3", clock=clock)
+        store = MemoryKeyStore(clock=clock)
+    elif request.param == "sqlite":
+        store = SQLiteKeyStore(tmp_path / "keys.sqlite3", clock=clock)
+    else:
+        if os.environ.get("CI") != "true":
+            pytest.importorskip("psycopg")
+        from tests.postgres_support import new_database
+
+        store = PostgresKeyStore(await new_database(), clock=clock)
+    try:
+        yield store
+    finally:
+        await store.aclose()
 
 
 async def test_a_key_verifies_and_only_its_digest_is_stored(
@@ -47,7 +64,44 @@ async def test_a_key_verifies_and_only_its_digest_is_stored(
         with sqlite3.connect(tmp_path / "keys.sqlite3") as conn:
             (stored,) = conn.execute("SELECT digest FROM server_api_keys").fetchone()
         assert stored == digest(key)
-        key_store.close()
+    if isinstance(key_store, PostgresKeyStore):
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(key_store.dsn) as conn:
+            cursor = await conn.execute("SELECT server_api_keys::text FROM server_api_keys")
+            (row,) = await cursor.fetchall()
+        assert key.split("_")[2] not in row[0]
+        assert digest(key) in row[0]
+
+
+@pytest.mark.postgres
+async def test_keys_on_postgres_are_shared_by_every_instance(clock: ManualClock) -> None:
+    """A key created through one instance works on another; a revocation reaches it at once."""
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("psycopg")
+    from tests.postgres_support import new_database
+
+    dsn = await new_database()
+    a, b = await PostgresKeyStore.open(dsn, clock=clock), await PostgresKeyStore.open(dsn)
+    try:
+        key, record = await a.create("alice", ["runs:read"], label="laptop")
+        seen = await b.verify(key)
+        assert seen == record
+        assert seen.created_at.tzinfo is not None
+        assert await b.revoke(record.key_id)
+        assert await a.verify(key) is None
+        assert [k.revoked_at is not None for k in await a.list()] == [True]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_an_unreachable_postgres_is_a_store_error() -> None:
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("psycopg")
+    keys = PostgresKeyStore("postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=1")
+    with pytest.raises(StoreError, match="API keys"):
+        await keys.verify("fid_" + "0" * 16 + "_" + "x" * 43)
 
 
 async def test_revoked_keys_and_unknown_scopes(key_store: KeyStore) -> None:
