@@ -1,11 +1,14 @@
 """Three workers and two server instances on one PostgreSQL; one worker SIGKILLed mid-run and
 another frozen (SIGSTOP) until its leases are taken over, then revived (SIGCONT).
 
-Server A submits the runs and follows every one of them live (LISTEN/NOTIFY only); server B
-approves every payment as it appears. For every run: it completes; its log is gapless and is
-exactly what server A received, in order, once; its payment is made at most once (one handler
-entry, one effect), and a payment that was not made is one the model was told has an unknown
-outcome. The frozen worker's appends after its revival are refused (stale epoch).
+The processes are the real commands: ``fiduciary serve --postgres --no-drive`` twice (A and B)
+and ``fiduciary worker`` three times, with one API key made by ``fiduciary keys create``. A
+client starts every run through A's HTTP API and follows it over SSE on A (every fifth run it
+hangs up at the first tool call and resumes on B with ``Last-Event-ID``); a person approves
+every payment through B's API as it appears. For every run: it completes; its log is gapless and
+is exactly what the client received, in order, once; its payment is made at most once (one
+handler entry, one effect), and a payment that was not made is one the model was told has an
+unknown outcome. The frozen worker's appends after its revival are refused (stale epoch).
 """
 
 from __future__ import annotations
@@ -14,15 +17,18 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.postgres_support import new_database
@@ -35,7 +41,7 @@ from fiduciary.events import TextDelta, ToolCallEnd, decode_event
 from fiduciary.exceptions import StaleEpochError
 from fiduciary.stores.postgres import PostgresStore
 
-from .cluster import EFFECTS_DDL
+from .cluster import EFFECTS_DDL, PRINCIPAL, SWITCH_EVERY
 
 RUNS = 200
 DEADLINE = 240.0  # seconds for the whole scenario
@@ -44,14 +50,40 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(DEADLI
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn(*args: str, files: Path, name: str) -> subprocess.Popen[bytes]:
+AGENT = "tests.faults.cluster:cluster_agent"
+
+
+def spawn(*args: str, files: Path, name: str, dsn: str = "") -> subprocess.Popen[bytes]:
+    """``fiduciary ARGS`` (or, for ``client`` and ``approve``, this test's HTTP clients)."""
+    module = "tests.faults.cluster" if args[0] in ("client", "approve") else "fiduciary"
+    env = {
+        **os.environ,
+        "FIDUCIARY_CLUSTER_DIR": str(files),
+        "FIDUCIARY_CLUSTER_NAME": name,
+        "FIDUCIARY_POSTGRES": dsn,
+        "PYTHONPATH": str(ROOT),
+    }
     with (files / f"{name}.stderr").open("wb") as log:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.cluster", *args],
+            [sys.executable, "-m", module, *args],
             cwd=ROOT,
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def wait_for(
@@ -100,11 +132,76 @@ def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
     def leases_of(owner: str) -> int:
         return int(query("SELECT count(*) FROM runs WHERE lease_owner = %s", owner)[0][0])
 
-    workers = {n: spawn("worker", dsn, str(tmp_path), n, files=tmp_path, name=n) for n in "123"}
-    approver = spawn("approve", dsn, str(tmp_path), files=tmp_path, name="approver")
-    submitter = spawn("submit", dsn, str(tmp_path), str(RUNS), files=tmp_path, name="submitter")
-    processes = [*workers.values(), approver, submitter]
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fiduciary",
+            "keys",
+            "create",
+            "--postgres",
+            dsn,
+            "--principal",
+            PRINCIPAL,
+            "--label",
+            "cluster test",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = made.stdout.strip().splitlines()[0]
+    urls = {name: f"http://127.0.0.1:{free_port()}" for name in ("server-a", "server-b")}
+    servers = {
+        name: spawn(
+            "serve",
+            "--no-drive",
+            "--agent",
+            AGENT,
+            "--port",
+            url.rsplit(":", 1)[1],
+            "--rate-limit",
+            f"{RUNS * 2}/60",
+            files=tmp_path,
+            name=name,
+            dsn=dsn,
+        )
+        for name, url in urls.items()
+    }
+    workers = {
+        n: spawn(
+            "worker",
+            "--agent",
+            AGENT,
+            "--concurrency",
+            "16",
+            "--poll-interval",
+            "0.5",
+            "--drain-seconds",
+            "5",
+            files=tmp_path,
+            name=n,
+            dsn=dsn,
+        )
+        for n in "123"
+    }
+    processes = [*servers.values(), *workers.values()]
     try:
+        for name, url in urls.items():
+            wait_for(partial(healthy, url), f"{name} to listen")
+        approver = spawn("approve", urls["server-b"], key, files=tmp_path, name="approver")
+        submitter = spawn(
+            "client",
+            urls["server-a"],
+            urls["server-b"],
+            key,
+            str(tmp_path),
+            str(RUNS),
+            files=tmp_path,
+            name="client",
+        )
+        processes += [approver, submitter]
         for n in workers:
             owner_file = tmp_path / f"owner-{n}"
             wait_for(owner_file.exists, f"worker {n} to start")
@@ -158,7 +255,7 @@ def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
                 "WHERE r.status <> 'completed' GROUP BY 1 LIMIT 5"
             )
             raise AssertionError(f"runs not completed in time: {stuck} {owner}") from None
-        assert code == 0, (tmp_path / "submitter.stderr").read_text()
+        assert code == 0, (tmp_path / "client.stderr").read_text()[-3000:]
     finally:
         for process in processes:
             if process.poll() is None:
@@ -181,9 +278,11 @@ def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
     assert refused >= 1, (tmp_path / "2.stderr").read_text()
     asyncio.run(assert_fenced(dsn, held))
 
-    # no event lost or duplicated: each log is gapless and is what server A received live
+    # no event lost or duplicated: each log is gapless and is what the client received live,
+    # from A, or from A then B for the runs it resumed there
     seen: dict[str, list[str]] = json.loads((tmp_path / "seen.json").read_text())
     assert len(seen) == RUNS
+    assert len(seen) // SWITCH_EVERY >= 40  # so many streams were resumed on the other server
     unknown: set[str] = set()
     for run_id, received in seen.items():
         rows = query("SELECT seq, payload::text FROM events WHERE run_id = %s ORDER BY seq", run_id)

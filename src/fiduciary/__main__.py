@@ -1,0 +1,5 @@
+"""``python -m fiduciary``: the ``fiduciary`` command."""
+
+from .cli import main
+
+main()
