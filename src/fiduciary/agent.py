@@ -146,7 +146,10 @@ class Agent:
         run_id: UUID | None,
         capabilities: Iterable[str] | None,
         plan_first: bool,
+        *,
+        leased: bool = True,
     ) -> tuple[RunRecord, Transcript, list[Event]]:
+        """Record a new run (leased by this process unless ``leased`` is false)."""
         names = self.registry.names
         if capabilities is not None:
             wanted = list(dict.fromkeys(capabilities))
@@ -172,8 +175,8 @@ class Agent:
             created_at=now,
             updated_at=now,
             epoch=1,
-            lease_owner=self.owner,
-            lease_until=now + timedelta(seconds=self.lease_seconds),
+            lease_owner=self.owner if leased else None,
+            lease_until=now + timedelta(seconds=self.lease_seconds) if leased else None,
             title=self.redactor.redact_text(message)[:120],
             scopes=tuple(sorted(who.scopes)),
         )
@@ -253,27 +256,30 @@ class Agent:
     ) -> RunRecord:
         """Record a run's message for workers to drive (``fiduciary.worker``), not driving it here.
 
-        A new run is committed (``run_started`` + ``user_message``) exactly as ``run`` commits
-        it; an idle run given as ``run_id`` gets the ``user_message`` that continues it, with the
-        same checks as ``run`` (``forbidden``, ``state``, ``busy``). Then the lease is released,
-        which makes the run claimable (and notifies PostgreSQL workers). Returns the run as
-        recorded; its ``last_seq`` is the ``user_message``'s seq.
+        A new run is committed (``run_started`` + ``user_message``) as ``run`` commits it, but
+        with no lease: one insert, claimable once committed (PostgreSQL notifies the workers).
+        An idle run given as ``run_id`` is leased, gets the ``user_message`` that continues it
+        (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
+        Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
         who = _principal(principal)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
-        if existing is None:
-            run, _, _ = await self._create(message, who, run_id, capabilities, plan_first)
-        else:
-            run, transcript = await self._continue(existing, who)
-            driver = Driver(self, run, transcript, None)
-            first = await self._emit_first(
-                driver, UserMessage, {"text": self.redactor.redact_text(message)}
+        if existing is None:  # one insert, never leased: claimable once committed
+            run, _, _ = await self._create(
+                message, who, run_id, capabilities, plan_first, leased=False
             )
-            run = run.with_(status="running", last_seq=first[-1].seq)
+            return run
+        run, transcript = await self._continue(existing, who)
+        driver = Driver(self, run, transcript, None)
+        first = await self._emit_first(
+            driver, UserMessage, {"text": self.redactor.redact_text(message)}
+        )
         await self.store.release(run.run_id, epoch=run.epoch)
-        return run.with_(lease_owner=None, lease_until=None)
+        return run.with_(
+            status="running", last_seq=first[-1].seq, lease_owner=None, lease_until=None
+        )
 
     async def cancel(self, run_id: UUID, *, by: Principal | str, reason: str = "") -> RunRecord:
         """Stop a run for good: it ends ``cancelled`` and nothing more of it executes.
