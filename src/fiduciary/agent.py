@@ -226,18 +226,27 @@ class Agent:
                 await self.store.release(driver.run_id, epoch=driver.epoch)
             raise
 
-    async def resume(self, run_id: UUID) -> AsyncGenerator[Event, None]:
+    async def resume(
+        self, run_id: UUID, *, claimed: RunRecord | None = None
+    ) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
 
         Yields the new events only. A run that is idle, or still waiting for a decision, yields
-        nothing new beyond what settling it requires.
+        nothing new beyond what settling it requires. ``claimed``: the run as leased to this
+        agent already (by ``claim_runnable``, in a worker); it is driven under that lease and
+        epoch instead of leasing it again.
         """
-        existing = await self.store.get_run(run_id)
-        if existing is None:
-            raise RunError("not_found", f"no run {run_id}")
-        if existing.status in _IDLE:
-            return
-        run, transcript = await self._lease(run_id)
+        if claimed is None:
+            existing = await self.store.get_run(run_id)
+            if existing is None:
+                raise RunError("not_found", f"no run {run_id}")
+            if existing.status in _IDLE:
+                return
+            run, transcript = await self._lease(run_id)
+        else:
+            if claimed.run_id != run_id or claimed.lease_owner != self.owner:
+                raise RunError("busy", f"run {run_id} is not leased to this agent")
+            run, transcript = claimed, await self._replay(claimed)
         if run.status in _IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
             return
@@ -333,16 +342,20 @@ class Agent:
         )
         if run is None:
             raise RunError("busy", f"run {run_id} is being driven by another worker")
+        return run, await self._replay(run)
+
+    async def _replay(self, run: RunRecord) -> Transcript:
+        """The transcript of a leased run, from its log (the lease is released on failure)."""
         try:
-            events = await self.store.read_events(run_id)
+            events = await self.store.read_events(run.run_id)
         except BaseException:
             with suppress(Exception):
-                await self.store.release(run_id, epoch=run.epoch)
+                await self.store.release(run.run_id, epoch=run.epoch)
             raise
         transcript = self._transcript()
         for event in events:
             transcript.apply(event)
-        return run, transcript
+        return transcript
 
     def _transcript(self) -> Transcript:
         return Transcript()

@@ -148,27 +148,27 @@ async def _drive(agent: Agent, run: RunRecord) -> None:
     """Drive one claimed run until it completes, fails or waits for a person."""
     try:
         # The claim may have lapsed while this task waited to start (a starved process), and
-        # another worker may be finishing the run: Agent.resume checks the status before it
-        # leases, so it could lease a run finished meanwhile (see the integration notes).
-        # Renewing the claim first proves it is still ours, and keeps it until resume leases.
+        # another worker may be finishing the run. Renewing the claim first proves it is still
+        # ours (so no model is called for a run taken over), and keeps it while resume reads.
         if not await agent.store.renew(
             run.run_id, epoch=run.epoch, now=agent.clock.now(), ttl_seconds=agent.lease_seconds
         ):
             log.info("run %s: the claim lapsed before it was driven; skipped", run.run_id)
             return
-        async for _ in agent.resume(run.run_id):
+        # driven under the claim itself (no second lease); the drive releases it at the end
+        async for _ in agent.resume(run.run_id, claimed=run):
             pass
-    except RunError as exc:  # e.g. busy: the claim lapsed and someone else took it
+        return
+    except RunError as exc:
         log.info("run %s was not driven: %s", run.run_id, exc)
     except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await agent.store.release(run.run_id, epoch=run.epoch)
         raise
     except Exception:
         log.exception("driving run %s failed; it can be resumed", run.run_id)
-    finally:
-        # Agent.resume leased the run again (a new epoch) and released that; if it never got
-        # that far (an idle run, an error), the claim itself is released here
-        with contextlib.suppress(Exception):
-            await agent.store.release(run.run_id, epoch=run.epoch)
+    with contextlib.suppress(Exception):  # the drive did not get to release the claim
+        await agent.store.release(run.run_id, epoch=run.epoch)
 
 
 async def _drain(tasks: list[asyncio.Task[None]], seconds: float) -> None:

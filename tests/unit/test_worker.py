@@ -12,7 +12,7 @@ import pytest
 
 from fiduciary import Agent, Policy
 from fiduciary.events import Event, PendingAction, RunCompleted
-from fiduciary.exceptions import ConfigurationError
+from fiduciary.exceptions import ConfigurationError, RunError
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
 from tests.postgres_support import new_database
@@ -131,3 +131,26 @@ async def test_a_worker_owner_must_be_its_agents(stores: list[PostgresStore]) ->
     agent = make_agent(stores[0], Effects())
     with pytest.raises(ConfigurationError):
         await run_worker(agent, stop=asyncio.Event(), owner="someone-else")
+
+
+async def test_resume_drives_under_a_claim_without_leasing_again(
+    stores: list[PostgresStore],
+) -> None:
+    effects = Effects()
+    server, worker, other = (make_agent(s, effects) for s in stores)
+    run = await submit(server, "pay dave", principal="alice")
+    (claimed,) = await stores[1].claim_runnable(
+        owner=worker.owner, now=worker.clock.now(), ttl_seconds=5.0
+    )
+    with pytest.raises(RunError) as refused:  # a claim is only good for the agent holding it
+        async for _ in other.resume(run.run_id, claimed=claimed):
+            pass
+    assert refused.value.code == "busy"
+    events = [e async for e in worker.resume(run.run_id, claimed=claimed)]
+    assert isinstance(events[-1], PendingAction)  # driven up to the approval, same epoch
+    after = await server.get_run(run.run_id)
+    assert (after.epoch, after.lease_owner, after.status) == (
+        claimed.epoch,
+        None,
+        "awaiting_approval",
+    )
