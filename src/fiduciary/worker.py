@@ -148,10 +148,13 @@ async def _drive(agent: Agent, run: RunRecord) -> None:
     """Drive one claimed run until it completes, fails or waits for a person."""
     try:
         # The claim may have lapsed while this task waited to start (a starved process), and
-        # another worker may be finishing the run. Renewing the claim first proves it is still
-        # ours (so no model is called for a run taken over), and keeps it while resume reads.
-        if not await agent.store.renew(
-            run.run_id, epoch=run.epoch, now=agent.clock.now(), ttl_seconds=agent.lease_seconds
+        # another worker may be finishing the run. Unless most of the claim is left (the usual
+        # case: the task starts at once), renewing it first proves it is still ours, so that no
+        # model is called for a run taken over.
+        now = agent.clock.now()
+        left = (run.lease_until - now).total_seconds() if run.lease_until else 0.0
+        if left < agent.lease_seconds * 2 / 3 and not await agent.store.renew(
+            run.run_id, epoch=run.epoch, now=now, ttl_seconds=agent.lease_seconds
         ):
             log.info("run %s: the claim lapsed before it was driven; skipped", run.run_id)
             return

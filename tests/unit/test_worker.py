@@ -154,3 +154,32 @@ async def test_resume_drives_under_a_claim_without_leasing_again(
         None,
         "awaiting_approval",
     )
+
+
+async def test_a_claim_that_lapsed_before_its_drive_started_is_not_driven(
+    stores: list[PostgresStore],
+) -> None:
+    """A starved worker whose claim lapsed and was taken over never calls the model for it."""
+    from fiduciary.worker import _drive
+
+    effects = Effects()
+    server, slow, fast = (make_agent(s, effects) for s in stores)
+    run = await submit(server, "pay erin", principal="alice")
+    (stale,) = await stores[1].claim_runnable(
+        owner=slow.owner, now=slow.clock.now(), ttl_seconds=0.01
+    )
+    await asyncio.sleep(0.05)
+    (taken,) = await stores[2].claim_runnable(
+        owner=fast.owner, now=fast.clock.now(), ttl_seconds=5.0
+    )
+    assert taken.epoch > stale.epoch
+
+    await _drive(slow, stale)
+
+    assert len(slow.model.requests) == 0  # type: ignore[attr-defined]
+    after = await server.get_run(run.run_id)
+    assert (after.lease_owner, after.epoch) == (fast.owner, taken.epoch)  # left alone
+    assert [e.type for e in await server.store.read_events(run.run_id)] == [
+        "run_started",
+        "user_message",
+    ]
