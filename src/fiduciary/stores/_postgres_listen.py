@@ -18,31 +18,11 @@ from uuid import UUID
 
 from ..events import Event, decode_event
 from ._postgres_sql import _READ_RANGES, EVENTS_CHANNEL, RUNNABLE_CHANNEL, Params, _Conn
-from .base import Broadcaster, BroadcastSubscription
+from .base import Broadcaster
 
 log = logging.getLogger("fiduciary.stores.postgres")
 
 Fetch = Callable[[str, Params], Awaitable[list[Any]]]
-
-
-class Fanout(Broadcaster):
-    """The in-process broadcaster, plus what a store fed by notifications needs."""
-
-    def has_subscribers(self, run_id: UUID) -> bool:
-        return run_id in self._subs
-
-    def interrupt_all(self) -> None:
-        """End every subscription as overflowed: its listener must re-read from its last seq."""
-        for subs in list(self._subs.values()):
-            for sub in list(subs):
-                interrupt(sub)
-
-
-def interrupt(sub: BroadcastSubscription) -> None:
-    """End one subscription as overflowed (what ``BroadcastSubscription.put`` does when full)."""
-    if not sub.overflowed:
-        sub._q.overflowed = True
-        sub.close()
 
 
 class Listener:
@@ -50,7 +30,7 @@ class Listener:
 
     def __init__(self, *, instance: str, connect: Callable[[], Awaitable[_Conn]], fetch: Fetch):
         self.instance = instance
-        self.fanout = Fanout()
+        self.fanout = Broadcaster()
         self.listening = asyncio.Event()
         """Set once LISTEN is in effect (subscriptions made before may have missed events)."""
         self.work_generation = 0

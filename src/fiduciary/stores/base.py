@@ -272,10 +272,17 @@ class BroadcastSubscription:
         if self._q.closed:
             return
         if self._q.queue.qsize() >= self._q.buffer:
-            self._q.overflowed = True
-            self.close()
+            self.interrupt()
             return
         self._q.queue.put_nowait(event)
+
+    def interrupt(self) -> None:
+        """End the subscription as overflowed: its listener must re-read from its last seq
+        (what happens when its buffer is full; a store also does it when it may have missed
+        events). Nothing if it is closed already."""
+        if not self._q.closed:
+            self._q.overflowed = True
+            self.close()
 
     def close(self) -> None:
         if not self._q.closed:
@@ -312,6 +319,15 @@ class Broadcaster:
         for sub in list(subs):
             for event in events:
                 sub.put(event)
+
+    def has_subscribers(self, run_id: UUID) -> bool:
+        return run_id in self._subs
+
+    def interrupt_all(self) -> None:
+        """End every subscription as overflowed (``BroadcastSubscription.interrupt``)."""
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                sub.interrupt()
 
     def _remove(self, run_id: UUID, sub: BroadcastSubscription) -> None:
         subs = self._subs.get(run_id)

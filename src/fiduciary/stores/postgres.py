@@ -104,7 +104,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from ..events import Event, decode_event
 from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreError
-from ._postgres_listen import Listener, interrupt
+from ._postgres_listen import Listener
 from ._postgres_sql import (
     _CLAIM,
     _INSERT_APPROVALS,
@@ -844,7 +844,7 @@ class PostgresStore:
         if not self._listener.listening.is_set():
             if self._opening is None:
                 self._opening = asyncio.get_running_loop().create_task(self._open())
-            self._opening.add_done_callback(lambda _: interrupt(sub))
+            self._opening.add_done_callback(lambda _: sub.interrupt())
         return sub
 
     async def close(self) -> None:
