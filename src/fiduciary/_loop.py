@@ -367,7 +367,7 @@ class Driver:
         try:
             await self._drive()
             await self.barrier()
-        except StaleEpochError:
+        except StaleEpochError:  # a commit or a ledger_begin refused: nothing was written
             log.warning("run %s was taken over by another worker; stopping", self.run_id)
         except StoreError:
             log.exception("run %s stopped: the store failed; it can be resumed", self.run_id)
@@ -696,6 +696,7 @@ class Driver:
             verdict.cap,
             call,
             verdict.args,
+            epoch=self.epoch,
             tier="auto",
             amount_usd=None,
             notes=verdict.notes,
@@ -779,6 +780,7 @@ class Driver:
                 cap,
                 call,
                 verdict.args,
+                epoch=self.epoch,
                 tier="auto",
                 amount_usd=verdict.decision.amount_usd,
                 recovery=recovery,
@@ -965,6 +967,7 @@ class Driver:
             cap,
             call,
             call.args,
+            epoch=self.epoch,
             tier=record.tier,
             amount_usd=record.amount_usd,
             notes=notes,

@@ -347,14 +347,18 @@ class Registry:
         call: ParsedCall,
         args: BaseModel,
         *,
+        epoch: int,
         tier: str | None,
         amount_usd: Decimal | None,
         recovery: Literal["replayed"] | None = None,
         notes: Sequence[GuardNote] = (),
     ) -> Outcome:
+        """Run an admitted call. ``epoch`` is the caller's lease epoch of the run: the ledger
+        row is refused with ``StaleEpochError`` (and the handler not entered) if the run was
+        taken over since."""
         ctx = self.context(scope, cap, args, call.tool_use_id)
         started = time.perf_counter()
-        # 7 ledger: a non-replayable call runs at most once per key
+        # 7 ledger: a non-replayable call runs at most once per key, and only by the lease holder
         if cap.replay is Replay.NEVER:
             entry = LedgerEntry(
                 key=ctx.idempotency_key,
@@ -364,7 +368,7 @@ class Registry:
                 status="started",
                 started_at=self.clock.now(),
             )
-            existing = await self.store.ledger_begin(entry)
+            existing = await self.store.ledger_begin(entry, epoch=epoch)
             if existing is not None and not (
                 _retryable(existing)
                 and await self.store.ledger_retry(existing.key, at=entry.started_at)

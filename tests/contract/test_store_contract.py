@@ -500,19 +500,61 @@ async def test_ledger_begin_inserts_once_and_then_returns_the_existing_row(
     run = await new_run(store)
     entry = make_ledger(run.run_id)
 
-    assert await store.ledger_begin(entry) is None
+    assert await store.ledger_begin(entry, epoch=0) is None
     other = replace(entry, tool_use_id="toolu_99", capability="other", started_at=at(99))
-    assert await store.ledger_begin(other) == entry
+    assert await store.ledger_begin(other, epoch=0) == entry
     assert await store.ledger_get(entry.key) == entry
     assert await store.ledger_get("missing") is None
+
+
+async def test_ledger_begin_with_the_current_epoch_inserts(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+    assert lease is not None
+    entry = make_ledger(run.run_id)
+
+    assert await store.ledger_begin(entry, epoch=lease.epoch) is None
+    assert await store.ledger_get(entry.key) == entry
+
+
+async def test_ledger_begin_with_a_stale_epoch_is_refused_and_writes_nothing(
+    store: Store,
+) -> None:
+    run = await new_run(store)
+    old = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+    assert old is not None
+    new = await store.acquire(run.run_id, owner="w2", now=at(40), ttl_seconds=30)  # lapsed at 40
+    assert new is not None
+    assert new.epoch > old.epoch
+    entry = make_ledger(run.run_id)
+    before = await snapshot(store, run.run_id)
+
+    for epoch in (old.epoch, new.epoch + 1):
+        with pytest.raises(StaleEpochError):
+            await store.ledger_begin(entry, epoch=epoch)
+
+    assert await store.ledger_get(entry.key) is None
+    assert await snapshot(store, run.run_id) == before
+    # a key that exists is not handed to a stale holder either
+    assert await store.ledger_begin(entry, epoch=new.epoch) is None
+    with pytest.raises(StaleEpochError):
+        await store.ledger_begin(replace(entry, tool_use_id="toolu_99"), epoch=old.epoch)
+    assert await store.ledger_get(entry.key) == entry
+
+
+async def test_ledger_begin_for_an_unknown_run_is_refused(store: Store) -> None:
+    entry = make_ledger(uuid4())
+    with pytest.raises(StoreError):
+        await store.ledger_begin(entry, epoch=0)
+    assert await store.ledger_get(entry.key) is None
 
 
 async def test_ledger_finish_records_the_outcome(store: Store) -> None:
     run = await new_run(store)
     done = make_ledger(run.run_id, key="k:done")
     failed = make_ledger(run.run_id, key="k:failed")
-    await store.ledger_begin(done)
-    await store.ledger_begin(failed)
+    await store.ledger_begin(done, epoch=0)
+    await store.ledger_begin(failed, epoch=0)
     result = {"sent": "1250.10", "reference": "tx-81", "fees": [0.1, None], "ok": True}
 
     await store.ledger_finish("k:done", status="done", at=at(21.5), result=result)
@@ -525,7 +567,7 @@ async def test_ledger_finish_records_the_outcome(store: Store) -> None:
         failed, status="failed", finished_at=at(22), error="timeout"
     )
     # A finished key is still "taken": begin returns the finished row.
-    assert await store.ledger_begin(make_ledger(run.run_id, key="k:done")) == replace(
+    assert await store.ledger_begin(make_ledger(run.run_id, key="k:done"), epoch=0) == replace(
         done, status="done", finished_at=at(21.5), result=result
     )
     with pytest.raises(StoreError):
@@ -535,7 +577,7 @@ async def test_ledger_finish_records_the_outcome(store: Store) -> None:
 async def test_ledger_retry_reopens_only_a_failed_row(store: Store) -> None:
     run = await new_run(store)
     for key in ("k:failed", "k:done", "k:started"):
-        await store.ledger_begin(make_ledger(run.run_id, key=key))
+        await store.ledger_begin(make_ledger(run.run_id, key=key), epoch=0)
     await store.ledger_finish("k:failed", status="failed", at=at(22), error="refused")
     await store.ledger_finish("k:done", status="done", at=at(22), result={"ok": True})
 
@@ -710,7 +752,7 @@ async def test_a_closed_store_refuses_every_call(store: Store) -> None:
     with pytest.raises(StoreError):
         await store.read_events(run.run_id)
     with pytest.raises(StoreError):
-        await store.ledger_begin(make_ledger(run.run_id))
+        await store.ledger_begin(make_ledger(run.run_id), epoch=0)
 
 
 async def test_concurrent_commits_of_many_runs_all_land(store: Store) -> None:

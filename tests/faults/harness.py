@@ -126,8 +126,8 @@ class FaultyStore:
             self.inner.decide_approval(approval, expected_status=expected_status)
         )
 
-    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
-        return await self._trap(self.inner.ledger_begin(entry))
+    async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
+        return await self._trap(self.inner.ledger_begin(entry, epoch=epoch))
 
     async def ledger_finish(
         self,

@@ -21,6 +21,7 @@ from ..exceptions import ConflictError, FiduciaryError, StoreError
 from ._rows import (
     _APPROVAL_COLUMNS,
     _AUDIT_COLUMNS,
+    _LEDGER_COLUMNS,
     _RUN_COLUMNS,
     _json,
     _json_or_none,
@@ -185,6 +186,24 @@ UPDATE runs SET lease_owner = %(owner)s, lease_until = %(until)s, epoch = runs.e
     wake_at = NULL
 FROM picked WHERE runs.run_id = picked.run_id
 RETURNING {", ".join("runs." + c.strip() for c in _RUN_COLUMNS.split(","))}
+"""
+# ledger_begin, fenced in one statement (one transaction): the runs row is locked FOR SHARE, so
+# an acquire or a claim (which bump the epoch) waits for it or skips the run, and the row is
+# inserted only if the locked epoch is the caller's. Returns the run's epoch (NULL: no such run)
+# and whether the row was inserted (False with the caller's epoch: the key exists).
+_LEDGER_BEGIN = f"""
+WITH fence AS (
+    SELECT epoch FROM runs WHERE run_id = %(run_id)s FOR SHARE
+), inserted AS (
+    INSERT INTO ledger ({_LEDGER_COLUMNS})
+    SELECT %(key)s::text, %(run_id)s::uuid, %(tool_use_id)s::text, %(capability)s::text,
+        %(status)s::text, %(started_at)s::timestamptz, %(finished_at)s::timestamptz,
+        %(result)s::json, %(error)s::text
+    FROM fence WHERE fence.epoch = %(epoch)s
+    ON CONFLICT (key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT epoch FROM fence), EXISTS (SELECT 1 FROM inserted)
 """
 _READ_RANGES = (
     "SELECT e.run_id, e.payload FROM unnest(%b::uuid[], %b::bigint[], %b::bigint[]) "

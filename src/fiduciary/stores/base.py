@@ -8,6 +8,8 @@ Rules every implementation keeps:
 - ``commit`` is all or nothing: its events, status change, approvals and audit rows land together.
 - Events are appended with the next seqs (last_seq + 1, + 2 ...) or the commit is refused with
   ``ConflictError``; a commit with an epoch that is no longer the run's raises ``StaleEpochError``.
+- ``ledger_begin`` is fenced the same way: it carries the holder's epoch, checked atomically with
+  the insert, so a worker whose run was taken over cannot start a side effect either.
 - Listeners (``subscribe``) see an event only after the commit that holds it has returned from the
   database, in seq order. To follow a run without a gap: subscribe, then read the past, then skip
   seqs already read.
@@ -203,8 +205,13 @@ class Store(Protocol):
         """Write a decision only if the row is still in ``expected_status``; False otherwise."""
 
     # --- ledger ---------------------------------------------------------------------------
-    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+    async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         """Insert a ``started`` row durably. If the key exists, return the existing row.
+
+        Fenced like ``commit``: ``epoch`` is the caller's lease epoch of ``entry.run_id``; if it
+        is no longer the run's, ``StaleEpochError`` is raised and nothing is written (whether or
+        not the key exists). The check and the insert are one atomic step. ``StoreError`` if the
+        run does not exist.
 
         Results (here and in ``client_result``) must be JSON values: a durable store keeps JSON.
         """

@@ -44,6 +44,15 @@ class MemoryStore:
         if self._closed:
             raise StoreError("the store is closed")
 
+    def _check_epoch(self, run_id: UUID, epoch: int) -> RunRecord:
+        """The run, if ``epoch`` is its current epoch (the fencing of commit and ledger_begin)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            raise StoreError(f"run {run_id} does not exist")
+        if run.epoch != epoch:
+            raise StaleEpochError(f"run {run_id}: epoch {epoch} is stale (now {run.epoch})")
+        return run
+
     # --- runs ----------------------------------------------------------------------------
     async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
         self._check_open()
@@ -86,11 +95,7 @@ class MemoryStore:
         audit: Sequence[AuditRecord] = (),
     ) -> None:
         self._check_open()
-        run = self._runs.get(run_id)
-        if run is None:
-            raise StoreError(f"run {run_id} does not exist")
-        if run.epoch != epoch:
-            raise StaleEpochError(f"run {run_id}: epoch {epoch} is stale (now {run.epoch})")
+        run = self._check_epoch(run_id, epoch)
         _check_seqs(run_id, run.last_seq, events)
         for a in approvals:
             if a.approval_id in self._approvals:
@@ -192,8 +197,9 @@ class MemoryStore:
         return True
 
     # --- ledger ---------------------------------------------------------------------------
-    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+    async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         self._check_open()
+        self._check_epoch(entry.run_id, epoch)
         existing = self._ledger.get(entry.key)
         if existing is not None:
             return existing

@@ -34,7 +34,9 @@ Group commit
 Fencing
     A lease's epoch is checked under the runs row lock in the same transaction as the append,
     and ``acquire`` / ``claim_runnable`` increment it under the same lock: a worker that was
-    paused while another took its run over gets ``StaleEpochError`` on its next commit.
+    paused while another took its run over gets ``StaleEpochError`` on its next commit. So does
+    its next ``ledger_begin`` (the statement locks the runs row and checks the epoch before it
+    inserts), so it cannot start a side effect either.
 
 Live events across instances: LISTEN/NOTIFY
     Each batch sends ``pg_notify('fiduciary_events', ...)`` naming, per run, the range of seqs it
@@ -111,6 +113,7 @@ from ._postgres_sql import (
     _INSERT_AUDIT,
     _INSERT_EVENTS,
     _INSERT_RUNS,
+    _LEDGER_BEGIN,
     _NOTIFY,
     _NOTIFY_LIMIT,
     _UPDATE_RUNS,
@@ -760,24 +763,30 @@ class PostgresStore:
         return count == 1
 
     # --- ledger ---------------------------------------------------------------------------
-    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
-        # synchronous_commit is on for every connection of the store: this row is flushed
-        count = await self._rowcount(
-            f"INSERT INTO ledger ({_LEDGER_COLUMNS}) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s::json, %s) ON CONFLICT (key) DO NOTHING",
-            (
-                entry.key,
-                entry.run_id,
-                entry.tool_use_id,
-                entry.capability,
-                entry.status,
-                _utc(entry.started_at),
-                _utc_or_none(entry.finished_at),
-                _json_or_none(entry.result),
-                entry.error,
-            ),
+    async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
+        # one statement: the epoch is checked under the runs row lock, with the insert (see
+        # _LEDGER_BEGIN); synchronous_commit is on for every connection: the row is flushed
+        rows = await self._fetch(
+            _LEDGER_BEGIN,
+            {
+                "run_id": entry.run_id,
+                "epoch": epoch,
+                "key": entry.key,
+                "tool_use_id": entry.tool_use_id,
+                "capability": entry.capability,
+                "status": entry.status,
+                "started_at": _utc(entry.started_at),
+                "finished_at": _utc_or_none(entry.finished_at),
+                "result": _json_or_none(entry.result),
+                "error": entry.error,
+            },
         )
-        if count == 1:
+        current, inserted = rows[0]
+        if current is None:
+            raise StoreError(f"run {entry.run_id} does not exist")
+        if int(current) != epoch:
+            raise StaleEpochError(f"run {entry.run_id}: epoch {epoch} is stale (now {current})")
+        if inserted:
             return None
         # a new statement, so a new snapshot: it sees the row that made the insert a no-op
         existing = await self.ledger_get(entry.key)

@@ -25,12 +25,14 @@ Group commit
     without savepoints: a commit checks its seqs in Python, then advances the run with one
     guarded ``UPDATE runs ... WHERE run_id = ? AND epoch = ? AND last_seq = ?``; when that
     matches no row, nothing was written and the run row says why (``StaleEpochError``,
-    ``ConflictError``, ``StoreError``): the request is refused and the transaction goes on. The
-    events and audit rows of the batch's commits are inserted at its end, one ``executemany``
-    each (no request of a batch reads them). Only if a request fails after it wrote (an approval
-    that exists, an unexpected ``sqlite3`` error) is the whole transaction rolled back and the
-    batch written again with each request inside its own SAVEPOINT, so that the failing one is
-    rolled back alone.
+    ``ConflictError``, ``StoreError``): the request is refused and the transaction goes on.
+    ``ledger_begin`` is fenced the same way: it reads the run's epoch in the batch's transaction,
+    just before its insert, and is refused (``StaleEpochError``, nothing written) if the epoch
+    is no longer the caller's. The events and audit rows of the batch's commits are inserted at
+    its end, one ``executemany`` each (no request of a batch reads them). Only if a request
+    fails after it wrote (an approval that exists, an unexpected ``sqlite3`` error) is the whole
+    transaction rolled back and the batch written again with each request inside its own
+    SAVEPOINT, so that the failing one is rolled back alone.
 
     The SQL runs on the event-loop thread, with no hop to a worker thread: a small WAL
     transaction with ``synchronous=NORMAL`` takes tens of microseconds, less than a thread hop.
@@ -1072,12 +1074,13 @@ class SQLiteStore:
         return await self._submit(_Call(apply, always=True))
 
     # --- ledger ---------------------------------------------------------------------------
-    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+    async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         self._connection()
         key = entry.key
+        run_key = str(entry.run_id)
         params = (
             key,
-            str(entry.run_id),
+            run_key,
             entry.tool_use_id,
             entry.capability,
             entry.status,
@@ -1088,6 +1091,15 @@ class SQLiteStore:
         )
 
         def apply(conn: sqlite3.Connection) -> LedgerEntry | None:
+            # fenced as a commit is, in the same transaction as the insert: a holder whose run
+            # was taken over (a new epoch, maybe earlier in this very batch) starts nothing
+            row = conn.execute("SELECT epoch FROM runs WHERE run_id = ?", (run_key,)).fetchone()
+            if row is None:
+                raise _Refused(StoreError(f"run {entry.run_id} does not exist"))
+            if int(row[0]) != epoch:
+                raise _Refused(
+                    StaleEpochError(f"run {entry.run_id}: epoch {epoch} is stale (now {row[0]})")
+                )
             if conn.execute(_INSERT_LEDGER, params).rowcount == 1:
                 return None
             row = conn.execute(

@@ -17,7 +17,7 @@ import pytest
 from fiduciary.events import Event
 from fiduciary.exceptions import ConflictError, StaleEpochError, StoreError
 from fiduciary.stores.base import RunRecord, Subscription
-from tests.contract.builders import at, deltas, make_approval, make_run, started
+from tests.contract.builders import at, deltas, make_approval, make_ledger, make_run, started
 from tests.postgres_support import admin_execute, dsn_for, new_database, require_postgres
 
 pytestmark = pytest.mark.postgres
@@ -376,6 +376,30 @@ async def test_a_stale_worker_on_another_instance_is_fenced(
     assert await store.renew(run.run_id, epoch=old.epoch, now=at(42), ttl_seconds=30) is False
     await other.commit(run.run_id, epoch=new.epoch, events=deltas(run.run_id, 3, 1))
     assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2, 3]
+
+
+async def test_a_ledger_begin_waits_for_a_takeover_in_flight_and_is_fenced_by_it(
+    store: PostgresStore, dsn: str
+) -> None:
+    run = await new_run(store)
+    entry = make_ledger(run.run_id)
+    conn = await raw(dsn)
+    try:
+        async with conn.transaction():  # another instance's acquire, not committed yet
+            await conn.execute(
+                "UPDATE runs SET epoch = epoch + 1, lease_owner = 'w2' WHERE run_id = %s",
+                (run.run_id,),
+            )
+            begin = asyncio.create_task(store.ledger_begin(entry, epoch=0))
+            await asyncio.sleep(0.2)
+            assert not begin.done()  # it waits for the runs row, not for a stale snapshot
+    finally:
+        await conn.close()
+
+    with pytest.raises(StaleEpochError):
+        async with asyncio.timeout(TIMEOUT):
+            await begin
+    assert await store.ledger_get(entry.key) is None
 
 
 async def test_concurrent_appends_from_two_instances_never_interleave_seqs(

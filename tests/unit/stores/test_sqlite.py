@@ -116,7 +116,7 @@ async def test_everything_persists_after_close_and_reopen(db_path: Path) -> None
         approvals=[approval],
         audit=[audit],
     )
-    await store.ledger_begin(entry)
+    await store.ledger_begin(entry, epoch=0)
     lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
     events = await store.read_events(run.run_id)
     await store.close()
@@ -405,12 +405,13 @@ async def test_ledger_begin_is_written_with_a_full_sync(db_path: Path) -> None:
         statements: list[str] = []
         conn = store._connection()
         conn.set_trace_callback(statements.append)
-        await store.ledger_begin(make_ledger(run.run_id))
+        await store.ledger_begin(make_ledger(run.run_id), epoch=0)
         conn.set_trace_callback(None)
 
-        assert [s.split(" (")[0] for s in statements] == [
+        assert [re.split(r" \(| WHERE", s)[0] for s in statements] == [
             "PRAGMA synchronous = FULL",
             "BEGIN IMMEDIATE",
+            "SELECT epoch FROM runs",  # the fencing, in the same transaction as the insert
             "INSERT INTO ledger",
             "COMMIT",
             "PRAGMA synchronous = NORMAL",
@@ -558,7 +559,7 @@ async def test_a_ledger_begin_in_a_batch_of_commits_commits_it_with_a_full_sync(
 
     results = await asyncio.gather(
         *(sqlite_store.commit(r.run_id, epoch=0, events=deltas(r.run_id, 2, 1)) for r in runs),
-        sqlite_store.ledger_begin(entry),
+        sqlite_store.ledger_begin(entry, epoch=0),
     )
     # a batch without a ledger_begin: NORMAL
     await asyncio.gather(
@@ -581,7 +582,7 @@ async def test_a_ledger_retry_in_a_batch_is_committed_with_a_full_sync(
 ) -> None:
     run = await new_run(sqlite_store)
     entry = make_ledger(run.run_id)
-    await sqlite_store.ledger_begin(entry)
+    await sqlite_store.ledger_begin(entry, epoch=0)
     await sqlite_store.ledger_finish(entry.key, status="failed", at=at(21), error="{}")
     spy = watch(sqlite_store)
 
@@ -595,6 +596,29 @@ async def test_a_ledger_retry_in_a_batch_is_committed_with_a_full_sync(
     assert spy.levels == [2, 1]
 
 
+async def test_a_ledger_begin_after_a_takeover_in_its_batch_is_refused_alone(
+    sqlite_store: SQLiteStore,
+) -> None:
+    run = await new_run(sqlite_store)
+    stale = make_ledger(run.run_id, key="k:stale")
+    fresh = make_ledger(run.run_id, key="k:fresh")
+    before = sqlite_store.transactions
+
+    results = await asyncio.gather(
+        sqlite_store.acquire(run.run_id, owner="w2", now=at(1), ttl_seconds=30),  # epoch 1
+        sqlite_store.ledger_begin(stale, epoch=0),
+        sqlite_store.ledger_begin(fresh, epoch=1),
+        return_exceptions=True,
+    )
+
+    assert sqlite_store.transactions - before == 1
+    assert isinstance(results[0], RunRecord)
+    assert isinstance(results[1], StaleEpochError)
+    assert results[2] is None
+    assert await sqlite_store.ledger_get("k:stale") is None
+    assert await sqlite_store.ledger_get("k:fresh") == fresh
+
+
 async def test_ledger_begin_of_an_existing_key_in_a_batch_returns_the_existing_row(
     sqlite_store: SQLiteStore,
 ) -> None:
@@ -602,15 +626,15 @@ async def test_ledger_begin_of_an_existing_key_in_a_batch_returns_the_existing_r
     first = make_ledger(run.run_id, key="k")
     second = replace(first, tool_use_id="toolu_99", started_at=at(99))
     earlier = make_ledger(run.run_id, key="k:earlier")
-    await sqlite_store.ledger_begin(earlier)
+    await sqlite_store.ledger_begin(earlier, epoch=0)
     await sqlite_store.ledger_finish("k:earlier", status="done", at=at(21), result={"ok": 1})
     before = sqlite_store.transactions
 
     results = await asyncio.gather(
-        sqlite_store.ledger_begin(first),
+        sqlite_store.ledger_begin(first, epoch=0),
         sqlite_store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 1)),
-        sqlite_store.ledger_begin(second),  # same key, same batch: the first one's row
-        sqlite_store.ledger_begin(replace(earlier, started_at=at(50))),
+        sqlite_store.ledger_begin(second, epoch=0),  # same key, same batch: the first one's row
+        sqlite_store.ledger_begin(replace(earlier, started_at=at(50)), epoch=0),
     )
 
     assert sqlite_store.transactions - before == 1
@@ -664,7 +688,7 @@ async def test_writes_of_every_kind_in_one_tick_share_one_transaction(
         sqlite_store.renew(run.run_id, epoch=1, now=at(5), ttl_seconds=10),
         sqlite_store.decide_approval(approved),
         sqlite_store.decide_approval(approval.with_(status="denied")),  # no longer pending
-        sqlite_store.ledger_begin(entry),
+        sqlite_store.ledger_begin(entry, epoch=1),
         sqlite_store.ledger_finish(entry.key, status="done", at=at(21), result={"ok": True}),
         sqlite_store.ledger_retry(entry.key, at=at(22)),  # done, not failed
         sqlite_store.release(run.run_id, epoch=1),
@@ -716,7 +740,7 @@ async def test_close_writes_the_ledger_writes_still_queued(db_path: Path) -> Non
     run = await new_run(store)
     entry = make_ledger(run.run_id)
 
-    begun, _ = await asyncio.gather(store.ledger_begin(entry), store.close())
+    begun, _ = await asyncio.gather(store.ledger_begin(entry, epoch=0), store.close())
 
     assert begun is None
     reopened = await SQLiteStore.open(db_path)
@@ -797,7 +821,7 @@ async def test_values_that_are_not_json_are_stored_in_their_json_form(
     sqlite_store: SQLiteStore,
 ) -> None:
     run = await new_run(sqlite_store)
-    await sqlite_store.ledger_begin(make_ledger(run.run_id, key="k"))
+    await sqlite_store.ledger_begin(make_ledger(run.run_id, key="k"), epoch=0)
 
     await sqlite_store.ledger_finish(
         "k", status="done", at=at(1), result={"amount": Decimal("1.50"), "run": run.run_id}
@@ -822,7 +846,7 @@ async def test_full_synchronous_mode_is_applied(db_path: Path) -> None:
     try:
         assert store._connection().execute("PRAGMA synchronous").fetchone() == (2,)
         run = await new_run(store)
-        await store.ledger_begin(make_ledger(run.run_id))
+        await store.ledger_begin(make_ledger(run.run_id), epoch=0)
         assert store._connection().execute("PRAGMA synchronous").fetchone() == (2,)
     finally:
         await store.close()
