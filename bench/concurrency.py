@@ -111,10 +111,10 @@ class CountingStore(SQLiteStore):
         self.calls[name] += 1
         self.seconds[name] += time.perf_counter() - t0
 
-    async def ledger_begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+    async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         t0 = time.perf_counter()
         try:
-            return await super().ledger_begin(entry)
+            return await super().ledger_begin(entry, epoch=epoch)
         finally:
             self._count("ledger_begin", t0)
 
