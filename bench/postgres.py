@@ -6,7 +6,10 @@ appends/s through ``PostgresStore.commit`` against raw ``COPY`` and a raw batche
     each run is one read, one auto-approved write (5 USD) and a final text (14 events, 3 model
     turns through the scripted model). Timed from the first submission until every run is
     ``completed`` (checked in the database). Reported: runs/s, and each count's speed-up over
-    1 worker (the in-run baseline).
+    1 worker (the in-run baseline). Measured twice: with an instant model (what the store and
+    the workers' own CPU allow) and with a model that takes ``--model-ms`` (100 ms) before each
+    turn, ``--slow-concurrency`` (16) runs per worker — real runs spend their time waiting for
+    the model, and that is where adding workers adds throughput.
 (b) appends: ``TextDelta`` events of ~200 bytes of JSON, one event per ``commit``, ``--append-runs``
     runs (200) appending ``--events`` (50) each, all runs at once (``asyncio.gather``), as a worker
     driving many runs would. Baselines, interleaved with the store's rounds in the same run, into
@@ -32,6 +35,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -43,6 +47,7 @@ from psycopg.conninfo import make_conninfo
 from fiduciary import Agent, CallContext, Policy, capability
 from fiduciary.capabilities import Capability
 from fiduciary.events import TextDelta
+from fiduciary.models.base import ModelEvent, ModelRequest
 from fiduciary.stores.base import RunRecord
 from fiduciary.stores.postgres import PostgresStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
@@ -88,7 +93,20 @@ def capabilities() -> list[Capability]:
     return [balance, send]
 
 
-def agent(store: PostgresStore) -> Agent:
+class SlowModel(ScriptedModel):
+    """The scripted model, answering each turn after ``seconds`` (a provider's latency)."""
+
+    def __init__(self, scripts: list[Script], seconds: float) -> None:
+        super().__init__(scripts, keep_requests=0)
+        self.seconds = seconds
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        await asyncio.sleep(self.seconds)
+        async for event in super().stream(request):
+            yield event
+
+
+def agent(store: PostgresStore, model_seconds: float = 0.0) -> Agent:
     script = Script(
         "pay",
         [
@@ -98,7 +116,7 @@ def agent(store: PostgresStore) -> Agent:
         ],
     )
     return Agent(
-        model=ScriptedModel([script], keep_requests=0),
+        model=SlowModel([script], model_seconds),
         capabilities=capabilities(),
         store=store,
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
@@ -107,18 +125,22 @@ def agent(store: PostgresStore) -> Agent:
     )
 
 
-async def worker_main(dsn: str, concurrency: int) -> None:
+async def worker_main(dsn: str, concurrency: int, model_seconds: float) -> None:
     store = await PostgresStore.open(dsn, max_connections=32)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
     try:
-        await run_worker(agent(store), stop=stop, poll_interval=1.0, concurrency=concurrency)
+        await run_worker(
+            agent(store, model_seconds), stop=stop, poll_interval=1.0, concurrency=concurrency
+        )
     finally:
         await store.close()
 
 
-async def workers_round(dsn: str, count: int, runs: int, concurrency: int) -> float:
+async def workers_round(
+    dsn: str, count: int, runs: int, concurrency: int, model_seconds: float = 0.0
+) -> float:
     """runs/s with ``count`` worker processes on a fresh database."""
     name = create_database(dsn)
     db = make_conninfo(dsn, dbname=name)
@@ -133,6 +155,7 @@ async def workers_round(dsn: str, count: int, runs: int, concurrency: int) -> fl
                     "worker",
                     db,
                     str(concurrency),
+                    str(model_seconds),
                     stdout=asyncio.subprocess.PIPE,
                 )
             )
@@ -290,6 +313,15 @@ async def main(args: argparse.Namespace) -> None:
             f"(a) {count} worker(s): {args.runs} runs in {args.runs / rates[count]:.2f} s = "
             f"{rates[count]:.0f} runs/s ({rates[count] / rates[counts[0]]:.2f}x {counts[0]})"
         )
+    slow: dict[int, float] = {}
+    for count in counts:
+        slow[count] = await workers_round(
+            args.dsn, count, args.runs, args.slow_concurrency, args.model_ms / 1000
+        )
+        print(
+            f"(a) {count} worker(s), model {args.model_ms} ms/turn, {args.slow_concurrency} runs "
+            f"each: {slow[count]:.0f} runs/s ({slow[count] / slow[counts[0]]:.2f}x {counts[0]})"
+        )
     result = await appends(args.dsn, args.append_runs, args.events, args.rounds)
     print(
         f"(b) appends, {args.append_runs} runs at once, one event per commit: store "
@@ -305,6 +337,11 @@ async def main(args: argparse.Namespace) -> None:
                 "runs": args.runs,
                 "runs_per_s": {str(k): round(v, 1) for k, v in rates.items()},
                 "speedup": {str(k): round(v / rates[counts[0]], 2) for k, v in rates.items()},
+                "model_ms": args.model_ms,
+                "runs_per_s_slow_model": {str(k): round(v, 1) for k, v in slow.items()},
+                "speedup_slow_model": {
+                    str(k): round(v / slow[counts[0]], 2) for k, v in slow.items()
+                },
                 **result,
             }
         )
@@ -313,13 +350,17 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        asyncio.run(worker_main(sys.argv[2], int(sys.argv[3])))
+        asyncio.run(worker_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
         raise SystemExit(0)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default=os.environ.get("FIDUCIARY_BENCH_POSTGRES", DEFAULT_DSN))
     parser.add_argument("--workers", default="1,2,4", help="worker process counts (1,2,4)")
     parser.add_argument("--runs", type=int, default=400, help="runs per worker count (400)")
     parser.add_argument("--concurrency", type=int, default=32, help="runs per worker (32)")
+    parser.add_argument("--model-ms", type=int, default=100, help="model latency (100 ms)")
+    parser.add_argument(
+        "--slow-concurrency", type=int, default=16, help="runs per worker, slow model (16)"
+    )
     parser.add_argument("--append-runs", type=int, default=200, help="runs appending (200)")
     parser.add_argument("--events", type=int, default=50, help="events per run per round (50)")
     parser.add_argument("--rounds", type=int, default=5, help="append rounds (5)")
