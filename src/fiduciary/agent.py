@@ -31,7 +31,14 @@ from .models.tiers import Effort, Tier, plan_turn
 from .policy import Policy
 from .redaction import Redactor
 from .registry import PLAN_FIRST_KINDS, Authorize, CallScope, Registry
-from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store
+from .stores.base import (
+    ApprovalRecord,
+    ApprovalStatus,
+    RunRecord,
+    RunStatus,
+    Store,
+    follow_poll_seconds,
+)
 from .stores.memory import MemoryStore
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
@@ -390,13 +397,17 @@ class Agent:
         after_seq: int = 0,
         *,
         follow: bool = True,
-        poll_seconds: float = 0.5,
+        poll_seconds: float | None = None,
     ) -> AsyncGenerator[Event, None]:
         """The run's events after ``after_seq``: the stored ones, then (``follow``) live ones.
 
         Live events come from this process's commits at once, and from other processes' commits
-        by polling the store every ``poll_seconds``. No event is yielded twice or skipped.
+        by polling the store every ``poll_seconds`` (0.5 s by default) — or at once, with no
+        polling needed, on PostgreSQL (LISTEN/NOTIFY; it re-reads every 30 s by default only as
+        a safety net). No event is yielded twice or skipped.
         """
+        if poll_seconds is None:
+            poll_seconds = follow_poll_seconds(self.store)
         if await self.store.get_run(run_id) is None:
             raise RunError("not_found", f"no run {run_id}")
         last = after_seq

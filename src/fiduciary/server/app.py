@@ -38,7 +38,7 @@ from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event, GuardNote, PendingAction
 from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError
-from ..stores.base import ApprovalRecord, RunRecord
+from ..stores.base import ApprovalRecord, RunRecord, follow_poll_seconds
 from ..worker import WorkQueue
 from . import auth
 from .auth import ApiKey, KeyStore
@@ -243,7 +243,7 @@ class Server:
         notifier: Notifier | None = None,
         heartbeat_seconds: float = 15.0,
         subscriber_buffer: int = 1000,
-        poll_seconds: float = 0.5,
+        poll_seconds: float | None = None,
         max_body_bytes: int = 64 * 1024,
         coalesce_seconds: float = 0.01,
         drive: bool = True,
@@ -267,7 +267,7 @@ class Server:
             agent,
             buffer=subscriber_buffer,
             heartbeat_seconds=heartbeat_seconds,
-            poll_seconds=poll_seconds,
+            poll_seconds=follow_poll_seconds(agent.store) if poll_seconds is None else poll_seconds,
             coalesce_seconds=coalesce_seconds,
         )
         self.openapi = build_openapi(
@@ -732,7 +732,7 @@ def create_app(
     notifier: Notifier | None = None,
     heartbeat_seconds: float = 15.0,
     subscriber_buffer: int = 1000,
-    poll_seconds: float = 0.5,
+    poll_seconds: float | None = None,
     max_body_bytes: int = 64 * 1024,
     coalesce_seconds: float = 0.01,
     resume_on_start: bool = True,

@@ -39,6 +39,7 @@ __all__ = [
     "RunStatus",
     "Store",
     "Subscription",
+    "follow_poll_seconds",
 ]
 
 RunStatus = Literal[
@@ -247,6 +248,17 @@ class Store(Protocol):
         """Committed events of a run as they are committed (not the past: read those first)."""
 
     async def close(self) -> None: ...
+
+
+def follow_poll_seconds(store: Store, default: float = 0.5) -> float:
+    """How often a follower of a run should re-read the store when nothing arrives.
+
+    A store whose subscriptions carry other processes' commits (``live_across_processes``,
+    PostgreSQL's LISTEN/NOTIFY) needs no polling: a lost listener ends its subscriptions as
+    overflowed, so followers re-read anyway; 30 s is only a safety net. Other stores see other
+    processes' commits (a CLI resuming a run in the same SQLite file) only by reading.
+    """
+    return 30.0 if getattr(store, "live_across_processes", False) else default
 
 
 class _Queue:

@@ -212,6 +212,9 @@ class _Plan:
 class PostgresStore:
     """The ``Store`` contract on PostgreSQL (see the module docstring)."""
 
+    live_across_processes = True
+    """Subscriptions carry every process's commits (LISTEN/NOTIFY): followers need not poll."""
+
     def __init__(
         self,
         dsn: str,

@@ -264,3 +264,17 @@ def test_the_cli_serves_and_keeps_keys_on_postgres(monkeypatch: pytest.MonkeyPat
     assert unreachable.exit_code == 2
     assert "API keys" in unreachable.output
     assert "Traceback" not in unreachable.output
+
+
+async def test_followers_on_postgres_do_not_poll(tmp_path: Path) -> None:
+    """LISTEN/NOTIFY carries other processes' commits: the re-read is a 30 s safety net only."""
+    postgres = PostgresStore("postgresql://unused")  # never opened
+    sqlite = await SQLiteStore.open(tmp_path / "runs.sqlite3")
+    keys = PostgresKeyStore("unused")
+    try:
+        on_postgres = create_app(make_agent(postgres, Effects()), keys=keys)
+        on_sqlite = create_app(make_agent(sqlite, Effects()), keys=keys)
+        assert on_postgres.state.server.hub.poll_seconds == 30.0
+        assert on_sqlite.state.server.hub.poll_seconds == 0.5  # another process may write
+    finally:
+        await sqlite.close()
