@@ -253,6 +253,11 @@ class Server:
                 "drive=False leaves runs to workers, and workers need a store that hands out "
                 f"work (PostgresStore), not {type(agent.store).__name__}"
             )
+        if not drive and notifier is not None:
+            raise ConfigurationError(
+                "notifications are sent by the process that drives a run, and with "
+                "drive=False (--no-drive) this one drives none: it would never send them"
+            )
         self.agent = agent
         self.drive = drive
         self.keys = keys

@@ -209,6 +209,11 @@ def serve(
         channels, targets = settings.inbound(), settings.targets()
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    if targets and not drive:
+        raise _fail(
+            "[[notify]] needs a server that drives runs: notifications are sent by the process "
+            "that drives a run, and with --no-drive this one drives none"
+        )
     where = _Where(db, postgres)
     try:
         code = asyncio.run(

@@ -199,6 +199,23 @@ async def test_not_driving_needs_a_store_that_hands_out_work(tmp_path: Path) -> 
         await store.close()
 
 
+async def test_not_driving_refuses_notifications_it_would_never_send() -> None:
+    from fiduciary.server import Notifier, WebhookTarget
+
+    store = PostgresStore("postgresql://unused")  # never opened
+    notifier = Notifier([WebhookTarget("https://hooks.example.com/x", "0123456789abcdef")])
+    try:
+        with pytest.raises(ConfigurationError, match="drives"):
+            create_app(
+                make_agent(store, Effects()),
+                keys=PostgresKeyStore("unused"),
+                drive=False,
+                notifier=notifier,
+            )
+    finally:
+        await notifier.close()
+
+
 async def test_the_paper_wallet_is_not_served_from_postgres() -> None:
     store = PostgresStore("postgresql://unused")  # opens on first use: never here
     with pytest.raises(ConfigurationError, match="--agent"):
@@ -210,7 +227,9 @@ def served_agent(store: Any) -> Agent:
     return make_agent(store, Effects())
 
 
-def test_the_cli_serves_and_keeps_keys_on_postgres(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_serves_and_keeps_keys_on_postgres(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import typer
     import uvicorn
     from typer.testing import CliRunner
@@ -255,6 +274,13 @@ def test_the_cli_serves_and_keeps_keys_on_postgres(monkeypatch: pytest.MonkeyPat
     assert wallet.exit_code == 2
     assert "--agent" in wallet.output
     monkeypatch.delenv("FIDUCIARY_POSTGRES")
+    config = tmp_path / "server.toml"
+    config.write_text(
+        '[[notify]]\nurl = "https://hooks.example.com/x"\nsecret = "0123456789abcdef"\n'
+    )
+    notify = runner.invoke(cli, ["serve", "--no-drive", "--agent", agent, "--config", str(config)])
+    assert notify.exit_code == 2
+    assert "--no-drive" in notify.output
     alone = runner.invoke(cli, ["serve", "--no-drive", "--agent", agent])
     assert alone.exit_code == 2
     assert "--postgres" in alone.output
