@@ -34,6 +34,8 @@ from .registry import PLAN_FIRST_KINDS, Authorize, CallScope, Registry
 from .stores.base import (
     ApprovalRecord,
     ApprovalStatus,
+    CancelChannel,
+    CancelRequest,
     RunRecord,
     RunStatus,
     Store,
@@ -297,16 +299,30 @@ class Agent:
             status="running", last_seq=first[-1].seq, lease_owner=None, lease_until=None
         )
 
-    async def cancel(self, run_id: UUID, *, by: Principal | str, reason: str = "") -> RunRecord:
+    async def cancel(
+        self,
+        run_id: UUID,
+        *,
+        by: Principal | str,
+        reason: str = "",
+        wait_seconds: float | None = None,
+    ) -> RunRecord:
         """Stop a run for good: it ends ``cancelled`` and nothing more of it executes.
 
         Stop your own drive of the run first (``aclose`` its stream, or cancel the task that
-        consumes it): a drive elsewhere holds the lease and this raises ``RunError("busy")``.
-        Under the lease, a partial model turn is retracted and every call left open is closed:
-        a pending approval is denied; a write already in the ledger ends with its recorded
-        outcome (``recovery: ledger`` or ``unknown``); a client's reported result is recorded;
-        anything else is refused (``cancelled``) and never runs. Then ``run_failed`` with
-        reason ``aborted``, status ``cancelled``. A new message continues it like a failed run.
+        consumes it). Under the lease, a partial model turn is retracted and every call left
+        open is closed: a pending approval is denied; a write already in the ledger ends with
+        its recorded outcome (``recovery: ledger`` or ``unknown``); a client's reported result
+        is recorded; anything else is refused (``cancelled``) and never runs. Then
+        ``run_failed`` with reason ``aborted``, status ``cancelled``. A new message continues
+        it like a failed run.
+
+        When another process holds the lease: on a store that carries cancel requests
+        (PostgreSQL) the request is sent to it — a worker or a server driving the run stops its
+        drive and records the cancellation — and this waits up to ``wait_seconds`` (by default
+        ``lease_seconds`` + 1, so that a lease whose holder died lapses meanwhile, and the run
+        is then cancelled here) for the run to end; on other stores, or if it does not end in
+        time, ``RunError("busy")``.
 
         Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
@@ -317,17 +333,57 @@ class Agent:
             raise RunError("forbidden", "this run belongs to another principal")
         if existing.status in _IDLE:
             raise RunError("state", f"the run is already {existing.status}")
+        reason = self.redactor.redact_text(reason)[:500]
+        try:
+            return await self._cancel_here(run_id, who, reason)
+        except RunError as exc:
+            if exc.code != "busy" or not isinstance(self.store, CancelChannel):
+                raise
+            channel = self.store
+        wait = self.lease_seconds + 1 if wait_seconds is None else wait_seconds
+        return await self._cancel_elsewhere(channel, run_id, who, reason, wait)
+
+    async def _cancel_here(self, run_id: UUID, who: Principal, reason: str) -> RunRecord:
+        """Lease the run and record its cancellation (``busy`` if another process holds it)."""
         run, transcript = await self._lease(run_id)
         if run.status in _IDLE:
             await self.store.release(run_id, epoch=run.epoch)
             raise RunError("state", f"the run is already {run.status}")
         driver = Driver(self, run, transcript, None)
         try:
-            await driver.cancel(by=who.actor_id, reason=self.redactor.redact_text(reason)[:500])
+            await driver.cancel(by=who.actor_id, reason=reason)
         finally:
             with suppress(Exception):
                 await self.store.release(run_id, epoch=driver.epoch)
         return await self.get_run(run_id)
+
+    async def _cancel_elsewhere(
+        self, channel: CancelChannel, run_id: UUID, who: Principal, reason: str, wait: float
+    ) -> RunRecord:
+        """Ask the process holding the lease to cancel the run; wait for the run to end."""
+        request = CancelRequest(run_id, who.actor_id, tuple(sorted(who.scopes)), reason)
+        await channel.request_cancel(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            await asyncio.sleep(0.05)
+            run = await self.get_run(run_id)
+            if run.status == "cancelled":
+                return run
+            if run.status in _IDLE:
+                raise RunError("state", f"the run is already {run.status}")
+            lapsed = run.lease_until is None or run.lease_until <= self.clock.now()
+            if run.lease_owner is None or lapsed:  # nobody drives it now: cancel it here
+                try:
+                    return await self._cancel_here(run_id, who, reason)
+                except RunError as exc:
+                    if exc.code != "busy":
+                        raise
+            if loop.time() >= deadline:
+                raise RunError(
+                    "busy",
+                    "the run is driven by another process, which did not stop it in time; retry",
+                )
 
     async def resume_all(self) -> list[UUID]:
         """Resume every run left ``running`` by a dead process; returns their ids."""

@@ -23,7 +23,7 @@ from uuid import UUID
 from .agent import Agent
 from .capabilities import Principal
 from .exceptions import ConfigurationError, FiduciaryError, RunError
-from .stores.base import RunRecord
+from .stores.base import CancelChannel, CancelRequest, RunRecord
 
 __all__ = ["WorkQueue", "run_worker", "submit"]
 
@@ -84,7 +84,21 @@ async def run_worker(
     if concurrency < 1 or poll_interval <= 0:
         raise ConfigurationError("concurrency must be at least 1 and poll_interval positive")
     active: dict[UUID, asyncio.Task[None]] = {}
+    cancelling: dict[UUID, asyncio.Task[None]] = {}
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+
+    def on_cancel(request: CancelRequest) -> None:
+        """A cancel request for a run driven here: stop the drive, record the cancellation."""
+        drive = active.get(request.run_id)
+        if drive is None or request.run_id in cancelling:
+            return
+        task = asyncio.create_task(
+            _cancel_drive(agent, drive, request), name=f"fiduciary-cancel-{request.run_id}"
+        )
+        cancelling[request.run_id] = task
+        task.add_done_callback(_forget(cancelling, request.run_id))
+
+    unlisten = queue.on_cancel_request(on_cancel) if isinstance(queue, CancelChannel) else None
     try:
         while not stop.is_set():
             seen = queue.work_generation
@@ -97,7 +111,8 @@ async def run_worker(
                         now=agent.clock.now(),
                         ttl_seconds=agent.lease_seconds,
                         limit=free,
-                        exclude=list(active),  # never a second drive of a run in this process
+                        # never a second drive of a run in this process, nor one it cancels
+                        exclude=[*active, *cancelling],
                     )
                 except FiduciaryError as exc:
                     log.warning("could not claim runs (%s); trying again", exc)
@@ -117,8 +132,23 @@ async def run_worker(
                     with contextlib.suppress(BaseException):
                         await notified
     finally:
+        if unlisten is not None:
+            unlisten()
         stopping.cancel()
         await _drain(list(active.values()), drain_seconds)
+        await asyncio.gather(*cancelling.values(), return_exceptions=True)
+
+
+async def _cancel_drive(agent: Agent, drive: asyncio.Task[None], request: CancelRequest) -> None:
+    drive.cancel()
+    await asyncio.gather(drive, return_exceptions=True)  # stopped; its lease is released
+    by = Principal(request.by, frozenset(request.scopes))
+    try:
+        await agent.cancel(request.run_id, by=by, reason=request.reason)
+    except FiduciaryError as exc:  # e.g. state: it ended meanwhile; forbidden: a forged request
+        log.info(
+            "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc
+        )
 
 
 def _forget(

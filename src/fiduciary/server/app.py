@@ -38,7 +38,13 @@ from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event, GuardNote, PendingAction
 from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError
-from ..stores.base import ApprovalRecord, RunRecord, follow_poll_seconds
+from ..stores.base import (
+    ApprovalRecord,
+    CancelChannel,
+    CancelRequest,
+    RunRecord,
+    follow_poll_seconds,
+)
 from ..worker import WorkQueue
 from . import auth
 from .auth import ApiKey, KeyStore
@@ -282,6 +288,13 @@ class Server:
             description="Runs, live events, approvals and webhooks of a fiduciary agent.",
         )
         self._principals: dict[UUID, str] = {}
+        # cancel requests from other processes (PostgreSQL) for the runs driven here
+        self._cancelling: set[asyncio.Task[None]] = set()
+        self._unlisten = (
+            agent.store.on_cancel_request(self._on_cancel_request)
+            if drive and isinstance(agent.store, CancelChannel)
+            else None
+        )
 
     def _on_event(self, event: Event) -> None:
         if self.notifier is None:
@@ -290,7 +303,26 @@ class Server:
         if principal is not None:
             self.notifier.notify(event, principal=principal)
 
+    def _on_cancel_request(self, request: CancelRequest) -> None:
+        if not self.drives.has_drive(request.run_id):  # (this process's own request included)
+            return
+        task = asyncio.create_task(self._cancel_requested(request))
+        self._cancelling.add(task)
+        task.add_done_callback(self._cancelling.discard)
+
+    async def _cancel_requested(self, request: CancelRequest) -> None:
+        by = Principal(request.by, frozenset(request.scopes))
+        try:
+            await self.drives.cancel(request.run_id, by, request.reason)
+        except FiduciaryError as exc:
+            log.info("run %s: %s's cancel request was not recorded: %s", request.run_id, by, exc)
+
     async def close(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+        for task in list(self._cancelling):
+            task.cancel()
+        await asyncio.gather(*self._cancelling, return_exceptions=True)
         await self.drives.close()
         await self.hub.close()
         if self.notifier is not None:

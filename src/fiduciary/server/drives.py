@@ -117,8 +117,9 @@ class Drives:
         self._spawn(run_id, self.agent.resume(run_id))
 
     # --- cancelling -------------------------------------------------------------------------
-    async def cancel(self, run_id: UUID, by: Principal) -> RunRecord:
-        """Stop the drive here (if any), then have the core record the cancellation."""
+    async def cancel(self, run_id: UUID, by: Principal, reason: str = "") -> RunRecord:
+        """Stop the drive here (if any), then have the core record the cancellation (which asks
+        the process driving the run, when it is another one and the store carries requests)."""
         task = self._tasks.get(run_id)
         if run_id in self._claimed and task is None:
             raise RunError("busy", "the run is starting or being cancelled; retry")
@@ -129,7 +130,7 @@ class Drives:
                 await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
         self._claim(run_id)  # no resume may start while the cancellation is written
         try:
-            await self.agent.cancel(run_id, by=by)
+            await self.agent.cancel(run_id, by=by, reason=reason)
         finally:
             self._again.discard(run_id)
             self._release(run_id)
@@ -137,7 +138,12 @@ class Drives:
 
     # --- tasks ------------------------------------------------------------------------------
     def is_driving(self, run_id: UUID) -> bool:
+        """The run is claimed here: driven, starting, or being cancelled."""
         return run_id in self._claimed
+
+    def has_drive(self, run_id: UUID) -> bool:
+        """A drive of the run is running here (not only starting or being cancelled)."""
+        return run_id in self._tasks
 
     def _claim(self, run_id: UUID) -> None:
         self._claimed.add(run_id)

@@ -2,23 +2,33 @@
 
 It feeds the store's subscribers with the events other processes commit (``fiduciary_events``:
 a notification names, per run, the range of seqs a batch committed; the events themselves are
-read back, one query per burst) and wakes the store's workers (``fiduciary_runnable``). If the
-connection drops, notifications may have been lost: every subscription is ended as overflowed
-(its follower re-reads from its last seq), the workers are woken, and it reconnects.
+read back, one query per burst), wakes the store's workers (``fiduciary_runnable``) and hands
+cancel requests to whoever drives runs here (``fiduciary_cancel``: a JSON ``CancelRequest``). If
+the connection drops, notifications may have been lost: every subscription is ended as
+overflowed (its follower re-reads from its last seq), the workers are woken, and it reconnects
+(a lost cancel request times out at its sender, who may send it again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
 from ..events import Event, decode_event
-from ._postgres_sql import _READ_RANGES, EVENTS_CHANNEL, RUNNABLE_CHANNEL, Params, _Conn
-from .base import Broadcaster
+from ._postgres_sql import (
+    _READ_RANGES,
+    CANCEL_CHANNEL,
+    EVENTS_CHANNEL,
+    RUNNABLE_CHANNEL,
+    Params,
+    _Conn,
+)
+from .base import Broadcaster, CancelRequest
 
 log = logging.getLogger("fiduciary.stores.postgres")
 
@@ -42,6 +52,7 @@ class Listener:
         self._arrival = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        self.cancel_callbacks: list[Callable[[CancelRequest], None]] = []
 
     def start(self) -> None:
         self._stopped = False
@@ -86,6 +97,7 @@ class Listener:
                 conn = await self._connect()
                 await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                 await conn.execute(f"LISTEN {RUNNABLE_CHANNEL}")
+                await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                 if not first:
                     # notifications may have been lost while disconnected
                     self.fanout.interrupt_all()
@@ -96,6 +108,8 @@ class Listener:
                 async for notice in conn.notifies():
                     if notice.channel == RUNNABLE_CHANNEL:
                         self.wake_workers()
+                    elif notice.channel == CANCEL_CHANNEL:
+                        self._cancel_requested(notice.payload)
                     else:
                         self._arrive(notice.payload)
             except asyncio.CancelledError:
@@ -111,6 +125,24 @@ class Listener:
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
+
+    def _cancel_requested(self, payload: str) -> None:
+        try:
+            data = json.loads(payload)
+            request = CancelRequest(
+                run_id=UUID(data["run_id"]),
+                by=str(data["by"]),
+                scopes=tuple(str(s) for s in data.get("scopes", ())),
+                reason=str(data.get("reason", "")),
+            )
+        except (ValueError, TypeError, KeyError):
+            log.warning("ignored a malformed cancel request: %.80r", payload)
+            return
+        for callback in list(self.cancel_callbacks):
+            try:
+                callback(request)
+            except Exception:
+                log.exception("a cancel request's callback failed (run %s)", request.run_id)
 
     def _arrive(self, payload: str) -> None:
         instance, _, body = payload.partition(" ")

@@ -36,6 +36,7 @@ MIGRATIONS_DIR = SQL_DIR / "migrations"
 
 EVENTS_CHANNEL = "fiduciary_events"
 RUNNABLE_CHANNEL = "fiduciary_runnable"
+CANCEL_CHANNEL = "fiduciary_cancel"
 
 # Created by the migration runner before the first migration; identical to its definition in
 # schema.sql (the schema test compares the catalogs). Never change it: it is migration zero.

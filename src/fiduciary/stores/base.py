@@ -19,11 +19,11 @@ Rules every implementation keeps:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
 from ..events import Event
@@ -33,6 +33,8 @@ __all__ = [
     "ApprovalStatus",
     "AuditRecord",
     "Broadcaster",
+    "CancelChannel",
+    "CancelRequest",
     "LedgerEntry",
     "LedgerStatus",
     "RunRecord",
@@ -248,6 +250,31 @@ class Store(Protocol):
         """Committed events of a run as they are committed (not the past: read those first)."""
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """Someone asked for a run to be cancelled, and another process holds its lease."""
+
+    run_id: UUID
+    by: str
+    scopes: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@runtime_checkable
+class CancelChannel(Protocol):
+    """A store that carries cancel requests to the process driving a run (PostgreSQL).
+
+    ``Agent.cancel`` sends one when another process holds the run's lease; workers and servers
+    that drive runs listen, stop their drive of that run and record the cancellation.
+    """
+
+    async def request_cancel(self, request: CancelRequest) -> None:
+        """Tell every process listening (this one included) that ``request`` was made."""
+
+    def on_cancel_request(self, callback: Callable[[CancelRequest], None]) -> Callable[[], None]:
+        """Call ``callback`` for each request from now on; returns the function that stops it."""
 
 
 def follow_poll_seconds(store: Store, default: float = 0.5) -> float:

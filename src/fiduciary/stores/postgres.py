@@ -60,6 +60,13 @@ Workers
     ``fiduciary_runnable`` whenever a run becomes claimable; ``wait_for_work`` wakes on it.
     ``fiduciary.worker.run_worker`` is the loop that uses both.
 
+Cancel requests
+    ``request_cancel`` sends ``pg_notify('fiduciary_cancel', <json CancelRequest>)``; every
+    store's listener hands it to the callbacks registered with ``on_cancel_request`` (a worker, a
+    server's drives), which stop their drive of that run, if they have one, and record the
+    cancellation under its lease. ``Agent.cancel`` sends one when another process holds the
+    run's lease, and waits for the run to end cancelled (or for the lease to lapse).
+
 Durability: ``synchronous_commit``
     ``"on"`` (the default): a commit returns once its WAL is flushed on the server. ``"off"``
     applies to the event batches only (``SET LOCAL``): a crash of the database server may lose
@@ -86,9 +93,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -117,6 +125,7 @@ from ._postgres_sql import (
     _NOTIFY,
     _NOTIFY_LIMIT,
     _UPDATE_RUNS,
+    CANCEL_CHANNEL,
     EVENTS_CHANNEL,
     MIGRATIONS_DIR,
     RUNNABLE_CHANNEL,
@@ -154,6 +163,7 @@ from .base import (
     ApprovalStatus,
     AuditRecord,
     BroadcastSubscription,
+    CancelRequest,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -161,7 +171,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from .base import Store
+    from .base import CancelChannel, Store
 
 __all__ = [
     "EVENTS_CHANNEL",
@@ -730,6 +740,28 @@ class PostgresStore:
         return await self._listener.wait_for_work(since)
 
     # --- approvals ------------------------------------------------------------------------
+    # --- cancel requests (CancelChannel) ---------------------------------------------------
+    async def request_cancel(self, request: CancelRequest) -> None:
+        payload = json.dumps(
+            {
+                "run_id": str(request.run_id),
+                "by": request.by,
+                "scopes": list(request.scopes),
+                "reason": request.reason[:500],
+            }
+        )
+        await self._fetch("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, payload))
+
+    def on_cancel_request(self, callback: Callable[[CancelRequest], None]) -> Callable[[], None]:
+        callbacks = self._listener.cancel_callbacks
+        callbacks.append(callback)
+
+        def stop() -> None:
+            with contextlib.suppress(ValueError):
+                callbacks.remove(callback)
+
+        return stop
+
     async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None:
         rows = await self._fetch(
             f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = %s", (approval_id,)
@@ -889,4 +921,7 @@ def _where(*filters: tuple[LiteralString, object]) -> str:
 if TYPE_CHECKING:
 
     def _conforms(store: PostgresStore) -> Store:
+        return store
+
+    def _carries_cancels(store: PostgresStore) -> CancelChannel:
         return store

@@ -1,0 +1,241 @@
+"""Cancelling a run that another process drives, on PostgreSQL (cancel requests).
+
+Each process has its own ``PostgresStore`` (its own pool and LISTEN connection), as separate
+processes would: a request sent through one reaches the worker or server holding the lease
+only through the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+from fiduciary import Agent, CallContext, Policy, capability
+from fiduciary.capabilities import Capability
+from fiduciary.events import RunFailed
+from fiduciary.exceptions import RunError
+from fiduciary.server import MemoryKeyStore, RateLimit, create_app
+from fiduciary.stores.base import CancelRequest
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.worker import run_worker, submit
+from tests.postgres_support import new_database
+
+from .server.conftest import bearer, client_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("psycopg")
+from fiduciary.stores.postgres import PostgresStore  # noqa: E402
+
+TIMEOUT = 20.0
+
+SCRIPT = Script(
+    "pay",
+    [
+        ToolCalls([Call("balance")]),
+        ToolCalls([Call("send", {"to": "bob", "amount": "5"})]),
+        Reply("paid"),
+    ],
+)
+
+
+class Bank:
+    """A read that waits until released, and a write that must never run once cancelled."""
+
+    def __init__(self) -> None:
+        self.reading = asyncio.Event()
+        self.release = asyncio.Event()
+        self.sent: list[str] = []
+
+    def capabilities(self) -> list[Capability]:
+        @capability(kind="read")
+        async def balance() -> dict[str, str]:
+            """The balance."""
+            self.reading.set()
+            await self.release.wait()
+            return {"usd": "100.00"}
+
+        @capability(kind="execute", operation="send", amount_usd=lambda a, c: a.amount)
+        async def send(to: str, amount: str, ctx: CallContext) -> dict[str, str]:
+            """Send money."""
+            self.sent.append(ctx.idempotency_key)
+            return {"to": to}
+
+        return [balance, send]
+
+
+def make_agent(store: Any, bank: Bank, *, lease_seconds: float = 60.0) -> Agent:
+    return Agent(
+        model=ScriptedModel([SCRIPT]),
+        capabilities=bank.capabilities(),
+        store=store,
+        policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
+        authorize=allow_all,
+        lease_seconds=lease_seconds,
+    )
+
+
+@pytest.fixture
+async def stores() -> AsyncIterator[list[PostgresStore]]:
+    dsn = await new_database()
+    opened = [await PostgresStore.open(dsn) for _ in range(3)]
+    try:
+        yield opened
+    finally:
+        for store in opened:
+            await store.close()
+
+
+async def ended_cancelled(store: PostgresStore, run_id: UUID) -> RunFailed:
+    log = await store.read_events(run_id)
+    last = log[-1]
+    assert isinstance(last, RunFailed)
+    assert last.reason == "aborted"
+    return last
+
+
+async def test_a_run_a_worker_drives_is_cancelled_from_another_process(
+    stores: list[PostgresStore],
+) -> None:
+    bank = Bank()
+    # a lease of a minute: the run can only end within the wait if the worker itself stops it
+    worker = make_agent(stores[1], bank)
+    front = make_agent(stores[0], bank)
+    stop = asyncio.Event()
+    working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
+    try:
+        run = await submit(front, "pay bob", principal="alice")
+        async with asyncio.timeout(TIMEOUT):
+            await bank.reading.wait()  # the worker is inside the read
+        held = await front.get_run(run.run_id)
+        assert held.lease_owner == worker.owner
+
+        with pytest.raises(RunError) as refused:  # only the run's principal (or an admin)
+            await front.cancel(run.run_id, by="mallory", wait_seconds=1)
+        assert refused.value.code == "forbidden"
+        cancelled = await front.cancel(
+            run.run_id, by="alice", reason="changed my mind", wait_seconds=TIMEOUT
+        )
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await working
+
+    assert cancelled.status == "cancelled"
+    assert cancelled.lease_owner is None
+    ended = await ended_cancelled(stores[0], run.run_id)
+    assert "changed my mind" in ended.message
+    assert bank.sent == []  # the write after the read never ran
+    # the worker did not take the run up again after it stopped its drive
+    assert (await front.get_run(run.run_id)).status == "cancelled"
+
+
+async def test_a_dead_holders_lease_lapses_and_the_run_is_cancelled_here(
+    stores: list[PostgresStore],
+) -> None:
+    bank = Bank()
+    front = make_agent(stores[0], bank, lease_seconds=1.0)
+    run = await submit(front, "pay bob", principal="alice")
+    # a worker claims the run and dies: nobody answers the request
+    (claimed,) = await stores[1].claim_runnable(
+        owner="dead-worker", now=front.clock.now(), ttl_seconds=1.0
+    )
+    with pytest.raises(RunError) as busy:  # asked not to wait for the lapse
+        await front.cancel(run.run_id, by="alice", wait_seconds=0.2)
+    assert busy.value.code == "busy"
+
+    cancelled = await front.cancel(run.run_id, by="alice")  # waits lease_seconds + 1 at most
+
+    assert cancelled.status == "cancelled"
+    assert cancelled.epoch > claimed.epoch
+    await ended_cancelled(stores[0], run.run_id)
+
+
+async def test_a_run_a_server_drives_is_cancelled_through_another_server(
+    stores: list[PostgresStore],
+) -> None:
+    """Server A drives the run itself (drive=True); the cancel arrives through server B."""
+    bank = Bank()
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("alice", ["runs:write", "runs:read"])
+    apps = [
+        create_app(make_agent(store, bank), keys=keys, rate_limit=RateLimit(100, 60), drive=drive)
+        for store, drive in ((stores[0], True), (stores[1], False))
+    ]
+    try:
+        async with client_for(apps[0]) as a, client_for(apps[1]) as b:
+            started = await a.post("/runs", json={"message": "pay bob"}, headers=bearer(key))
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            async with asyncio.timeout(TIMEOUT):
+                await bank.reading.wait()
+            response = await b.post(f"/runs/{run_id}/cancel", headers=bearer(key))
+            assert response.status_code == 200, response.text
+            assert response.json()["status"] == "cancelled"
+            assert not apps[0].state.server.drives.is_driving(UUID(run_id))
+    finally:
+        bank.release.set()
+        for app in apps:
+            await app.state.server.close()
+    await ended_cancelled(stores[0], UUID(run_id))
+    assert bank.sent == []
+
+
+async def test_malformed_cancel_requests_are_ignored(stores: list[PostgresStore]) -> None:
+    seen: list[CancelRequest] = []
+    arrived = asyncio.Event()
+
+    def heard(request: CancelRequest) -> None:
+        seen.append(request)
+        arrived.set()
+
+    stop = stores[1].on_cancel_request(heard)
+    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', 'not json')")
+    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', '{\"run_id\": \"x\"}')")
+    request = CancelRequest(UUID(int=7), "alice", ("runs:write",), "why")
+    await stores[0].request_cancel(request)
+    async with asyncio.timeout(TIMEOUT):
+        await arrived.wait()
+    assert seen == [request]  # the listener survived the two bad ones
+    stop()
+    await stores[0].request_cancel(request)
+    await asyncio.sleep(0.2)
+    assert seen == [request]
+
+
+async def test_http_cancel_of_a_run_a_worker_drives(stores: list[PostgresStore]) -> None:
+    bank = Bank()
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("alice", ["runs:write", "runs:read"])
+    worker = make_agent(stores[2], bank)
+    app = create_app(
+        make_agent(stores[0], bank), keys=keys, rate_limit=RateLimit(100, 60), drive=False
+    )
+    stop = asyncio.Event()
+    working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
+    try:
+        async with client_for(app) as client:
+            started = await client.post("/runs", json={"message": "pay bob"}, headers=bearer(key))
+            run_id = started.json()["run_id"]
+            async with asyncio.timeout(TIMEOUT):
+                await bank.reading.wait()
+            response: httpx.Response = await client.post(
+                f"/runs/{run_id}/cancel", headers=bearer(key)
+            )
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] == "cancelled"
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await working
+        await app.state.server.close()
+    assert bank.sent == []
