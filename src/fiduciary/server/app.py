@@ -139,7 +139,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", "cancel_run",
         scope=auth.RUNS_WRITE, params=(_RUN_ID,), response=RunOut,
-        problems=("not_found", "run_busy", "run_state", "not_implemented"), tags=("runs",),
+        problems=("not_found", "run_busy", "run_state"), tags=("runs",),
     ),
     Operation(
         "GET", "/approvals", "listApprovals", "List approvals (pending by default)",

@@ -54,7 +54,6 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "stale_signature": (401, "The webhook timestamp is outside the accepted window"),
     "replayed": (409, "This webhook delivery was already received"),
     # the server
-    "not_implemented": (501, "Not implemented by this server"),
     "not_available": (404, "Not available on this server"),
     "store_unavailable": (503, "The store failed; retry"),
     "internal_error": (500, "Internal error"),
