@@ -761,6 +761,8 @@ class Driver:
                 record = await self._dispatch(call)
                 if record is not None:
                     pending.append(record)
+            # what the writes spent is committed before the next holder reads the daily spend
+            await self.barrier()
         return pending
 
     async def _dispatch(
@@ -877,6 +879,7 @@ class Driver:
                     record = await self._dispatch(call, recovery="replayed")
                 if record is not None:
                     pending.append(record)
+            await self.barrier()  # committed before the next holder reads the daily spend
         return pending
 
     async def _settle_approval(self, use: ToolUsePart, approval_id: UUID) -> ApprovalRecord | None:

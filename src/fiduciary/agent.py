@@ -36,6 +36,7 @@ from .stores.base import (
     ApprovalStatus,
     CancelChannel,
     CancelRequest,
+    PrincipalLocking,
     RunRecord,
     RunStatus,
     Store,
@@ -692,12 +693,18 @@ class Agent:
         return record
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Any]:
-        """Writes of one principal run one at a time (in this process)."""
+        """Writes of one principal run one at a time: in this process, and across processes
+        when the store's locks span them (``PrincipalLocking``: PostgreSQL)."""
         lock = self._locks.get(actor_id)
         if lock is None:
             lock = asyncio.Lock()
             self._locks[actor_id] = lock
-        return _Held(lock)
+        shared = (
+            self.store.principal_lock(actor_id)
+            if isinstance(self.store, PrincipalLocking)
+            else None
+        )
+        return _Held(lock, shared)
 
     async def list_runs(
         self,
@@ -720,18 +727,32 @@ class Agent:
 
 
 class _Held:
-    """Keeps a strong reference to the lock while it is held (the dict holds weak ones)."""
+    """The process's lock, then the store's (if any); keeps a strong reference to the process's
+    lock while it is held (the dict holds weak ones)."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_lock", "_shared")
 
-    def __init__(self, lock: asyncio.Lock) -> None:
+    def __init__(
+        self, lock: asyncio.Lock, shared: AbstractAsyncContextManager[None] | None
+    ) -> None:
         self._lock = lock
+        self._shared = shared
 
     async def __aenter__(self) -> None:
         await self._lock.acquire()
+        if self._shared is not None:
+            try:
+                await self._shared.__aenter__()
+            except BaseException:
+                self._lock.release()
+                raise
 
-    async def __aexit__(self, *exc: object) -> None:
-        self._lock.release()
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            if self._shared is not None:
+                await self._shared.__aexit__(*exc)
+        finally:
+            self._lock.release()
 
 
 def _principal(value: Principal | str) -> Principal:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -37,6 +38,7 @@ __all__ = [
     "CancelRequest",
     "LedgerEntry",
     "LedgerStatus",
+    "PrincipalLocking",
     "RunRecord",
     "RunStatus",
     "Store",
@@ -275,6 +277,19 @@ class CancelChannel(Protocol):
 
     def on_cancel_request(self, callback: Callable[[CancelRequest], None]) -> Callable[[], None]:
         """Call ``callback`` for each request from now on; returns the function that stops it."""
+
+
+@runtime_checkable
+class PrincipalLocking(Protocol):
+    """A store whose principal locks hold across processes (PostgreSQL).
+
+    ``Agent.principal_lock`` (writes of one principal, one at a time: admission with the daily
+    limit's read, execution, settlement) also holds this lock when the store offers it, so the
+    guarantee spans every process on the database rather than one.
+    """
+
+    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[None]:
+        """Held while a run writes for ``actor_id``."""
 
 
 def follow_poll_seconds(store: Store, default: float = 0.5) -> float:

@@ -60,6 +60,14 @@ Workers
     ``fiduciary_runnable`` whenever a run becomes claimable; ``wait_for_work`` wakes on it.
     ``fiduciary.worker.run_worker`` is the loop that uses both.
 
+Principal locks
+    ``principal_lock(actor_id)`` is held while a run writes for its principal (``Agent``
+    takes it around admission, execution and settlement): a session-level advisory lock on a
+    connection of its own, so one process at a time writes for a principal and the daily
+    autonomous limit holds across processes. That connection has ``idle_session_timeout``
+    (``lock_idle_seconds``, 10 s) and is kept alive every third of it: a frozen process loses
+    its locks after that long instead of stalling the principal everywhere (``_postgres_locks``).
+
 Cancel requests
     ``request_cancel`` sends ``pg_notify('fiduciary_cancel', <json CancelRequest>)``; every
     store's listener hands it to the callbacks registered with ``on_cancel_request`` (a worker, a
@@ -115,6 +123,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from ..events import Event, decode_event
 from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreError
 from ._postgres_listen import Listener
+from ._postgres_locks import PrincipalLocks
 from ._postgres_sql import (
     _CLAIM,
     _INSERT_APPROVALS,
@@ -171,7 +180,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from .base import CancelChannel, Store
+    from .base import CancelChannel, PrincipalLocking, Store
 
 __all__ = [
     "EVENTS_CHANNEL",
@@ -236,6 +245,7 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         idle_in_transaction_timeout: float = 10.0,
         notify: bool = True,
+        lock_idle_seconds: float = 10.0,
     ) -> None:
         if synchronous_commit not in ("on", "off"):
             raise ValueError(
@@ -269,6 +279,7 @@ class PostgresStore:
         self._pending: list[_Request] = []
         self._flusher: asyncio.Task[None] | None = None
         self._listener = Listener(instance=self.instance, connect=self._connect, fetch=self._fetch)
+        self._locks = PrincipalLocks(self._connect, idle_seconds=lock_idle_seconds)
 
     @classmethod
     async def open(cls, dsn: str, **options: Any) -> PostgresStore:
@@ -740,6 +751,12 @@ class PostgresStore:
         return await self._listener.wait_for_work(since)
 
     # --- approvals ------------------------------------------------------------------------
+    # --- principal locks (PrincipalLocking) ------------------------------------------------
+    def principal_lock(self, actor_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while a run writes for ``actor_id``: one such section at a time, across every
+        process on the database (see the module docstring, Principal locks)."""
+        return self._locks.hold(actor_id)
+
     # --- cancel requests (CancelChannel) ---------------------------------------------------
     async def request_cancel(self, request: CancelRequest) -> None:
         payload = json.dumps(
@@ -907,6 +924,7 @@ class PostgresStore:
             with contextlib.suppress(BaseException):
                 await self._opening
         await self._listener.close()
+        await self._locks.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -924,4 +942,7 @@ if TYPE_CHECKING:
         return store
 
     def _carries_cancels(store: PostgresStore) -> CancelChannel:
+        return store
+
+    def _locks_principals(store: PostgresStore) -> PrincipalLocking:
         return store
