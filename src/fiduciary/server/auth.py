@@ -22,6 +22,7 @@ honoured by all at their next request) or ``MemoryKeyStore`` (tests).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -301,6 +302,7 @@ class PostgresKeyStore:
         self._clock = clock or SystemClock()
         self._max_size = max_size
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._opening = asyncio.Lock()  # concurrent first requests open one pool
 
     @classmethod
     async def open(cls, dsn: str, **options: Any) -> PostgresKeyStore:
@@ -311,6 +313,10 @@ class PostgresKeyStore:
     async def _ready(self) -> AsyncConnectionPool[Any]:
         if self._pool is not None:
             return self._pool
+        async with self._opening:
+            return self._pool or await self._open()
+
+    async def _open(self) -> AsyncConnectionPool[Any]:
         try:
             import psycopg
             from psycopg_pool import AsyncConnectionPool
@@ -323,13 +329,12 @@ class PostgresKeyStore:
                 await conn.execute(_PG_SCHEMA)
         except psycopg.Error as exc:
             raise StoreError(f"postgres: {exc} (opening the API keys)") from exc
-        if self._pool is None:  # another task may have opened it meanwhile
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self.dsn, min_size=1, max_size=self._max_size, open=False, timeout=10.0
-            )
-            await pool.open()
-            self._pool = pool
-        return self._pool
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.dsn, min_size=1, max_size=self._max_size, open=False, timeout=10.0
+        )
+        await pool.open()
+        self._pool = pool
+        return pool
 
     async def _execute(self, sql: Any, params: tuple[object, ...] = ()) -> tuple[list[Any], int]:
         import psycopg
