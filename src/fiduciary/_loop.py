@@ -67,7 +67,7 @@ from .registry import Admitted, CallScope, Outcome, ParsedCall, Refused, error_c
 from .stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .agent import Agent, _Held
 
 log = logging.getLogger("fiduciary.loop")
 
@@ -261,6 +261,7 @@ class Driver:
         self._error: Exception | None = None
         self._renewal: asyncio.TimerHandle | None = None
         self._renewing: asyncio.Task[None] | None = None
+        self._held: _Held | None = None  # the principal lock, while a section of writes runs
 
     # --- emission ------------------------------------------------------------------------
     async def emit(
@@ -471,63 +472,61 @@ class Driver:
         await self.emit(status=status)
 
     async def cancel(self, *, by: str, reason: str) -> None:
-        """End the run for good (``Agent.cancel``): close every open call, then fail it
-        ``aborted`` with status ``cancelled``. Nothing is executed here."""
+        """End the run for good (``Agent.cancel``, which holds the principal's lock around
+        this): close every open call, then fail it ``aborted`` with status ``cancelled``.
+        Nothing is executed here."""
         store, registry, clock = self.agent.store, self.agent.registry, self.agent.clock
         if self.t.partial_from is not None:
             await self.emit((TurnRetracted, {"from_seq": self.t.partial_from}))
         told = f"The run was cancelled by {by}" + (f" ({reason})" if reason else "")
-        async with self.agent.principal_lock(self.principal.actor_id):
-            for use in list(self.t.unresolved):
-                args: Any = use.input
-                approval_id = self.t.approvals.get(use.id)
-                record = None if approval_id is None else await store.get_approval(approval_id)
-                if record is not None and record.status == "pending":
-                    denied = record.with_(
-                        status="denied",
-                        decided_by=by,
-                        decided_at=clock.now(),
-                        reason="the run was cancelled",
-                    )
-                    if await store.decide_approval(denied):
-                        record = denied
-                    else:  # decided meanwhile: record what was decided
-                        record = await store.get_approval(denied.approval_id)
-                if record is not None:
-                    args = record.approved_args or record.args
-                    if record.approval_id not in self.t.resolved:
-                        await self.emit(
-                            (
-                                ActionResolved,
-                                {
-                                    "approval_id": record.approval_id,
-                                    "tool_use_id": use.id,
-                                    "decision": record.status,
-                                    "by": record.decided_by,
-                                    "reason": record.reason,
-                                    "edits": self.agent.redactor.redact(_edits(record)),
-                                    "args_digest": record.approved_digest,
-                                },
-                            )
-                        )
-                call = registry.parse(use.id, use.name, args)
-                cap = call.cap
-                if cap is not None and call.args is not None:
-                    if record is not None and record.status == "client_result":
-                        # the client did it: its report is the outcome
-                        await self._end(call, self._client_outcome(cap, call, record))
-                        continue
-                    if cap.replay.value == "never":
-                        ctx = registry.context(self.scope, cap, call.args, call.tool_use_id)
-                        entry = await store.ledger_get(ctx.idempotency_key)
-                        if entry is not None:  # it may have acted: say what is known
-                            await self._end(
-                                call, registry.recorded(self.scope, cap, call, call.args, entry)
-                            )
-                            continue
-                await self._reject(
-                    call, Refused("cancelled", f"{told}; this call was not executed.")
+        for use in list(self.t.unresolved):
+            args: Any = use.input
+            approval_id = self.t.approvals.get(use.id)
+            record = None if approval_id is None else await store.get_approval(approval_id)
+            if record is not None and record.status == "pending":
+                denied = record.with_(
+                    status="denied",
+                    decided_by=by,
+                    decided_at=clock.now(),
+                    reason="the run was cancelled",
                 )
+                if await store.decide_approval(denied):
+                    record = denied
+                else:  # decided meanwhile: record what was decided
+                    record = await store.get_approval(denied.approval_id)
+            if record is not None:
+                args = record.approved_args or record.args
+                if record.approval_id not in self.t.resolved:
+                    await self.emit(
+                        (
+                            ActionResolved,
+                            {
+                                "approval_id": record.approval_id,
+                                "tool_use_id": use.id,
+                                "decision": record.status,
+                                "by": record.decided_by,
+                                "reason": record.reason,
+                                "edits": self.agent.redactor.redact(_edits(record)),
+                                "args_digest": record.approved_digest,
+                            },
+                        )
+                    )
+            call = registry.parse(use.id, use.name, args)
+            cap = call.cap
+            if cap is not None and call.args is not None:
+                if record is not None and record.status == "client_result":
+                    # the client did it: its report is the outcome
+                    await self._end(call, self._client_outcome(cap, call, record))
+                    continue
+                if cap.replay.value == "never":
+                    ctx = registry.context(self.scope, cap, call.args, call.tool_use_id)
+                    entry = await store.ledger_get(ctx.idempotency_key)
+                    if entry is not None:  # it may have acted: say what is known
+                        await self._end(
+                            call, registry.recorded(self.scope, cap, call, call.args, entry)
+                        )
+                        continue
+            await self._reject(call, Refused("cancelled", f"{told}; this call was not executed."))
         await self.emit(
             (
                 RunFailed,
@@ -756,13 +755,17 @@ class Driver:
         pending: list[ApprovalRecord] = []
         if not calls:
             return pending
-        async with self.agent.principal_lock(self.principal.actor_id):
-            for call in calls:
-                record = await self._dispatch(call)
-                if record is not None:
-                    pending.append(record)
-            # what the writes spent is committed before the next holder reads the daily spend
-            await self.barrier()
+        async with self.agent.principal_lock(self.principal.actor_id) as held:
+            self._held = held
+            try:
+                for call in calls:
+                    record = await self._dispatch(call)
+                    if record is not None:
+                        pending.append(record)
+                # what the writes spent is committed before the next holder reads the daily spend
+                await self.barrier()
+            finally:
+                self._held = None
         return pending
 
     async def _dispatch(
@@ -776,7 +779,7 @@ class Driver:
             return None
         cap = verdict.cap
         if verdict.decision.tier == "auto" and cap.executor is Executor.SERVER:
-            await self.barrier()  # the log up to here is durable before any effect
+            await self._before_effect()
             outcome = await self.agent.registry.execute(
                 self.scope,
                 cap,
@@ -852,34 +855,45 @@ class Driver:
         )
         return record
 
+    async def _before_effect(self) -> None:
+        """The log up to here is durable, and the principal's lock still held, before any
+        effect starts."""
+        await self.barrier()
+        if self._held is not None:
+            await self._held.verify()
+
     # --- settling calls left open (approvals, crashes) -----------------------------------
     async def _settle(self) -> list[ApprovalRecord]:
         pending: list[ApprovalRecord] = []
         registry = self.agent.registry
-        async with self.agent.principal_lock(self.principal.actor_id):
-            for use in self.t.unresolved:
-                approval_id = self.t.approvals.get(use.id)
-                if approval_id is not None:
-                    record = await self._settle_approval(use, approval_id)
+        async with self.agent.principal_lock(self.principal.actor_id) as held:
+            self._held = held
+            try:
+                for use in self.t.unresolved:
+                    approval_id = self.t.approvals.get(use.id)
+                    if approval_id is not None:
+                        record = await self._settle_approval(use, approval_id)
+                        if record is not None:
+                            pending.append(record)
+                        continue
+                    call = registry.parse(use.id, use.name, use.input)
+                    cap = call.cap
+                    if cap is not None and cap.replay.value == "never" and call.args is not None:
+                        ctx = registry.context(self.scope, cap, call.args, call.tool_use_id)
+                        entry = await self.agent.store.ledger_get(ctx.idempotency_key)
+                        if entry is not None:
+                            await self._end(
+                                call, registry.recorded(self.scope, cap, call, call.args, entry)
+                            )
+                            continue
+                        record = await self._dispatch(call)
+                    else:
+                        record = await self._dispatch(call, recovery="replayed")
                     if record is not None:
                         pending.append(record)
-                    continue
-                call = registry.parse(use.id, use.name, use.input)
-                cap = call.cap
-                if cap is not None and cap.replay.value == "never" and call.args is not None:
-                    ctx = registry.context(self.scope, cap, call.args, call.tool_use_id)
-                    entry = await self.agent.store.ledger_get(ctx.idempotency_key)
-                    if entry is not None:
-                        await self._end(
-                            call, registry.recorded(self.scope, cap, call, call.args, entry)
-                        )
-                        continue
-                    record = await self._dispatch(call)
-                else:
-                    record = await self._dispatch(call, recovery="replayed")
-                if record is not None:
-                    pending.append(record)
-            await self.barrier()  # committed before the next holder reads the daily spend
+                await self.barrier()  # committed before the next holder reads the daily spend
+            finally:
+                self._held = None
         return pending
 
     async def _settle_approval(self, use: ToolUsePart, approval_id: UUID) -> ApprovalRecord | None:
@@ -964,7 +978,7 @@ class Driver:
             shown = self.agent.redactor.redact(edits)
             message = f"The person edited the call before approving it: {shown}."
             notes.append(GuardNote(guard="approval", verdict="hint", message=message))
-        await self.barrier()  # the log up to here is durable before any effect
+        await self._before_effect()
         outcome = await registry.execute(
             self.scope,
             cap,

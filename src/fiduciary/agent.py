@@ -11,7 +11,7 @@ import os
 import socket
 import weakref
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -36,6 +36,7 @@ from .stores.base import (
     ApprovalStatus,
     CancelChannel,
     CancelRequest,
+    HeldPrincipalLock,
     PrincipalLocking,
     RunRecord,
     RunStatus,
@@ -307,23 +308,26 @@ class Agent:
         by: Principal | str,
         reason: str = "",
         wait_seconds: float | None = None,
+        claimed: RunRecord | None = None,
     ) -> RunRecord:
         """Stop a run for good: it ends ``cancelled`` and nothing more of it executes.
 
         Stop your own drive of the run first (``aclose`` its stream, or cancel the task that
-        consumes it). Under the lease, a partial model turn is retracted and every call left
-        open is closed: a pending approval is denied; a write already in the ledger ends with
-        its recorded outcome (``recovery: ledger`` or ``unknown``); a client's reported result
-        is recorded; anything else is refused (``cancelled``) and never runs. Then
-        ``run_failed`` with reason ``aborted``, status ``cancelled``. A new message continues
-        it like a failed run.
+        consumes it). Under the principal's lock and the run's lease, a partial model turn is
+        retracted and every call left open is closed: a pending approval is denied; a write
+        already in the ledger ends with its recorded outcome (``recovery: ledger`` or
+        ``unknown``); a client's reported result is recorded; anything else is refused
+        (``cancelled``) and never runs. Then ``run_failed`` with reason ``aborted``, status
+        ``cancelled``. A new message continues it like a failed run.
 
         When another process holds the lease: on a store that carries cancel requests
-        (PostgreSQL) the request is sent to it — a worker or a server driving the run stops its
-        drive and records the cancellation — and this waits up to ``wait_seconds`` (by default
-        ``lease_seconds`` + 1, so that a lease whose holder died lapses meanwhile, and the run
-        is then cancelled here) for the run to end; on other stores, or if it does not end in
-        time, ``RunError("busy")``.
+        (PostgreSQL) a request is sent to it (again every second) — the worker or server
+        driving the run takes it over from its own drive and cancels it — and this waits for
+        the run to end; if the holder died, its lease lapses meanwhile and the run is cancelled
+        here. Everything, the principal's lock included, is bounded by ``wait_seconds`` (by
+        default ``lease_seconds`` + 1); then, or at once on other stores, ``RunError("busy")``.
+        ``claimed``: the run as leased to this agent already (a worker taking it over from its
+        own drive); it is cancelled under that lease.
 
         Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
@@ -335,48 +339,82 @@ class Agent:
         if existing.status in _IDLE:
             raise RunError("state", f"the run is already {existing.status}")
         reason = self.redactor.redact_text(reason)[:500]
+        wait = self.lease_seconds + 1 if wait_seconds is None else wait_seconds
+        deadline = asyncio.get_running_loop().time() + wait
         try:
-            return await self._cancel_here(run_id, who, reason)
+            return await self._cancel_here(existing, who, reason, deadline, claimed)
         except RunError as exc:
-            if exc.code != "busy" or not isinstance(self.store, CancelChannel):
+            if exc.code != "busy" or claimed is not None:
+                raise
+            if not isinstance(self.store, CancelChannel):
                 raise
             channel = self.store
-        wait = self.lease_seconds + 1 if wait_seconds is None else wait_seconds
-        return await self._cancel_elsewhere(channel, run_id, who, reason, wait)
+        return await self._cancel_elsewhere(channel, existing, who, reason, deadline)
 
-    async def _cancel_here(self, run_id: UUID, who: Principal, reason: str) -> RunRecord:
-        """Lease the run and record its cancellation (``busy`` if another process holds it)."""
-        run, transcript = await self._lease(run_id)
-        if run.status in _IDLE:
-            await self.store.release(run_id, epoch=run.epoch)
-            raise RunError("state", f"the run is already {run.status}")
-        driver = Driver(self, run, transcript, None)
-        try:
-            await driver.cancel(by=who.actor_id, reason=reason)
-        finally:
-            with suppress(Exception):
-                await self.store.release(run_id, epoch=driver.epoch)
-        return await self.get_run(run_id)
+    async def _cancel_here(
+        self,
+        run: RunRecord,
+        who: Principal,
+        reason: str,
+        deadline: float,
+        claimed: RunRecord | None = None,
+    ) -> RunRecord:
+        """Record the cancellation here: the principal's lock first (so that no lease waits for
+        it unrenewed), then the run's lease (or ``claimed``). ``busy`` if either is held
+        elsewhere past ``deadline``."""
+        async with AsyncExitStack() as stack:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await stack.enter_async_context(self.principal_lock(run.principal))
+            except TimeoutError:
+                raise RunError("busy", "the run's principal is writing elsewhere; retry") from None
+            if claimed is not None:
+                leased, transcript = claimed, await self._replay(claimed)
+            else:
+                leased, transcript = await self._lease(run.run_id)
+            driver = Driver(self, leased, transcript, None)
+            try:
+                if leased.status in _IDLE:
+                    raise RunError("state", f"the run is already {leased.status}")
+                await driver.cancel(by=who.actor_id, reason=reason)
+            finally:
+                with suppress(Exception):
+                    await self.store.release(run.run_id, epoch=leased.epoch)
+        return await self.get_run(run.run_id)
 
     async def _cancel_elsewhere(
-        self, channel: CancelChannel, run_id: UUID, who: Principal, reason: str, wait: float
+        self,
+        channel: CancelChannel,
+        run: RunRecord,
+        who: Principal,
+        reason: str,
+        deadline: float,
     ) -> RunRecord:
-        """Ask the process holding the lease to cancel the run; wait for the run to end."""
-        request = CancelRequest(run_id, who.actor_id, tuple(sorted(who.scopes)), reason)
-        await channel.request_cancel(request)
+        """Ask the process holding the lease to cancel the run (every second, so that a lost
+        notification or a drive still starting does not matter); wait for the run to end."""
+        request = CancelRequest(
+            run_id=run.run_id,
+            by=who.actor_id,
+            at=self.clock.now(),
+            scopes=tuple(sorted(who.scopes)),
+            reason=reason,
+        )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
+        send_at = loop.time()
         while True:
+            if loop.time() >= send_at:
+                await channel.request_cancel(request)
+                send_at = loop.time() + 1.0
             await asyncio.sleep(0.05)
-            run = await self.get_run(run_id)
-            if run.status == "cancelled":
-                return run
-            if run.status in _IDLE:
-                raise RunError("state", f"the run is already {run.status}")
-            lapsed = run.lease_until is None or run.lease_until <= self.clock.now()
-            if run.lease_owner is None or lapsed:  # nobody drives it now: cancel it here
+            current = await self.get_run(run.run_id)
+            if current.status == "cancelled":
+                return current
+            if current.status in _IDLE:
+                raise RunError("state", f"the run is already {current.status}")
+            lapsed = current.lease_until is None or current.lease_until <= self.clock.now()
+            if current.lease_owner is None or lapsed:  # nobody drives it now: cancel it here
                 try:
-                    return await self._cancel_here(run_id, who, reason)
+                    return await self._cancel_here(current, who, reason, deadline)
                 except RunError as exc:
                     if exc.code != "busy":
                         raise
@@ -692,7 +730,7 @@ class Agent:
             )
         return record
 
-    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Any]:
+    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[_Held]:
         """Writes of one principal run one at a time: in this process, and across processes
         when the store's locks span them (``PrincipalLocking``: PostgreSQL)."""
         lock = self._locks.get(actor_id)
@@ -730,22 +768,29 @@ class _Held:
     """The process's lock, then the store's (if any); keeps a strong reference to the process's
     lock while it is held (the dict holds weak ones)."""
 
-    __slots__ = ("_lock", "_shared")
+    __slots__ = ("_guard", "_lock", "_shared")
 
     def __init__(
-        self, lock: asyncio.Lock, shared: AbstractAsyncContextManager[None] | None
+        self, lock: asyncio.Lock, shared: AbstractAsyncContextManager[HeldPrincipalLock] | None
     ) -> None:
         self._lock = lock
         self._shared = shared
+        self._guard: HeldPrincipalLock | None = None
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> _Held:
         await self._lock.acquire()
         if self._shared is not None:
             try:
-                await self._shared.__aenter__()
+                self._guard = await self._shared.__aenter__()
             except BaseException:
                 self._lock.release()
                 raise
+        return self
+
+    async def verify(self) -> None:
+        """Before an effect: raise ``StoreError`` if the store's lock was lost meanwhile."""
+        if self._guard is not None:
+            await self._guard.verify()
 
     async def __aexit__(self, *exc: Any) -> None:
         try:

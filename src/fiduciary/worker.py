@@ -84,13 +84,22 @@ async def run_worker(
     if concurrency < 1 or poll_interval <= 0:
         raise ConfigurationError("concurrency must be at least 1 and poll_interval positive")
     active: dict[UUID, asyncio.Task[None]] = {}
+    principals: dict[UUID, str] = {}  # of the runs driven here
     cancelling: dict[UUID, asyncio.Task[None]] = {}
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
 
     def on_cancel(request: CancelRequest) -> None:
-        """A cancel request for a run driven here: stop the drive, record the cancellation."""
+        """A cancel request for a run driven here: take the run over from the drive, stop the
+        drive, record the cancellation — if the requester may cancel it."""
         drive = active.get(request.run_id)
         if drive is None or request.run_id in cancelling:
+            return
+        if not request.allowed_for(principals[request.run_id]):
+            log.warning(
+                "run %s: ignored a cancel request of %s, who may not cancel it",
+                request.run_id,
+                request.by,
+            )
             return
         task = asyncio.create_task(
             _cancel_drive(agent, drive, request), name=f"fiduciary-cancel-{request.run_id}"
@@ -119,7 +128,9 @@ async def run_worker(
             for run in claimed:
                 task = asyncio.create_task(_drive(agent, run), name=f"fiduciary-run-{run.run_id}")
                 active[run.run_id] = task
+                principals[run.run_id] = run.principal
                 task.add_done_callback(_forget(active, run.run_id))
+                task.add_done_callback(_forget(principals, run.run_id))
             if claimed and len(claimed) == free:
                 # more may be waiting: claim again as soon as a run finishes
                 await _first(stopping, active.values(), None, seconds=poll_interval)
@@ -140,20 +151,35 @@ async def run_worker(
 
 
 async def _cancel_drive(agent: Agent, drive: asyncio.Task[None], request: CancelRequest) -> None:
+    """Take the run over from our own drive (a new epoch under our name: the run is never
+    unleased, so no other worker can claim it meanwhile, and the drive can write nothing more),
+    stop the drive, then record the cancellation under the new lease."""
+    try:
+        taken = await agent.store.acquire(
+            request.run_id,
+            owner=agent.owner,
+            now=agent.clock.now(),
+            ttl_seconds=agent.lease_seconds,
+        )
+    except FiduciaryError as exc:
+        log.warning("run %s: could not take the run over to cancel it: %s", request.run_id, exc)
+        return
+    if taken is None:  # our claim lapsed and another process drives it: it gets the request
+        return
     drive.cancel()
-    await asyncio.gather(drive, return_exceptions=True)  # stopped; its lease is released
+    await asyncio.gather(drive, return_exceptions=True)
     by = Principal(request.by, frozenset(request.scopes))
     try:
-        await agent.cancel(request.run_id, by=by, reason=request.reason)
-    except FiduciaryError as exc:  # e.g. state: it ended meanwhile; forbidden: a forged request
+        await agent.cancel(request.run_id, by=by, reason=request.reason, claimed=taken)
+    except FiduciaryError as exc:  # e.g. state: it ended meanwhile
         log.info(
             "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc
         )
+        with contextlib.suppress(Exception):
+            await agent.store.release(request.run_id, epoch=taken.epoch)
 
 
-def _forget(
-    active: dict[UUID, asyncio.Task[None]], run_id: UUID
-) -> Callable[[asyncio.Task[None]], None]:
+def _forget(active: dict[UUID, Any], run_id: UUID) -> Callable[[asyncio.Task[None]], None]:
     def forget(_: asyncio.Task[None]) -> None:
         active.pop(run_id, None)
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import httpx
 import pytest
 
 from fiduciary import Agent, CallContext, Policy, capability
 from fiduciary.capabilities import Capability
-from fiduciary.events import RunFailed
+from fiduciary.events import RunCompleted, RunFailed
 from fiduciary.exceptions import RunError
 from fiduciary.server import MemoryKeyStore, RateLimit, create_app
 from fiduciary.stores.base import CancelRequest
@@ -52,17 +54,19 @@ class Bank:
     def __init__(self) -> None:
         self.reading = asyncio.Event()
         self.release = asyncio.Event()
+        self.reads = 0
         self.sent: list[str] = []
 
     def capabilities(self) -> list[Capability]:
         @capability(kind="read")
         async def balance() -> dict[str, str]:
             """The balance."""
+            self.reads += 1
             self.reading.set()
             await self.release.wait()
             return {"usd": "100.00"}
 
-        @capability(kind="execute", operation="send", amount_usd=lambda a, c: a.amount)
+        @capability(kind="execute", operation="send", amount_usd=lambda a, c: Decimal(a.amount))
         async def send(to: str, amount: str, ctx: CallContext) -> dict[str, str]:
             """Send money."""
             self.sent.append(ctx.idempotency_key)
@@ -189,7 +193,13 @@ async def test_a_run_a_server_drives_is_cancelled_through_another_server(
     assert bank.sent == []
 
 
-async def test_malformed_cancel_requests_are_ignored(stores: list[PostgresStore]) -> None:
+async def test_only_recorded_cancel_requests_reach_the_holders(
+    stores: list[PostgresStore],
+) -> None:
+    """A NOTIFY needs no privilege: one that names no recorded request (or nothing sensible) is
+    ignored, and the listener goes on."""
+    bank = Bank()
+    run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
     seen: list[CancelRequest] = []
     arrived = asyncio.Event()
 
@@ -198,17 +208,89 @@ async def test_malformed_cancel_requests_are_ignored(stores: list[PostgresStore]
         arrived.set()
 
     stop = stores[1].on_cancel_request(heard)
-    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', 'not json')")
-    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', '{\"run_id\": \"x\"}')")
-    request = CancelRequest(UUID(int=7), "alice", ("runs:write",), "why")
+    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', 'not a request id')")
+    forged = f'{{"run_id": "{run.run_id}", "by": "alice", "scopes": ["admin"]}}'
+    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', %s)", (forged,))
+    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', %s)", (str(uuid4()),))
+    request = CancelRequest(
+        run_id=run.run_id, by="alice", at=datetime.now(UTC), scopes=("runs:write",), reason="why"
+    )
     await stores[0].request_cancel(request)
     async with asyncio.timeout(TIMEOUT):
         await arrived.wait()
-    assert seen == [request]  # the listener survived the two bad ones
+    assert seen == [request]  # read back from its row, the three before it ignored
+    await stores[0].request_cancel(request)  # sent again: notified again, recorded once
+    async with asyncio.timeout(TIMEOUT):
+        while len(seen) < 2:
+            arrived.clear()
+            await arrived.wait()
+    assert seen == [request, request]
+    rows = await stores[0]._fetch("SELECT count(*) FROM cancel_requests")
+    assert rows[0][0] == 1
     stop()
     await stores[0].request_cancel(request)
     await asyncio.sleep(0.2)
-    assert seen == [request]
+    assert len(seen) == 2
+
+
+async def test_a_request_from_someone_who_may_not_cancel_the_run_stops_nothing(
+    stores: list[PostgresStore],
+) -> None:
+    bank = Bank()
+    worker = make_agent(stores[1], bank)
+    stop = asyncio.Event()
+    working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
+    try:
+        run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
+        async with asyncio.timeout(TIMEOUT):
+            await bank.reading.wait()
+        mallory = CancelRequest(run_id=run.run_id, by="mallory", at=datetime.now(UTC))
+        await stores[0].request_cancel(mallory)
+        await asyncio.sleep(0.5)
+        held = await stores[0].get_run(run.run_id)
+        assert held is not None
+        assert (held.status, held.lease_owner) == ("running", worker.owner)  # still driven
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            async for event in worker.events(run.run_id):
+                if isinstance(event, RunCompleted):
+                    break
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await working
+    assert len(bank.sent) == 1  # the run went on to its write
+
+
+async def test_no_other_worker_takes_a_run_up_while_it_is_cancelled(
+    stores: list[PostgresStore],
+) -> None:
+    """The holder takes the run over from its own drive before stopping it: the run is never
+    unleased, so the other workers (woken by every release) cannot claim and drive it."""
+    bank = Bank()
+    workers = [make_agent(store, bank) for store in stores[1:]]
+    front = make_agent(stores[0], bank)
+    stop = asyncio.Event()
+    working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
+    try:
+        for _ in range(3):
+            bank.reading.clear()
+            run = await submit(front, "pay bob", principal="alice")
+            async with asyncio.timeout(TIMEOUT):
+                await bank.reading.wait()
+            cancelled = await front.cancel(run.run_id, by="alice", wait_seconds=TIMEOUT)
+            assert cancelled.status == "cancelled"
+            await asyncio.sleep(0.2)  # time for a wrongful claim to show
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await asyncio.gather(*working)
+    models = [w.model for w in workers]
+    assert sum(len(m.requests) for m in models if isinstance(m, ScriptedModel)) == 3  # once each
+    assert bank.reads == 3  # no read was run again after a cancel
+    assert bank.sent == []
 
 
 async def test_http_cancel_of_a_run_a_worker_drives(stores: list[PostgresStore]) -> None:

@@ -155,3 +155,53 @@ async def test_the_daily_limit_holds_for_concurrent_runs_of_one_process(tmp_path
     finally:
         await store.close()
     assert payments.sent == [AMOUNT, AMOUNT]
+
+
+async def test_cancelled_sections_never_leave_a_principal_locked() -> None:
+    """A section cancelled while it takes, holds or gives back its lock gives it back: another
+    process always gets it afterwards."""
+    import random
+
+    chance = random.Random(7)
+    dsn = await new_database()
+    mine, theirs = await PostgresStore.open(dsn), await PostgresStore.open(dsn)
+    try:
+        for _ in range(200):
+
+            async def section() -> None:
+                async with mine.principal_lock("alice"):
+                    await asyncio.sleep(0.002)
+
+            task = asyncio.create_task(section())
+            await asyncio.sleep(chance.uniform(0, 0.003))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            async with asyncio.timeout(5), theirs.principal_lock("alice"):
+                pass
+    finally:
+        await mine.close()
+        await theirs.close()
+
+
+async def test_a_section_learns_that_its_lock_was_lost() -> None:
+    """If the database ends the lock's session (a stall past lock_idle_seconds, a network
+    failure), the section's next check fails, so no effect starts without the lock."""
+    from fiduciary.exceptions import StoreError
+
+    dsn = await new_database()
+    store = await PostgresStore.open(dsn)
+    try:
+        async with store.principal_lock("alice") as held:
+            await held.verify()
+            (pid,) = (
+                await store._fetch(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                )
+            )[0]
+            await store._fetch("SELECT pg_terminate_backend(%s)", (pid,))
+            with pytest.raises(StoreError, match="principal lock was lost"):
+                await held.verify()
+        async with asyncio.timeout(5), store.principal_lock("alice") as again:
+            await again.verify()  # a new connection, a new lock
+    finally:
+        await store.close()

@@ -313,9 +313,19 @@ class Server:
     async def _cancel_requested(self, request: CancelRequest) -> None:
         by = Principal(request.by, frozenset(request.scopes))
         try:
+            run = await self.agent.get_run(request.run_id)
+            if not request.allowed_for(run.principal):  # checked before anything is stopped
+                log.warning(
+                    "run %s: ignored a cancel request of %s, who may not cancel it",
+                    request.run_id,
+                    request.by,
+                )
+                return
             await self.drives.cancel(request.run_id, by, request.reason)
         except FiduciaryError as exc:
-            log.info("run %s: %s's cancel request was not recorded: %s", request.run_id, by, exc)
+            log.info(
+                "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc
+            )
 
     async def close(self) -> None:
         if self._unlisten is not None:

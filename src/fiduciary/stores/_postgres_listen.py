@@ -3,17 +3,17 @@
 It feeds the store's subscribers with the events other processes commit (``fiduciary_events``:
 a notification names, per run, the range of seqs a batch committed; the events themselves are
 read back, one query per burst), wakes the store's workers (``fiduciary_runnable``) and hands
-cancel requests to whoever drives runs here (``fiduciary_cancel``: a JSON ``CancelRequest``). If
+cancel requests to whoever drives runs here (``fiduciary_cancel``: a request's id; the request
+is read from ``cancel_requests``, so a NOTIFY that names no recorded request is ignored). If
 the connection drops, notifications may have been lost: every subscription is ended as
 overflowed (its follower re-reads from its last seq), the workers are woken, and it reconnects
-(a lost cancel request times out at its sender, who may send it again).
+(a cancel request's sender sends it again every second until the run ends).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +21,7 @@ from uuid import UUID
 
 from ..events import Event, decode_event
 from ._postgres_sql import (
+    _READ_CANCEL,
     _READ_RANGES,
     CANCEL_CHANNEL,
     EVENTS_CHANNEL,
@@ -53,6 +54,7 @@ class Listener:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
         self.cancel_callbacks: list[Callable[[CancelRequest], None]] = []
+        self._reading: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._stopped = False
@@ -64,7 +66,7 @@ class Listener:
     async def halt(self) -> None:
         """Stop listening (``start`` again to resume); subscriptions stay as they are."""
         self._stopped = True
-        for task in self._tasks:
+        for task in [*self._tasks, *self._reading]:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -127,17 +129,30 @@ class Listener:
                         await conn.close()
 
     def _cancel_requested(self, payload: str) -> None:
+        if not self.cancel_callbacks:
+            return  # nobody drives runs here
         try:
-            data = json.loads(payload)
-            request = CancelRequest(
-                run_id=UUID(data["run_id"]),
-                by=str(data["by"]),
-                scopes=tuple(str(s) for s in data.get("scopes", ())),
-                reason=str(data.get("reason", "")),
-            )
-        except (ValueError, TypeError, KeyError):
+            request_id = UUID(payload)
+        except ValueError:
             log.warning("ignored a malformed cancel request: %.80r", payload)
             return
+        task = asyncio.create_task(self._read_cancel(request_id), name="fiduciary-pg-cancel")
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+
+    async def _read_cancel(self, request_id: UUID) -> None:
+        try:
+            rows = await self._fetch(_READ_CANCEL, (request_id,))
+        except Exception as exc:  # the sender sends it again
+            log.warning("could not read cancel request %s (%s)", request_id, exc)
+            return
+        if not rows:
+            log.warning("ignored a cancel request that was never recorded: %s", request_id)
+            return
+        run_id, by, scopes, reason, at = rows[0]
+        request = CancelRequest(
+            run_id=run_id, by=by, at=at, scopes=tuple(scopes), reason=reason, request_id=request_id
+        )
         for callback in list(self.cancel_callbacks):
             try:
                 callback(request)

@@ -12,9 +12,11 @@ with a short backoff while another process holds it; so one connection serves ev
 A process that freezes (SIGSTOP, a paused VM) while it holds a lock must not stall that
 principal everywhere: the connection has ``idle_session_timeout`` and is kept alive every
 third of it, so PostgreSQL ends the session of a frozen process, and with it its locks, after
-``idle_seconds``. A section whose connection was lost (that, or a network failure) goes on
-without the lock, as a process frozen inside it would on waking: its run's next append or
-ledger row is then refused if another worker took the run over (fencing).
+``idle_seconds``. A section learns that its lock was lost (that, or a network failure) before
+its next effect: ``HeldLock.verify`` (a ``SELECT 1`` on the lock's connection) raises
+``StoreError``, and the drive stops there, resumable. Taking and giving back a lock survive the
+cancellation of the section (the statement is shielded; a lock taken by a cancelled attempt is
+given back at once), so a cancelled run never leaves its principal locked.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import contextlib
 import hashlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 import psycopg
 
@@ -40,6 +43,21 @@ def principal_key(actor_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+class HeldLock:
+    """A principal lock held by a section; ``verify`` proves it is still held."""
+
+    __slots__ = ("_generation", "_locks")
+
+    def __init__(self, locks: PrincipalLocks, generation: int) -> None:
+        self._locks = locks
+        self._generation = generation
+
+    async def verify(self) -> None:
+        """Raise ``StoreError`` if the lock was lost (its connection ended: a stall longer than
+        ``idle_seconds``, a network failure), so that no effect starts without it."""
+        await self._locks.verify(self._generation)
+
+
 class PrincipalLocks:
     """Advisory locks of one store, on a connection of their own."""
 
@@ -48,7 +66,7 @@ class PrincipalLocks:
         connect: Callable[[], Awaitable[_Conn]],
         *,
         idle_seconds: float = 10.0,
-        max_wait_step: float = 0.02,
+        max_wait_step: float = 0.005,
     ) -> None:
         self._connect = connect
         self.idle_seconds = idle_seconds
@@ -57,11 +75,12 @@ class PrincipalLocks:
         self._generation = 0  # which connection a held lock was taken on
         self._io = asyncio.Lock()  # one statement at a time on the connection
         self._local: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._background: set[asyncio.Task[Any]] = set()
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = False
 
     @contextlib.asynccontextmanager
-    async def hold(self, actor_id: str) -> AsyncIterator[None]:
+    async def hold(self, actor_id: str) -> AsyncIterator[HeldLock]:
         key = principal_key(actor_id)
         local = self._local.get(key)
         if local is None:
@@ -70,25 +89,55 @@ class PrincipalLocks:
         async with local:  # one holder per key in this process (session locks are reentrant)
             generation = await self._acquire(key)
             try:
-                yield
+                yield HeldLock(self, generation)
             finally:
-                await self._release(key, generation)
+                # shielded: a section cancelled while it gives the lock back still gives it back
+                await asyncio.shield(self._spawn(self._release(key, generation)))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def _acquire(self, key: int) -> int:
-        step = 0.002
+        step = 0.001
         while True:
-            async with self._io:
+            attempt = self._spawn(self._try_lock(key))
+            try:
+                generation: int | None = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                # the statement goes on: if it takes the lock, give it back at once
+                attempt.add_done_callback(lambda done: self._give_back(done, key))
+                raise
+            if generation is not None:
+                return generation
+            await asyncio.sleep(step)  # another process writes for this principal
+            step = min(step * 2, self._max_step)
+
+    def _give_back(self, attempt: asyncio.Task[int | None], key: int) -> None:
+        if attempt.cancelled() or attempt.exception() is not None:
+            return
+        generation = attempt.result()
+        if generation is not None:
+            self._spawn(self._release(key, generation))
+
+    async def _try_lock(self, key: int) -> int | None:
+        """The connection's generation if the lock was taken, None if another session holds it.
+        A connection found dead is replaced once (its locks are gone with it)."""
+        async with self._io:
+            for retry in (True, False):
                 conn = await self._connection()
                 try:
                     cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
                     row = await cursor.fetchone()
                 except psycopg.Error as exc:
                     await self._lost(exc)
+                    if retry and isinstance(exc, psycopg.OperationalError):
+                        continue
                     raise _translate(exc, "taking a principal lock") from exc
-                if row is not None and row[0]:
-                    return self._generation
-            await asyncio.sleep(step)  # another process writes for this principal
-            step = min(step * 2, self._max_step)
+                return self._generation if row is not None and row[0] else None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _release(self, key: int, generation: int) -> None:
         async with self._io:
@@ -99,6 +148,17 @@ class PrincipalLocks:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
             except psycopg.Error as exc:
                 await self._lost(exc)
+
+    async def verify(self, generation: int) -> None:
+        async with self._io:
+            conn = self._conn
+            if conn is None or generation != self._generation:
+                raise StoreError("the principal lock was lost (its connection ended)")
+            try:
+                await conn.execute("SELECT 1")
+            except psycopg.Error as exc:
+                await self._lost(exc)
+                raise StoreError(f"the principal lock was lost: {exc}") from exc
 
     async def _connection(self) -> _Conn:
         if self._closed:
@@ -111,8 +171,8 @@ class PrincipalLocks:
             await conn.execute(f"SET idle_session_timeout = {milliseconds}")
         except psycopg.Error as exc:  # PostgreSQL before 14: no timeout, frozen holders stall
             log.warning(
-                "idle_session_timeout is not available (%s): a frozen process keeps "
-                "its principal locks until its connection drops",
+                "idle_session_timeout is not available (%s): a frozen process keeps its "
+                "principal locks until its connection drops",
                 exc,
             )
         self._conn = conn
@@ -123,6 +183,7 @@ class PrincipalLocks:
 
     async def _lost(self, exc: BaseException) -> None:
         conn, self._conn = self._conn, None
+        self._generation += 1  # sections that held a lock on it fail their next verify
         log.warning("lost the principal-lock connection (%s): the locks it held are released", exc)
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -148,6 +209,7 @@ class PrincipalLocks:
             self._keepalive.cancel()
             with contextlib.suppress(BaseException):
                 await self._keepalive
+        await asyncio.gather(*self._background, return_exceptions=True)
         async with self._io:
             conn, self._conn = self._conn, None
             if conn is not None:

@@ -37,6 +37,22 @@ MIGRATIONS_DIR = SQL_DIR / "migrations"
 EVENTS_CHANNEL = "fiduciary_events"
 RUNNABLE_CHANNEL = "fiduciary_runnable"
 CANCEL_CHANNEL = "fiduciary_cancel"
+# record a cancel request (once), forget those older than an hour, and notify its id
+_REQUEST_CANCEL = f"""
+WITH old AS (
+    DELETE FROM cancel_requests WHERE requested_at < %(now)s - interval '1 hour'
+), added AS (
+    INSERT INTO cancel_requests
+        (request_id, run_id, by_principal, scopes, reason, requested_at)
+    VALUES (%(request_id)s, %(run_id)s, %(by)s, %(scopes)s, %(reason)s, %(now)s)
+    ON CONFLICT (request_id) DO NOTHING
+)
+SELECT pg_notify('{CANCEL_CHANNEL}', %(request_id)s::text)
+"""
+_READ_CANCEL = (
+    "SELECT run_id, by_principal, scopes, reason, requested_at FROM cancel_requests "
+    "WHERE request_id = %s"
+)
 
 # Created by the migration runner before the first migration; identical to its definition in
 # schema.sql (the schema test compares the catalogs). Never change it: it is migration zero.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal, Protocol, runtime_checkable
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from ..events import Event
 
@@ -36,6 +36,7 @@ __all__ = [
     "Broadcaster",
     "CancelChannel",
     "CancelRequest",
+    "HeldPrincipalLock",
     "LedgerEntry",
     "LedgerStatus",
     "PrincipalLocking",
@@ -254,14 +255,25 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CancelRequest:
-    """Someone asked for a run to be cancelled, and another process holds its lease."""
+    """Someone asked for a run to be cancelled, and another process holds its lease.
+
+    ``by`` and ``scopes`` are the requester's: the process that acts on the request checks
+    them against the run's principal (the principal itself, or ``admin``) before it stops
+    anything. ``request_id`` names the request (sending it again notifies again).
+    """
 
     run_id: UUID
     by: str
+    at: datetime
     scopes: tuple[str, ...] = ()
     reason: str = ""
+    request_id: UUID = field(default_factory=uuid4)
+
+    def allowed_for(self, principal: str) -> bool:
+        """May this requester cancel a run of ``principal``?"""
+        return self.by == principal or "admin" in self.scopes
 
 
 @runtime_checkable
@@ -273,10 +285,18 @@ class CancelChannel(Protocol):
     """
 
     async def request_cancel(self, request: CancelRequest) -> None:
-        """Tell every process listening (this one included) that ``request`` was made."""
+        """Record ``request`` and tell every process listening (this one included); sending the
+        same request again tells them again."""
 
     def on_cancel_request(self, callback: Callable[[CancelRequest], None]) -> Callable[[], None]:
         """Call ``callback`` for each request from now on; returns the function that stops it."""
+
+
+class HeldPrincipalLock(Protocol):
+    """A principal lock held by a section of writes."""
+
+    async def verify(self) -> None:
+        """Raise ``StoreError`` if the lock is no longer held (checked before each effect)."""
 
 
 @runtime_checkable
@@ -288,7 +308,7 @@ class PrincipalLocking(Protocol):
     guarantee spans every process on the database rather than one.
     """
 
-    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[None]:
+    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[HeldPrincipalLock]:
         """Held while a run writes for ``actor_id``."""
 
 

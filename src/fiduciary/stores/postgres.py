@@ -69,11 +69,14 @@ Principal locks
     its locks after that long instead of stalling the principal everywhere (``_postgres_locks``).
 
 Cancel requests
-    ``request_cancel`` sends ``pg_notify('fiduciary_cancel', <json CancelRequest>)``; every
-    store's listener hands it to the callbacks registered with ``on_cancel_request`` (a worker, a
-    server's drives), which stop their drive of that run, if they have one, and record the
-    cancellation under its lease. ``Agent.cancel`` sends one when another process holds the
-    run's lease, and waits for the run to end cancelled (or for the lease to lapse).
+    ``request_cancel`` records the request in ``cancel_requests`` and sends its id with
+    ``pg_notify('fiduciary_cancel', ...)`` (one statement); every store's listener that has
+    callbacks registered with ``on_cancel_request`` (a worker, a server's drives) reads the row
+    and hands it to them: the process driving that run checks the requester against the run's
+    principal, takes the run over from its own drive (a new epoch, never leaving it unleased),
+    and records the cancellation. ``Agent.cancel`` sends one when another process holds the
+    run's lease, sends it again every second, and waits for the run to end cancelled (or for
+    the lease to lapse). A bare NOTIFY names no recorded request and is ignored.
 
 Durability: ``synchronous_commit``
     ``"on"`` (the default): a commit returns once its WAL is flushed on the server. ``"off"``
@@ -101,7 +104,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -123,7 +125,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from ..events import Event, decode_event
 from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreError
 from ._postgres_listen import Listener
-from ._postgres_locks import PrincipalLocks
+from ._postgres_locks import HeldLock, PrincipalLocks
 from ._postgres_sql import (
     _CLAIM,
     _INSERT_APPROVALS,
@@ -133,8 +135,8 @@ from ._postgres_sql import (
     _LEDGER_BEGIN,
     _NOTIFY,
     _NOTIFY_LIMIT,
+    _REQUEST_CANCEL,
     _UPDATE_RUNS,
-    CANCEL_CHANNEL,
     EVENTS_CHANNEL,
     MIGRATIONS_DIR,
     RUNNABLE_CHANNEL,
@@ -231,9 +233,6 @@ class _Plan:
 class PostgresStore:
     """The ``Store`` contract on PostgreSQL (see the module docstring)."""
 
-    live_across_processes = True
-    """Subscriptions carry every process's commits (LISTEN/NOTIFY): followers need not poll."""
-
     def __init__(
         self,
         dsn: str,
@@ -256,6 +255,9 @@ class PostgresStore:
         if not 1 <= min_connections <= max_connections:
             raise ValueError("need 1 <= min_connections <= max_connections")
         self.dsn = dsn
+        self.live_across_processes = notify
+        """Subscriptions carry every process's commits (LISTEN/NOTIFY, when every process on
+        the database notifies): followers need not poll."""
         self.batch_size = batch_size
         self.synchronous_commit: SynchronousCommit = synchronous_commit
         self.connect_timeout = connect_timeout
@@ -752,22 +754,24 @@ class PostgresStore:
 
     # --- approvals ------------------------------------------------------------------------
     # --- principal locks (PrincipalLocking) ------------------------------------------------
-    def principal_lock(self, actor_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+    def principal_lock(self, actor_id: str) -> contextlib.AbstractAsyncContextManager[HeldLock]:
         """Held while a run writes for ``actor_id``: one such section at a time, across every
         process on the database (see the module docstring, Principal locks)."""
         return self._locks.hold(actor_id)
 
     # --- cancel requests (CancelChannel) ---------------------------------------------------
     async def request_cancel(self, request: CancelRequest) -> None:
-        payload = json.dumps(
+        await self._fetch(
+            _REQUEST_CANCEL,
             {
-                "run_id": str(request.run_id),
+                "request_id": request.request_id,
+                "run_id": request.run_id,
                 "by": request.by,
                 "scopes": list(request.scopes),
                 "reason": request.reason[:500],
-            }
+                "now": _utc(request.at),
+            },
         )
-        await self._fetch("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, payload))
 
     def on_cancel_request(self, callback: Callable[[CancelRequest], None]) -> Callable[[], None]:
         callbacks = self._listener.cancel_callbacks

@@ -26,11 +26,15 @@ if os.environ.get("CI") != "true":  # in CI a missing driver fails instead of sk
     pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
+from fiduciary.stores._postgres_sql import MIGRATIONS_DIR  # noqa: E402
 from fiduciary.stores.postgres import (  # noqa: E402  (after the skip: needs the extra)
     SCHEMA_PATH,
     PostgresStore,
     apply_migrations,
 )
+from fiduciary.stores.sqlite import load_migrations  # noqa: E402
+
+MIGRATIONS = load_migrations(MIGRATIONS_DIR)
 
 TIMEOUT = 5.0
 
@@ -166,7 +170,8 @@ async def test_migrations_apply_once_and_are_recorded(dsn: str) -> None:
     try:
         assert await apply_migrations(conn) == []  # the clone is migrated already
         cur = await conn.execute("SELECT version, name FROM schema_migrations")
-        assert await cur.fetchall() == [(1, "initial")]
+        assert await cur.fetchall() == [(m.version, m.name) for m in MIGRATIONS]
+        assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
     finally:
         await conn.close()
 
@@ -183,9 +188,45 @@ async def test_processes_opening_a_fresh_database_together_migrate_it_once() -> 
     conn = await raw(dsn)
     try:
         cur = await conn.execute("SELECT count(*) FROM schema_migrations")
-        assert await cur.fetchone() == (1,)
+        assert await cur.fetchone() == (len(MIGRATIONS),)
     finally:
         await conn.close()
+
+
+async def test_a_database_of_the_first_release_is_upgraded_keeping_its_runs() -> None:
+    """A database migrated to 0001 only (the first release) gets the later migrations when a
+    newer fiduciary opens it, and its runs are still there."""
+    dsn = fresh_database("upgrade")
+    conn = await raw(dsn)
+    try:
+        assert await apply_migrations(conn, MIGRATIONS[:1]) == [1]
+    finally:
+        await conn.close()
+    old_run = make_run()
+    conn = await raw(dsn)
+    try:  # a run written by the first release (its own SQL, not this store's)
+        await conn.execute(
+            "INSERT INTO runs (run_id, principal, status, created_at, updated_at) "
+            "VALUES (%s, 'alice', 'completed', now(), now())",
+            (old_run.run_id,),
+        )
+    finally:
+        await conn.close()
+    store = await PostgresStore.open(dsn)
+    try:
+        kept = await store.get_run(old_run.run_id)
+        assert kept is not None
+        assert kept.status == "completed"
+        conn = await raw(dsn)
+        try:
+            cur = await conn.execute("SELECT max(version) FROM schema_migrations")
+            assert await cur.fetchone() == (MIGRATIONS[-1].version,)
+            cur = await conn.execute("SELECT to_regclass('cancel_requests') IS NOT NULL")
+            assert await cur.fetchone() == (True,)
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
 
 
 async def test_a_database_with_a_newer_schema_is_refused(dsn: str) -> None:

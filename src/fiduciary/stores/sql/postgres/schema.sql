@@ -151,3 +151,16 @@ CREATE TRIGGER runs_notify_runnable AFTER INSERT OR UPDATE ON runs
         OR (NEW.wake_at IS NOT NULL
             AND NEW.status IN ('awaiting_approval', 'awaiting_client_result'))))
     EXECUTE FUNCTION fiduciary_notify_runnable();
+
+-- Requests to cancel a run that another process drives (migration 0002; NOTIFY
+-- fiduciary_cancel carries the request_id only).
+CREATE TABLE cancel_requests (
+    request_id   uuid PRIMARY KEY,
+    run_id       uuid NOT NULL REFERENCES runs (run_id),
+    by_principal text NOT NULL,
+    scopes       text[] NOT NULL DEFAULT '{}',
+    reason       text NOT NULL DEFAULT '',
+    requested_at timestamptz NOT NULL
+);
+
+CREATE INDEX cancel_requests_by_time ON cancel_requests (requested_at);
