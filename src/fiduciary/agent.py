@@ -10,8 +10,13 @@ import asyncio
 import os
 import socket
 import weakref
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    suppress,
+)
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -325,7 +330,9 @@ class Agent:
         driving the run takes it over from its own drive and cancels it — and this waits for
         the run to end; if the holder died, its lease lapses meanwhile and the run is cancelled
         here. Everything, the principal's lock included, is bounded by ``wait_seconds`` (by
-        default ``lease_seconds`` + 1); then, or at once on other stores, ``RunError("busy")``.
+        default ``lease_seconds`` + 1; an attempt here always has a second for its own round
+        trips, and no request is sent once the wait is over); then, or at once on other
+        stores, ``RunError("busy")``.
         ``claimed``: the run as leased to this agent already (a worker taking it over from its
         own drive); it is cancelled under that lease.
 
@@ -339,17 +346,54 @@ class Agent:
         if existing.status in _IDLE:
             raise RunError("state", f"the run is already {existing.status}")
         reason = self.redactor.redact_text(reason)[:500]
-        wait = self.lease_seconds + 1 if wait_seconds is None else wait_seconds
-        deadline = asyncio.get_running_loop().time() + wait
-        try:
-            return await self._cancel_here(existing, who, reason, deadline, claimed)
+        wait = self.lease_seconds + 1 if wait_seconds is None else max(wait_seconds, 0.0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        elsewhere = (
+            claimed is None
+            and existing.lease_owner not in (None, self.owner)
+            and existing.lease_until is not None
+            and existing.lease_until > self.clock.now()
+        )
+        if elsewhere and isinstance(self.store, CancelChannel) and wait > 0:
+            # driven by another process: ask it at once (waiting here for the principal's lock
+            # first would only delay the request)
+            return await self._cancel_elsewhere(self.store, existing, who, reason, deadline)
+        try:  # the attempt here has at least a second for its own round trips
+            here = max(deadline, loop.time() + 1.0)
+            return await self._cancel_here(existing, who, reason, here, claimed)
         except RunError as exc:
             if exc.code != "busy" or claimed is not None:
                 raise
-            if not isinstance(self.store, CancelChannel):
-                raise
+            if not isinstance(self.store, CancelChannel) or loop.time() >= deadline:
+                raise  # nothing is asked of another process that the caller will not wait for
             channel = self.store
         return await self._cancel_elsewhere(channel, existing, who, reason, deadline)
+
+    @asynccontextmanager
+    async def lease_kept(self, run: RunRecord) -> AsyncIterator[None]:
+        """Keep a lease this agent holds (``run``'s epoch) renewed until the block ends: while
+        a worker or a server waits to cancel a run it took over, say. Releases nothing."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.lease_seconds / 3)
+                ok = await self.store.renew(
+                    run.run_id,
+                    epoch=run.epoch,
+                    now=self.clock.now(),
+                    ttl_seconds=self.lease_seconds,
+                )
+                if not ok:
+                    return
+
+        task = asyncio.create_task(renew(), name=f"fiduciary-lease-{run.run_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(BaseException):
+                await task
 
     async def _cancel_here(
         self,
@@ -372,11 +416,12 @@ class Agent:
                 leased, transcript = claimed, await self._replay(claimed)
             else:
                 leased, transcript = await self._lease(run.run_id)
-            driver = Driver(self, leased, transcript, None)
             try:
                 if leased.status in _IDLE:
                     raise RunError("state", f"the run is already {leased.status}")
-                await driver.cancel(by=who.actor_id, reason=reason)
+                driver = Driver(self, leased, transcript, None)
+                async with self.lease_kept(leased):
+                    await driver.cancel(by=who.actor_id, reason=reason)
             finally:
                 with suppress(Exception):
                     await self.store.release(run.run_id, epoch=leased.epoch)
@@ -393,11 +438,7 @@ class Agent:
         """Ask the process holding the lease to cancel the run (every second, so that a lost
         notification or a drive still starting does not matter); wait for the run to end."""
         request = CancelRequest(
-            run_id=run.run_id,
-            by=who.actor_id,
-            at=self.clock.now(),
-            scopes=tuple(sorted(who.scopes)),
-            reason=reason,
+            run_id=run.run_id, by=who.actor_id, scopes=tuple(sorted(who.scopes)), reason=reason
         )
         loop = asyncio.get_running_loop()
         send_at = loop.time()

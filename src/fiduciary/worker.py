@@ -166,17 +166,22 @@ async def _cancel_drive(agent: Agent, drive: asyncio.Task[None], request: Cancel
         return
     if taken is None:  # our claim lapsed and another process drives it: it gets the request
         return
-    drive.cancel()
-    await asyncio.gather(drive, return_exceptions=True)
     by = Principal(request.by, frozenset(request.scopes))
+    cancelled = False
     try:
-        await agent.cancel(request.run_id, by=by, reason=request.reason, claimed=taken)
+        async with agent.lease_kept(taken):  # renewed while the drive stops and the lock waits
+            drive.cancel()
+            await asyncio.wait({drive}, timeout=agent.lease_seconds)
+            await agent.cancel(request.run_id, by=by, reason=request.reason, claimed=taken)
+            cancelled = True  # (it released the lease)
     except FiduciaryError as exc:  # e.g. state: it ended meanwhile
         log.info(
             "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc
         )
-        with contextlib.suppress(Exception):
-            await agent.store.release(request.run_id, epoch=taken.epoch)
+    finally:
+        if not cancelled:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(agent.store.release(request.run_id, epoch=taken.epoch))
 
 
 def _forget(active: dict[UUID, Any], run_id: UUID) -> Callable[[asyncio.Task[None]], None]:

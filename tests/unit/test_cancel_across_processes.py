@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
@@ -212,9 +211,7 @@ async def test_only_recorded_cancel_requests_reach_the_holders(
     forged = f'{{"run_id": "{run.run_id}", "by": "alice", "scopes": ["admin"]}}'
     await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', %s)", (forged,))
     await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', %s)", (str(uuid4()),))
-    request = CancelRequest(
-        run_id=run.run_id, by="alice", at=datetime.now(UTC), scopes=("runs:write",), reason="why"
-    )
+    request = CancelRequest(run_id=run.run_id, by="alice", scopes=("runs:write",), reason="why")
     await stores[0].request_cancel(request)
     async with asyncio.timeout(TIMEOUT):
         await arrived.wait()
@@ -227,6 +224,13 @@ async def test_only_recorded_cancel_requests_reach_the_holders(
     assert seen == [request, request]
     rows = await stores[0]._fetch("SELECT count(*) FROM cancel_requests")
     assert rows[0][0] == 1
+    # an id seen on the channel cannot be replayed once the request is old (two minutes)
+    await stores[0]._fetch(
+        "UPDATE cancel_requests SET requested_at = now() - interval '3 minutes' RETURNING 1"
+    )
+    await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', %s)", (str(request.request_id),))
+    await asyncio.sleep(0.3)
+    assert len(seen) == 2
     stop()
     await stores[0].request_cancel(request)
     await asyncio.sleep(0.2)
@@ -244,7 +248,7 @@ async def test_a_request_from_someone_who_may_not_cancel_the_run_stops_nothing(
         run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
         async with asyncio.timeout(TIMEOUT):
             await bank.reading.wait()
-        mallory = CancelRequest(run_id=run.run_id, by="mallory", at=datetime.now(UTC))
+        mallory = CancelRequest(run_id=run.run_id, by="mallory")
         await stores[0].request_cancel(mallory)
         await asyncio.sleep(0.5)
         held = await stores[0].get_run(run.run_id)
@@ -321,3 +325,84 @@ async def test_http_cancel_of_a_run_a_worker_drives(stores: list[PostgresStore])
             await working
         await app.state.server.close()
     assert bank.sent == []
+
+
+async def test_a_cancel_that_may_not_wait_still_cancels_a_run_nobody_drives(
+    stores: list[PostgresStore],
+) -> None:
+    bank = Bank()
+    front = make_agent(stores[0], bank)
+    run = await submit(front, "pay bob", principal="alice")  # claimable, not leased
+    cancelled = await front.cancel(run.run_id, by="alice", wait_seconds=0)
+    assert cancelled.status == "cancelled"
+    rows = await stores[0]._fetch("SELECT count(*) FROM cancel_requests")
+    assert rows[0][0] == 0  # nothing was asked of another process
+
+
+async def test_a_run_stays_with_its_canceller_while_the_principal_is_busy_elsewhere(
+    stores: list[PostgresStore],
+) -> None:
+    """The worker that took the run over to cancel it keeps its lease renewed while it waits
+    for the principal's lock (held here by another process for longer than a lease): no other
+    worker claims the run and drives it again meanwhile."""
+    bank = Bank()
+    workers = [make_agent(store, bank, lease_seconds=1.0) for store in stores[1:]]
+    front = make_agent(stores[0], bank, lease_seconds=1.0)
+    stop = asyncio.Event()
+    working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
+    holding = asyncio.Event()
+    done_holding = asyncio.Event()
+
+    other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
+
+    async def busy_elsewhere() -> None:
+        async with other.principal_lock("alice"):
+            holding.set()
+            await done_holding.wait()
+
+    try:
+        run = await submit(front, "pay bob", principal="alice")
+        async with asyncio.timeout(TIMEOUT):
+            await bank.reading.wait()
+        elsewhere = asyncio.create_task(busy_elsewhere())
+        await holding.wait()
+        cancelling = asyncio.create_task(front.cancel(run.run_id, by="alice", wait_seconds=10))
+        await asyncio.sleep(3.0)  # three leases long
+        done_holding.set()
+        await elsewhere
+        async with asyncio.timeout(TIMEOUT):
+            cancelled = await cancelling
+    finally:
+        stop.set()
+        bank.release.set()
+        done_holding.set()
+        async with asyncio.timeout(TIMEOUT):
+            await asyncio.gather(*working)
+        await other.close()
+    assert cancelled.status == "cancelled"
+    assert bank.reads == 1  # nobody drove it again while the cancel waited
+    assert bank.sent == []
+
+
+async def test_concurrent_cancels_through_one_server_share_one_outcome(
+    stores: list[PostgresStore],
+) -> None:
+    bank = Bank()
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("alice", ["runs:write", "runs:read"])
+    app = create_app(make_agent(stores[0], bank), keys=keys, rate_limit=RateLimit(100, 60))
+    try:
+        async with client_for(app) as client:
+            started = await client.post("/runs", json={"message": "pay bob"}, headers=bearer(key))
+            run_id = started.json()["run_id"]
+            async with asyncio.timeout(TIMEOUT):
+                await bank.reading.wait()
+            answers = await asyncio.gather(
+                *(client.post(f"/runs/{run_id}/cancel", headers=bearer(key)) for _ in range(3))
+            )
+    finally:
+        bank.release.set()
+        await app.state.server.close()
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    assert {a.json()["status"] for a in answers} == {"cancelled"}
+    await ended_cancelled(stores[0], UUID(run_id))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from uuid import UUID, uuid4
 
 from ..agent import Agent
@@ -45,6 +45,7 @@ class Drives:
         self._cancel_timeout = cancel_timeout
         self._claimed: set[UUID] = set()
         self._tasks: dict[UUID, asyncio.Task[None]] = {}
+        self._cancelling: dict[UUID, asyncio.Task[RunRecord]] = {}
         self._again: set[UUID] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -119,7 +120,16 @@ class Drives:
     # --- cancelling -------------------------------------------------------------------------
     async def cancel(self, run_id: UUID, by: Principal, reason: str = "") -> RunRecord:
         """Stop the drive here (if any), then have the core record the cancellation (which asks
-        the process driving the run, when it is another one and the store carries requests)."""
+        the process driving the run, when it is another one and the store carries requests).
+        Concurrent cancels of one run share the first one's work and outcome."""
+        ongoing = self._cancelling.get(run_id)
+        if ongoing is None:
+            ongoing = asyncio.create_task(self._cancel(run_id, by, reason))
+            self._cancelling[run_id] = ongoing
+            ongoing.add_done_callback(lambda _: self._cancelling.pop(run_id, None))
+        return await asyncio.shield(ongoing)
+
+    async def _cancel(self, run_id: UUID, by: Principal, reason: str) -> RunRecord:
         task = self._tasks.get(run_id)
         if run_id in self._claimed and task is None:
             raise RunError("busy", "the run is starting or being cancelled; retry")
@@ -132,20 +142,25 @@ class Drives:
             taken = await agent.store.acquire(
                 run_id, owner=agent.owner, now=agent.clock.now(), ttl_seconds=agent.lease_seconds
             )
-            task.cancel()
-            with suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
-        self._claim(run_id)  # no resume may start while the cancellation is written
         try:
-            await self.agent.cancel(run_id, by=by, reason=reason, claimed=taken)
+            async with (
+                self.agent.lease_kept(taken) if taken is not None else nullcontext()
+            ):  # renewed while the drive stops and the principal's lock is awaited
+                if task is not None:
+                    task.cancel()
+                    with suppress(asyncio.CancelledError, TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
+                self._claim(run_id)  # no resume may start while the cancellation is written
+                try:
+                    await self.agent.cancel(run_id, by=by, reason=reason, claimed=taken)
+                finally:
+                    self._again.discard(run_id)
+                    self._release(run_id)
         except BaseException:
             if taken is not None:
                 with suppress(Exception):
                     await self.agent.store.release(run_id, epoch=taken.epoch)
             raise
-        finally:
-            self._again.discard(run_id)
-            self._release(run_id)
         return await self.agent.get_run(run_id)
 
     # --- tasks ------------------------------------------------------------------------------
@@ -155,7 +170,7 @@ class Drives:
 
     def has_drive(self, run_id: UUID) -> bool:
         """A drive of the run is running here (not only starting or being cancelled)."""
-        return run_id in self._tasks
+        return run_id in self._tasks and run_id not in self._cancelling
 
     def _claim(self, run_id: UUID) -> None:
         self._claimed.add(run_id)

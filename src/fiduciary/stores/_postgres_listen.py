@@ -146,12 +146,12 @@ class Listener:
         except Exception as exc:  # the sender sends it again
             log.warning("could not read cancel request %s (%s)", request_id, exc)
             return
-        if not rows:
-            log.warning("ignored a cancel request that was never recorded: %s", request_id)
+        if not rows:  # never recorded, or too old (a replay): a NOTIFY anyone could send
+            log.debug("ignored cancel request %s: no recent request has that id", request_id)
             return
-        run_id, by, scopes, reason, at = rows[0]
+        run_id, by, scopes, reason = rows[0]
         request = CancelRequest(
-            run_id=run_id, by=by, at=at, scopes=tuple(scopes), reason=reason, request_id=request_id
+            run_id=run_id, by=by, scopes=tuple(scopes), reason=reason, request_id=request_id
         )
         for callback in list(self.cancel_callbacks):
             try:

@@ -129,8 +129,12 @@ class PrincipalLocks:
             for retry in (True, False):
                 conn = await self._connection()
                 try:
-                    cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                    row = await cursor.fetchone()
+                    async with asyncio.timeout(self.idle_seconds):
+                        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+                        row = await cursor.fetchone()
+                except TimeoutError as exc:  # a network that hangs: give the connection up
+                    await self._lost(exc)
+                    raise StoreError("taking a principal lock timed out") from exc
                 except psycopg.Error as exc:
                     await self._lost(exc)
                     if retry and isinstance(exc, psycopg.OperationalError):
@@ -145,8 +149,9 @@ class PrincipalLocks:
             if conn is None or generation != self._generation:
                 return  # that connection is gone, and its locks with it
             try:
-                await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            except psycopg.Error as exc:
+                async with asyncio.timeout(self.idle_seconds):
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except (psycopg.Error, TimeoutError) as exc:
                 await self._lost(exc)
 
     async def verify(self, generation: int) -> None:
@@ -155,10 +160,11 @@ class PrincipalLocks:
             if conn is None or generation != self._generation:
                 raise StoreError("the principal lock was lost (its connection ended)")
             try:
-                await conn.execute("SELECT 1")
-            except psycopg.Error as exc:
+                async with asyncio.timeout(self.idle_seconds):
+                    await conn.execute("SELECT 1")
+            except (psycopg.Error, TimeoutError) as exc:
                 await self._lost(exc)
-                raise StoreError(f"the principal lock was lost: {exc}") from exc
+                raise StoreError(f"the principal lock was lost: {exc!r}") from exc
 
     async def _connection(self) -> _Conn:
         if self._closed:
@@ -198,8 +204,9 @@ class PrincipalLocks:
                 if conn is None:
                     return  # reconnecting starts another keep-alive
                 try:
-                    await conn.execute("SELECT 1")
-                except psycopg.Error as exc:
+                    async with asyncio.timeout(self.idle_seconds):
+                        await conn.execute("SELECT 1")
+                except (psycopg.Error, TimeoutError) as exc:
                     await self._lost(exc)
                     return
 

@@ -37,21 +37,24 @@ MIGRATIONS_DIR = SQL_DIR / "migrations"
 EVENTS_CHANNEL = "fiduciary_events"
 RUNNABLE_CHANNEL = "fiduciary_runnable"
 CANCEL_CHANNEL = "fiduciary_cancel"
-# record a cancel request (once), forget those older than an hour, and notify its id
+# record a cancel request (sent again: its time is refreshed), forget those older than an hour,
+# and notify its id; all times are the database's, so requesters' clocks cannot disagree
 _REQUEST_CANCEL = f"""
 WITH old AS (
-    DELETE FROM cancel_requests WHERE requested_at < %(now)s - interval '1 hour'
+    DELETE FROM cancel_requests WHERE requested_at < now() - interval '1 hour'
 ), added AS (
     INSERT INTO cancel_requests
         (request_id, run_id, by_principal, scopes, reason, requested_at)
-    VALUES (%(request_id)s, %(run_id)s, %(by)s, %(scopes)s, %(reason)s, %(now)s)
-    ON CONFLICT (request_id) DO NOTHING
+    VALUES (%(request_id)s, %(run_id)s, %(by)s, %(scopes)s, %(reason)s, now())
+    ON CONFLICT (request_id) DO UPDATE SET requested_at = now()
 )
 SELECT pg_notify('{CANCEL_CHANNEL}', %(request_id)s::text)
 """
+# a request is honoured for two minutes after it was last sent (its sender resends every
+# second while it waits): an id seen on the channel cannot be replayed later
 _READ_CANCEL = (
-    "SELECT run_id, by_principal, scopes, reason, requested_at FROM cancel_requests "
-    "WHERE request_id = %s"
+    "SELECT run_id, by_principal, scopes, reason FROM cancel_requests "
+    "WHERE request_id = %s AND requested_at > now() - interval '2 minutes'"
 )
 
 # Created by the migration runner before the first migration; identical to its definition in

@@ -261,12 +261,12 @@ class CancelRequest:
 
     ``by`` and ``scopes`` are the requester's: the process that acts on the request checks
     them against the run's principal (the principal itself, or ``admin``) before it stops
-    anything. ``request_id`` names the request (sending it again notifies again).
+    anything. ``request_id`` names the request (sending it again notifies again). A request is
+    valid for two minutes after it was last sent (by the database's clock).
     """
 
     run_id: UUID
     by: str
-    at: datetime
     scopes: tuple[str, ...] = ()
     reason: str = ""
     request_id: UUID = field(default_factory=uuid4)

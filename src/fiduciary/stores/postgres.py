@@ -769,7 +769,6 @@ class PostgresStore:
                 "by": request.by,
                 "scopes": list(request.scopes),
                 "reason": request.reason[:500],
-                "now": _utc(request.at),
             },
         )
 
