@@ -496,21 +496,7 @@ class Driver:
                     record = await store.get_approval(denied.approval_id)
             if record is not None:
                 args = record.approved_args or record.args
-                if record.approval_id not in self.t.resolved:
-                    await self.emit(
-                        (
-                            ActionResolved,
-                            {
-                                "approval_id": record.approval_id,
-                                "tool_use_id": use.id,
-                                "decision": record.status,
-                                "by": record.decided_by,
-                                "reason": record.reason,
-                                "edits": self.agent.redactor.redact(_edits(record)),
-                                "args_digest": record.approved_digest,
-                            },
-                        )
-                    )
+                await self._resolved(use, record)
             call = registry.parse(use.id, use.name, args)
             cap = call.cap
             if cap is not None and call.args is not None:
@@ -896,6 +882,25 @@ class Driver:
                 self._held = None
         return pending
 
+    async def _resolved(self, use: ToolUsePart, record: ApprovalRecord) -> None:
+        """``action_resolved`` for a decided approval, unless the log has it already."""
+        if record.approval_id in self.t.resolved:
+            return
+        await self.emit(
+            (
+                ActionResolved,
+                {
+                    "approval_id": record.approval_id,
+                    "tool_use_id": use.id,
+                    "decision": record.status,
+                    "by": record.decided_by,
+                    "reason": record.reason,
+                    "edits": self.agent.redactor.redact(_edits(record)),
+                    "args_digest": record.approved_digest,
+                },
+            )
+        )
+
     async def _settle_approval(self, use: ToolUsePart, approval_id: UUID) -> ApprovalRecord | None:
         store, registry, clock = self.agent.store, self.agent.registry, self.agent.clock
         record = await store.get_approval(approval_id)
@@ -916,21 +921,7 @@ class Driver:
             if record.status == "pending":
                 return record
         call = registry.parse(use.id, use.name, record.approved_args or record.args)
-        if approval_id not in self.t.resolved:
-            await self.emit(
-                (
-                    ActionResolved,
-                    {
-                        "approval_id": approval_id,
-                        "tool_use_id": use.id,
-                        "decision": record.status,
-                        "by": record.decided_by,
-                        "reason": record.reason,
-                        "edits": self.agent.redactor.redact(_edits(record)),
-                        "args_digest": record.approved_digest,
-                    },
-                )
-            )
+        await self._resolved(use, record)
         if record.status == "denied":
             reason = f": {record.reason}" if record.reason else ""
             await self._reject(
