@@ -181,7 +181,73 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS server_api_keys (
 _COLUMNS = "key_id, digest, principal, scopes, label, created_at, revoked_at"
 
 
-class SQLiteKeyStore:
+class _TableKeyStore:
+    """The ``server_api_keys`` table, whatever the database: the queries of ``create``,
+    ``verify``, ``list`` and ``revoke``, written once with ``?`` parameters. A subclass runs
+    them (``_run``: the rows and the row count) and says how a time is stored (``_stored``)."""
+
+    _clock: Clock
+
+    async def _run(
+        self, sql: str, params: tuple[object, ...] = ()
+    ) -> tuple[list[tuple[object, ...]], int]:
+        raise NotImplementedError
+
+    def _stored(self, when: datetime) -> object:
+        raise NotImplementedError
+
+    async def create(
+        self, principal: str, scopes: Iterable[Scope], *, label: str = ""
+    ) -> tuple[str, ApiKey]:
+        if not principal:
+            raise ValueError("a key needs a principal")
+        key, key_id = new_key()
+        record = ApiKey(key_id, principal, _check_scopes(scopes), self._clock.now(), label)
+        await self._run(
+            f"INSERT INTO server_api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+            (
+                key_id,
+                digest(key),
+                principal,
+                json.dumps(sorted(record.scopes)),
+                label,
+                self._stored(record.created_at),
+            ),
+        )
+        return key, record
+
+    async def verify(self, presented: str) -> ApiKey | None:
+        match = _KEY.match(presented)
+        rows: list[tuple[object, ...]] = []
+        if match:
+            rows, _ = await self._run(
+                f"SELECT {_COLUMNS} FROM server_api_keys WHERE key_id = ?", (match[1],)
+            )
+        stored = str(rows[0][1]) if rows else None
+        if not _matches(presented, stored) or not rows:
+            return None
+        record = _record(rows[0])
+        return None if record.revoked_at is not None else record
+
+    async def list(self, *, principal: str | None = None) -> list[ApiKey]:
+        if principal is None:
+            rows, _ = await self._run(f"SELECT {_COLUMNS} FROM server_api_keys ORDER BY created_at")
+        else:
+            rows, _ = await self._run(
+                f"SELECT {_COLUMNS} FROM server_api_keys WHERE principal = ? ORDER BY created_at",
+                (principal,),
+            )
+        return [_record(row) for row in rows]
+
+    async def revoke(self, key_id: str) -> bool:
+        _, count = await self._run(
+            "UPDATE server_api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+            (self._stored(self._clock.now()), key_id),
+        )
+        return count == 1
+
+
+class SQLiteKeyStore(_TableKeyStore):
     """Keys in the ``server_api_keys`` table of a SQLite file (the runs' file, by default).
 
     The table is created on first use, outside the store's migrations: it belongs to the server,
@@ -193,7 +259,6 @@ class SQLiteKeyStore:
         self.path = os.fspath(path)
         self._clock = clock or SystemClock()
         self._conn: sqlite3.Connection | None = None
-        self._rowcount = 0
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -207,64 +272,17 @@ class SQLiteKeyStore:
             self._conn = conn
         return self._conn
 
-    def _execute(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    async def _run(
+        self, sql: str, params: tuple[object, ...] = ()
+    ) -> tuple[list[tuple[object, ...]], int]:
         try:
             cursor = self._connection().execute(sql, params)
-            rows = cursor.fetchall()
-            self._rowcount = cursor.rowcount
-            return rows
+            return cursor.fetchall(), cursor.rowcount
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc} (API keys)") from exc
 
-    async def create(
-        self, principal: str, scopes: Iterable[Scope], *, label: str = ""
-    ) -> tuple[str, ApiKey]:
-        if not principal:
-            raise ValueError("a key needs a principal")
-        key, key_id = new_key()
-        record = ApiKey(key_id, principal, _check_scopes(scopes), self._clock.now(), label)
-        self._execute(
-            f"INSERT INTO server_api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL)",
-            (
-                key_id,
-                digest(key),
-                principal,
-                json.dumps(sorted(record.scopes)),
-                label,
-                _ts(record.created_at),
-            ),
-        )
-        return key, record
-
-    async def verify(self, presented: str) -> ApiKey | None:
-        match = _KEY.match(presented)
-        rows = (
-            self._execute(f"SELECT {_COLUMNS} FROM server_api_keys WHERE key_id = ?", (match[1],))
-            if match
-            else []
-        )
-        stored = str(rows[0][1]) if rows else None
-        if not _matches(presented, stored) or not rows:
-            return None
-        record = _record(rows[0])
-        return None if record.revoked_at is not None else record
-
-    async def list(self, *, principal: str | None = None) -> list[ApiKey]:
-        if principal is None:
-            rows = self._execute(f"SELECT {_COLUMNS} FROM server_api_keys ORDER BY created_at")
-        else:
-            rows = self._execute(
-                f"SELECT {_COLUMNS} FROM server_api_keys WHERE principal = ? ORDER BY created_at",
-                (principal,),
-            )
-        return [_record(row) for row in rows]
-
-    async def revoke(self, key_id: str) -> bool:
-        self._execute(
-            "UPDATE server_api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
-            (_ts(self._clock.now()), key_id),
-        )
-        return self._rowcount == 1
+    def _stored(self, when: datetime) -> object:
+        return _ts(when)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -287,7 +305,7 @@ _PG_SCHEMA = """CREATE TABLE IF NOT EXISTS server_api_keys (
 _PG_LOCK = 0x6669647563696B  # pg_advisory_xact_lock: instances starting together create it once
 
 
-class PostgresKeyStore:
+class PostgresKeyStore(_TableKeyStore):
     """Keys in the ``server_api_keys`` table of the runs' PostgreSQL database.
 
     Every server instance on the database sees the same keys: one created with
@@ -336,69 +354,22 @@ class PostgresKeyStore:
         self._pool = pool
         return pool
 
-    async def _execute(self, sql: Any, params: tuple[object, ...] = ()) -> tuple[list[Any], int]:
+    async def _run(
+        self, sql: str, params: tuple[object, ...] = ()
+    ) -> tuple[list[tuple[object, ...]], int]:
         import psycopg
 
         pool = await self._ready()
         try:
             async with pool.connection() as conn:
-                cursor = await conn.execute(sql, params)
+                cursor = await conn.execute(sql.replace("?", "%s").encode(), params)
                 rows = await cursor.fetchall() if cursor.description else []
                 return rows, cursor.rowcount
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreError(f"postgres: {exc} (API keys)") from exc
 
-    async def create(
-        self, principal: str, scopes: Iterable[Scope], *, label: str = ""
-    ) -> tuple[str, ApiKey]:
-        if not principal:
-            raise ValueError("a key needs a principal")
-        key, key_id = new_key()
-        record = ApiKey(key_id, principal, _check_scopes(scopes), self._clock.now(), label)
-        await self._execute(
-            f"INSERT INTO server_api_keys ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL)",
-            (
-                key_id,
-                digest(key),
-                principal,
-                json.dumps(sorted(record.scopes)),
-                label,
-                record.created_at,
-            ),
-        )
-        return key, record
-
-    async def verify(self, presented: str) -> ApiKey | None:
-        match = _KEY.match(presented)
-        rows: list[Any] = []
-        if match:
-            rows, _ = await self._execute(
-                f"SELECT {_COLUMNS} FROM server_api_keys WHERE key_id = %s", (match[1],)
-            )
-        stored = str(rows[0][1]) if rows else None
-        if not _matches(presented, stored) or not rows:
-            return None
-        record = _record(rows[0])
-        return None if record.revoked_at is not None else record
-
-    async def list(self, *, principal: str | None = None) -> list[ApiKey]:
-        if principal is None:
-            rows, _ = await self._execute(
-                f"SELECT {_COLUMNS} FROM server_api_keys ORDER BY created_at"
-            )
-        else:
-            rows, _ = await self._execute(
-                f"SELECT {_COLUMNS} FROM server_api_keys WHERE principal = %s ORDER BY created_at",
-                (principal,),
-            )
-        return [_record(row) for row in rows]
-
-    async def revoke(self, key_id: str) -> bool:
-        _, count = await self._execute(
-            "UPDATE server_api_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL",
-            (self._clock.now(), key_id),
-        )
-        return count == 1
+    def _stored(self, when: datetime) -> object:
+        return when
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
