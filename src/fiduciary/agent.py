@@ -350,10 +350,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         elsewhere = (
-            claimed is None
-            and existing.lease_owner not in (None, self.owner)
-            and existing.lease_until is not None
-            and existing.lease_until > self.clock.now()
+            claimed is None and existing.lease_owner != self.owner and self._lease_live(existing)
         )
         if elsewhere and isinstance(self.store, CancelChannel) and wait > 0:
             # driven by another process: ask it at once (waiting here for the principal's lock
@@ -370,10 +367,39 @@ class Agent:
             channel = self.store
         return await self._cancel_elsewhere(channel, existing, who, reason, deadline)
 
+    def _lease_live(self, run: RunRecord) -> bool:
+        """Someone holds the run's lease now (this agent included)."""
+        return (
+            run.lease_owner is not None
+            and run.lease_until is not None
+            and run.lease_until > self.clock.now()
+        )
+
     @asynccontextmanager
-    async def lease_kept(self, run: RunRecord) -> AsyncIterator[None]:
-        """Keep a lease this agent holds (``run``'s epoch) renewed until the block ends: while
-        a worker or a server waits to cancel a run it took over, say. Releases nothing."""
+    async def taken_over(self, run_id: UUID) -> AsyncIterator[RunRecord | None]:
+        """Take a run over from a drive of this agent: a new epoch under its name, so the run
+        is never unleased (no other process claims it) and that drive can write nothing more.
+        The lease is kept renewed while the block runs (the drive stopping, the principal's
+        lock awaited) and released if the block fails; what the block does with it stands
+        otherwise (``cancel(claimed=...)`` releases it). Yields None, leasing nothing, if
+        another process holds the run."""
+        taken = await self.store.acquire(
+            run_id, owner=self.owner, now=self.clock.now(), ttl_seconds=self.lease_seconds
+        )
+        if taken is None:
+            yield None
+            return
+        try:
+            async with self._lease_kept(taken):
+                yield taken
+        except BaseException:
+            with suppress(Exception):
+                await asyncio.shield(self.store.release(run_id, epoch=taken.epoch))
+            raise
+
+    @asynccontextmanager
+    async def _lease_kept(self, run: RunRecord) -> AsyncIterator[None]:
+        """Keep a lease this agent holds (``run``'s epoch) renewed until the block ends."""
 
         async def renew() -> None:
             while True:
@@ -420,7 +446,7 @@ class Agent:
                 if leased.status in _IDLE:
                     raise RunError("state", f"the run is already {leased.status}")
                 driver = Driver(self, leased, transcript, None)
-                async with self.lease_kept(leased):
+                async with self._lease_kept(leased):
                     await driver.cancel(by=who.actor_id, reason=reason)
             finally:
                 with suppress(Exception):
@@ -452,8 +478,7 @@ class Agent:
                 return current
             if current.status in _IDLE:
                 raise RunError("state", f"the run is already {current.status}")
-            lapsed = current.lease_until is None or current.lease_until <= self.clock.now()
-            if current.lease_owner is None or lapsed:  # nobody drives it now: cancel it here
+            if not self._lease_live(current):  # nobody drives it now: cancel it here
                 try:
                     return await self._cancel_here(current, who, reason, deadline)
                 except RunError as exc:

@@ -151,37 +151,20 @@ async def run_worker(
 
 
 async def _cancel_drive(agent: Agent, drive: asyncio.Task[None], request: CancelRequest) -> None:
-    """Take the run over from our own drive (a new epoch under our name: the run is never
-    unleased, so no other worker can claim it meanwhile, and the drive can write nothing more),
-    stop the drive, then record the cancellation under the new lease."""
-    try:
-        taken = await agent.store.acquire(
-            request.run_id,
-            owner=agent.owner,
-            now=agent.clock.now(),
-            ttl_seconds=agent.lease_seconds,
-        )
-    except FiduciaryError as exc:
-        log.warning("run %s: could not take the run over to cancel it: %s", request.run_id, exc)
-        return
-    if taken is None:  # our claim lapsed and another process drives it: it gets the request
-        return
+    """Take the run over from our own drive (``Agent.taken_over``), stop the drive, then
+    record the cancellation under the new lease."""
     by = Principal(request.by, frozenset(request.scopes))
-    cancelled = False
     try:
-        async with agent.lease_kept(taken):  # renewed while the drive stops and the lock waits
+        async with agent.taken_over(request.run_id) as taken:
+            if taken is None:  # our claim lapsed and another process drives it: it is asked
+                return
             drive.cancel()
             await asyncio.wait({drive}, timeout=agent.lease_seconds)
             await agent.cancel(request.run_id, by=by, reason=request.reason, claimed=taken)
-            cancelled = True  # (it released the lease)
     except FiduciaryError as exc:  # e.g. state: it ended meanwhile
         log.info(
             "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc
         )
-    finally:
-        if not cancelled:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(agent.store.release(request.run_id, epoch=taken.epoch))
 
 
 def _forget(active: dict[UUID, Any], run_id: UUID) -> Callable[[asyncio.Task[None]], None]:

@@ -134,33 +134,20 @@ class Drives:
         if run_id in self._claimed and task is None:
             raise RunError("busy", "the run is starting or being cancelled; retry")
         self._again.discard(run_id)
-        taken = None
-        if task is not None:
-            # take the run over from the drive first (a new epoch under our name): the run is
-            # never unleased, so no worker or other server claims it while it is cancelled here
-            agent = self.agent
-            taken = await agent.store.acquire(
-                run_id, owner=agent.owner, now=agent.clock.now(), ttl_seconds=agent.lease_seconds
-            )
-        try:
-            async with (
-                self.agent.lease_kept(taken) if taken is not None else nullcontext()
-            ):  # renewed while the drive stops and the principal's lock is awaited
-                if task is not None:
-                    task.cancel()
-                    with suppress(asyncio.CancelledError, TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
-                self._claim(run_id)  # no resume may start while the cancellation is written
-                try:
-                    await self.agent.cancel(run_id, by=by, reason=reason, claimed=taken)
-                finally:
-                    self._again.discard(run_id)
-                    self._release(run_id)
-        except BaseException:
-            if taken is not None:
-                with suppress(Exception):
-                    await self.agent.store.release(run_id, epoch=taken.epoch)
-            raise
+        # a drive here: take the run over from it first (``Agent.taken_over``), so no worker or
+        # other server claims the run while it is cancelled here
+        taking = self.agent.taken_over(run_id) if task is not None else nullcontext(None)
+        async with taking as taken:
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
+            self._claim(run_id)  # no resume may start while the cancellation is written
+            try:
+                await self.agent.cancel(run_id, by=by, reason=reason, claimed=taken)
+            finally:
+                self._again.discard(run_id)
+                self._release(run_id)
         return await self.agent.get_run(run_id)
 
     # --- tasks ------------------------------------------------------------------------------
