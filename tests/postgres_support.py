@@ -17,6 +17,8 @@ import atexit
 import hashlib
 import itertools
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -176,3 +178,18 @@ async def open_postgres(tmp_path: Path) -> PostgresStore:
     from fiduciary.stores.postgres import PostgresStore
 
     return await PostgresStore.open(dsn)
+
+
+@asynccontextmanager
+async def open_stores(count: int, dsn: str | None = None) -> AsyncIterator[list[PostgresStore]]:
+    """``count`` stores on one database (a fresh clone unless ``dsn`` is given), each with its
+    own pool and LISTEN connection, as that many processes sharing it would have; closed after."""
+    from fiduciary.stores.postgres import PostgresStore
+
+    dsn = dsn or await new_database()
+    opened = [await PostgresStore.open(dsn) for _ in range(count)]
+    try:
+        yield opened
+    finally:
+        for store in opened:
+            await store.close()

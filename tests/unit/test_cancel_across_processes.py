@@ -25,7 +25,7 @@ from fiduciary.server import MemoryKeyStore, RateLimit, create_app
 from fiduciary.stores.base import CancelRequest
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import new_database
+from tests.postgres_support import open_stores
 
 from .server.conftest import bearer, client_for
 
@@ -87,13 +87,8 @@ def make_agent(store: Any, bank: Bank, *, lease_seconds: float = 60.0) -> Agent:
 
 @pytest.fixture
 async def stores() -> AsyncIterator[list[PostgresStore]]:
-    dsn = await new_database()
-    opened = [await PostgresStore.open(dsn) for _ in range(3)]
-    try:
+    async with open_stores(3) as opened:
         yield opened
-    finally:
-        for store in opened:
-            await store.close()
 
 
 async def ended_cancelled(store: PostgresStore, run_id: UUID) -> RunFailed:

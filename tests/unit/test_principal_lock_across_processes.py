@@ -18,7 +18,7 @@ from fiduciary import Agent, CallContext, Policy, Threshold, capability
 from fiduciary.capabilities import Capability
 from fiduciary.events import PendingAction
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
-from tests.postgres_support import new_database
+from tests.postgres_support import new_database, open_stores
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -70,13 +70,8 @@ def make_agent(store: Any, payments: Payments) -> Agent:
 
 @pytest.fixture
 async def stores() -> AsyncIterator[list[PostgresStore]]:
-    dsn = await new_database()
-    opened = [await PostgresStore.open(dsn) for _ in range(PROCESSES)]
-    try:
+    async with open_stores(PROCESSES) as opened:
         yield opened
-    finally:
-        for store in opened:
-            await store.close()
 
 
 async def test_the_daily_limit_holds_across_processes(stores: list[PostgresStore]) -> None:

@@ -15,7 +15,7 @@ from fiduciary.events import Event, PendingAction, RunCompleted
 from fiduciary.exceptions import ConfigurationError, RunError
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import new_database
+from tests.postgres_support import new_database, open_stores
 
 from .conftest import Effects, toy_capabilities
 
@@ -58,12 +58,8 @@ async def dsn() -> str:
 @pytest.fixture
 async def stores(dsn: str) -> AsyncIterator[list[PostgresStore]]:
     """Three stores on one database: two workers' and one server's."""
-    opened = [await PostgresStore.open(dsn) for _ in range(3)]
-    try:
+    async with open_stores(3, dsn) as opened:
         yield opened
-    finally:
-        for store in opened:
-            await store.close()
 
 
 async def until_completed(server: Agent, run_id: UUID) -> list[Event]:
