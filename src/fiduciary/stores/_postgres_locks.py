@@ -27,7 +27,7 @@ import hashlib
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -129,14 +129,11 @@ class PrincipalLocks:
             for retry in (True, False):
                 conn = await self._connection()
                 try:
-                    async with asyncio.timeout(self.idle_seconds):
-                        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                        row = await cursor.fetchone()
-                except TimeoutError as exc:  # a network that hangs: give the connection up
-                    await self._lost(exc)
+                    cursor = await self._statement(conn, "SELECT pg_try_advisory_lock(%s)", key)
+                    row = await cursor.fetchone()
+                except TimeoutError as exc:
                     raise StoreError("taking a principal lock timed out") from exc
                 except psycopg.Error as exc:
-                    await self._lost(exc)
                     if retry and isinstance(exc, psycopg.OperationalError):
                         continue
                     raise _translate(exc, "taking a principal lock") from exc
@@ -148,11 +145,8 @@ class PrincipalLocks:
             conn = self._conn
             if conn is None or generation != self._generation:
                 return  # that connection is gone, and its locks with it
-            try:
-                async with asyncio.timeout(self.idle_seconds):
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            except (psycopg.Error, TimeoutError) as exc:
-                await self._lost(exc)
+            with contextlib.suppress(psycopg.Error, TimeoutError):
+                await self._statement(conn, "SELECT pg_advisory_unlock(%s)", key)
 
     async def verify(self, generation: int) -> None:
         async with self._io:
@@ -160,11 +154,21 @@ class PrincipalLocks:
             if conn is None or generation != self._generation:
                 raise StoreError("the principal lock was lost (its connection ended)")
             try:
-                async with asyncio.timeout(self.idle_seconds):
-                    await conn.execute("SELECT 1")
+                await self._statement(conn, "SELECT 1")
             except (psycopg.Error, TimeoutError) as exc:
-                await self._lost(exc)
                 raise StoreError(f"the principal lock was lost: {exc!r}") from exc
+
+    async def _statement(
+        self, conn: _Conn, sql: LiteralString, *params: object
+    ) -> psycopg.AsyncCursor[Any]:
+        """One statement on the lock connection (``_io`` held), bounded by ``idle_seconds`` (a
+        network that hangs); if it fails, the connection is given up (and its locks with it)."""
+        try:
+            async with asyncio.timeout(self.idle_seconds):
+                return await conn.execute(sql, params)
+        except (psycopg.Error, TimeoutError) as exc:
+            await self._lost(exc)
+            raise
 
     async def _connection(self) -> _Conn:
         if self._closed:
@@ -204,10 +208,8 @@ class PrincipalLocks:
                 if conn is None:
                     return  # reconnecting starts another keep-alive
                 try:
-                    async with asyncio.timeout(self.idle_seconds):
-                        await conn.execute("SELECT 1")
-                except (psycopg.Error, TimeoutError) as exc:
-                    await self._lost(exc)
+                    await self._statement(conn, "SELECT 1")
+                except (psycopg.Error, TimeoutError):
                     return
 
     async def close(self) -> None:
