@@ -182,6 +182,18 @@ class Transcript:
             case _:
                 pass
 
+    def new_call_id(self, proposed: str | None) -> str:
+        """The id a call the model just made is recorded under: the provider's when no call of
+        this run has it yet, else a fresh one. Ids are the call's identity in the run — its
+        result, its approval and its idempotency key are all found by it — and providers do
+        not promise unique ones (counters restart every turn, some servers send none)."""
+        if proposed and proposed not in self._records:
+            return proposed
+        while True:
+            fresh = f"call_{uuid4().hex}"
+            if fresh not in self._records:
+                return fresh
+
     def _start_partial(self, seq: int) -> None:
         if self.partial_from is None:
             self.partial_from = seq
@@ -584,9 +596,7 @@ class Driver:
                         )
                     case StreamToolCall(id=call_id, name=name, arguments=arguments):
                         any_calls = True
-                        call = agent.registry.parse(
-                            call_id or f"call_{uuid4().hex[:12]}", name, arguments
-                        )
+                        call = agent.registry.parse(self.t.new_call_id(call_id), name, arguments)
                         over = self.t.calls_since_user >= agent.max_tool_calls
                         await self._start(call)
                         if over:
