@@ -54,7 +54,8 @@ async def test_the_same_payment_asked_twice_with_one_reused_id_is_made_twice(
     assert [row[1:] for row in target.effects()] == [("bob", "5"), ("bob", "5")]
     for key in keys:
         entry = await store.ledger_get(key)
-        assert entry is not None and entry.status == "done"
+        assert entry is not None
+        assert entry.status == "done"
     # the model is told about each call under the id it was recorded with
     last = model.requests[-1].messages
     uses = [u.id for m in last if hasattr(m, "tool_uses") for u in m.tool_uses]
