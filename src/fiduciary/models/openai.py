@@ -9,7 +9,8 @@ Two APIs, both streamed:
 - Chat Completions (``api="chat"``, always used for compatible servers: Ollama, vLLM, llama.cpp
   server, LM Studio): text, tool-call deltas, ``reasoning_effort``, usage through
   ``stream_options.include_usage``. Servers differ; this tolerates a stream without usage, tool
-  calls in one piece or without an index, and a ``reasoning_content`` side channel.
+  calls in one piece, interleaved, or without an index or an id, and a ``reasoning_content``
+  side channel. A call is handed out only once its arguments are whole.
 
 Keys are read from the environment at each request (``OPENAI_API_KEY``; for a compatible server,
 only the variable named by ``api_key_env``, never OpenAI's own key).
@@ -21,16 +22,11 @@ import hashlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 try:
     import openai
-    from openai.types.chat import (
-        ChatCompletionChunk,
-        ChatCompletionFunctionToolParam,
-        ChatCompletionMessageParam,
-    )
     from openai.types.responses import (
         FunctionToolParam,
         ResponseCompletedEvent,
@@ -57,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..exceptions import ModelError
+from ._openai_chat import ChatTurn, chat_tools, to_chat_messages
 from .base import (
     AssistantMessage,
     Message,
@@ -630,184 +627,3 @@ class ResponsesTurn:
             yield StreamStop("tool_use")
         else:
             yield StreamStop("refusal" if self._refused else "end_turn")
-
-
-# --- fiduciary messages → Chat Completions ---------------------------------------------------
-
-
-def chat_tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionFunctionToolParam]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t.name,
-                "description": t.description,
-                "parameters": t.input_schema,
-            },
-        }
-        for t in tools
-    ]
-
-
-def to_chat_messages(
-    system: Sequence[str], messages: Sequence[Message]
-) -> list[ChatCompletionMessageParam]:
-    out: list[ChatCompletionMessageParam] = []
-    instructions = "\n\n".join(s for s in system if s)
-    if instructions:
-        out.append({"role": "system", "content": instructions})
-    for message in messages:
-        if isinstance(message, UserTextMessage):
-            out.append({"role": "user", "content": message.text})
-        elif isinstance(message, ToolResultsMessage):
-            for r in message.results:
-                out.append({"role": "tool", "tool_call_id": r.tool_use_id, "content": r.content})
-        elif isinstance(message, AssistantMessage):
-            uses = message.tool_uses
-            text = message.text
-            if not text and not uses:
-                continue
-            if uses:
-                out.append(
-                    {
-                        "role": "assistant",
-                        "content": text or None,
-                        "tool_calls": [
-                            {
-                                "id": u.id,
-                                "type": "function",
-                                "function": {"name": u.name, "arguments": json.dumps(u.input)},
-                            }
-                            for u in uses
-                        ],
-                    }
-                )
-            else:
-                out.append({"role": "assistant", "content": text})
-    return out
-
-
-# --- Chat Completions stream → fiduciary events ----------------------------------------------
-
-
-@dataclass
-class _Call:
-    id: str
-    generated: bool = False  # the server sent no id (yet)
-    name: str = ""
-    pieces: list[str] = field(default_factory=list)
-
-
-class ChatTurn:
-    """Folds streamed chat completion chunks into fiduciary's model events.
-
-    A tool call is yielded as soon as the next one begins (its arguments are then complete), the
-    rest at the end of the stream.
-    """
-
-    def __init__(self, model: str) -> None:
-        self._model = model
-        self._calls: dict[int, _Call] = {}
-        self._order: list[int] = []
-        self._yielded = 0
-        self._current: int | None = None
-        self._thinking = False
-        self._thinking_done = False
-        self._refused = False
-        self._finish: str | None = None
-        self._usage: StreamUsage | None = None
-
-    def feed(self, chunk: ChatCompletionChunk) -> Iterator[ModelEvent]:
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            details = getattr(usage, "prompt_tokens_details", None)
-            cached = getattr(details, "cached_tokens", 0) or 0
-            self._usage = StreamUsage(
-                input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
-                output_tokens=usage.completion_tokens or 0,
-                cache_read_tokens=cached,
-            )
-        for choice in chunk.choices or []:
-            if getattr(choice, "index", 0) not in (0, None):
-                continue
-            delta = choice.delta
-            if delta is not None:
-                yield from self._delta(delta)
-            if choice.finish_reason is not None:
-                self._finish = choice.finish_reason
-
-    def _delta(self, delta: Any) -> Iterator[ModelEvent]:
-        extra = getattr(delta, "model_extra", None) or {}
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            self._thinking = True
-            yield StreamThinkingDelta(reasoning, 0)
-        content = getattr(delta, "content", None)
-        refusal = getattr(delta, "refusal", None)
-        calls = getattr(delta, "tool_calls", None) or []
-        if (content or refusal or calls) and self._thinking and not self._thinking_done:
-            self._thinking_done = True
-            yield StreamThinkingDone(0, None)
-        if content:
-            yield StreamTextDelta(content)
-        if refusal:
-            self._refused = True
-            yield StreamTextDelta(refusal)
-        for position, call in enumerate(calls):
-            yield from self._tool_delta(position, call)
-
-    def _tool_delta(self, position: int, call: Any) -> Iterator[ModelEvent]:
-        index = getattr(call, "index", None)
-        call_id = getattr(call, "id", None)
-        if index is None:  # some servers leave it out: a new id starts a new call
-            if call_id and (self._current is None or self._calls[self._current].id != call_id):
-                index = len(self._order)
-            elif self._current is not None:
-                index = self._current
-            else:
-                index = position
-        state = self._calls.get(index)
-        if state is None:
-            # the previous calls are complete once a new one begins
-            yield from self._flush(upto=len(self._order))
-            state = _Call(id=call_id or f"call_{len(self._order)}", generated=not call_id)
-            self._calls[index] = state
-            self._order.append(index)
-        elif call_id and state.generated:
-            state.id, state.generated = call_id, False
-        self._current = index
-        function = getattr(call, "function", None)
-        if function is not None:
-            if function.name and not state.name:
-                state.name = function.name
-            if function.arguments:
-                state.pieces.append(function.arguments)
-
-    def _flush(self, upto: int) -> Iterator[ModelEvent]:
-        while self._yielded < upto:
-            state = self._calls[self._order[self._yielded]]
-            self._yielded += 1
-            yield StreamToolCall(
-                id=state.id, name=state.name, arguments="".join(state.pieces) or "{}"
-            )
-
-    def finish(self) -> Iterator[ModelEvent]:
-        if self._finish is None:
-            raise ModelError(
-                f"{self._model}: the answer broke off before its end",
-                code="stream_cut",
-                retryable=True,
-            )
-        if self._thinking and not self._thinking_done:
-            yield StreamThinkingDone(0, None)
-        yield from self._flush(upto=len(self._order))
-        if self._usage is not None:
-            yield self._usage
-        if self._order:
-            yield StreamStop("tool_use")
-        elif self._refused or self._finish == "content_filter":
-            yield StreamStop("refusal")
-        elif self._finish == "length":
-            yield StreamStop("max_tokens")
-        else:
-            yield StreamStop("end_turn")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from fiduciary.exceptions import ModelError
+from fiduciary.models._openai_chat import to_chat_messages
 from fiduciary.models.base import (
     AssistantMessage,
     StreamRetry,
@@ -28,7 +29,6 @@ from fiduciary.models.openai import (
     OpenAIModel,
     is_reasoning_model,
     is_strict_schema,
-    to_chat_messages,
     to_responses_input,
 )
 from fiduciary.models.retry import RetryPolicy

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from openai.types.chat import ChatCompletionChunk
+
+from fiduciary.models._openai_chat import ChatTurn
 from fiduciary.models.base import (
+    ModelEvent,
     StreamStop,
     StreamThinkingDelta,
     StreamThinkingDone,
@@ -101,3 +106,126 @@ def test_the_model_string() -> None:
     assert model.base_url == OLLAMA
     assert model.api == "chat"
     assert model.compatible
+
+
+# --- tool calls however a server numbers them -----------------------------------------------
+
+
+def _sse(*deltas: dict[str, object], finish: str = "tool_calls") -> Reply:
+    """A chat completion stream of these deltas, then a finish reason."""
+    chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+    chunks.append({"index": 0, "delta": {}, "finish_reason": finish})
+    lines = [
+        "data: "
+        + json.dumps(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion.chunk",
+                "created": 1767225600,
+                "model": "m",
+                "choices": [c],
+            }
+        )
+        + "\n\n"
+        for c in chunks
+    ]
+    return Reply(("".join(lines) + "data: [DONE]\n\n").encode())
+
+
+def _piece(
+    arguments: str, *, index: int | None = None, id: str | None = None, name: str | None = None
+) -> dict[str, object]:
+    call: dict[str, object] = {"function": {"arguments": arguments}}
+    if name is not None:
+        call["function"] = {"name": name, "arguments": arguments}
+        call["type"] = "function"
+    if index is not None:
+        call["index"] = index
+    if id is not None:
+        call["id"] = id
+    return call
+
+
+def _calls(events: list[ModelEvent]) -> list[tuple[str, str]]:
+    return [(e.name, e.arguments) for e in events if isinstance(e, StreamToolCall)]
+
+
+async def test_calls_without_ids_get_ids_unique_across_turns(retry: RetryPolicy) -> None:
+    send = _sse({"tool_calls": [_piece('{"to":"bob","amount":"5"}', index=0, name="send")]})
+    wire = Wire(send, send)
+    model = ollama(wire, retry)
+    first, second = await events_of(model), await events_of(model)
+    ids = [e.id for e in first + second if isinstance(e, StreamToolCall)]
+    assert len(ids) == len(set(ids)) == 2  # counters restarting at call_0 made them equal
+
+
+async def test_calls_interleaved_by_index_are_handed_out_whole(retry: RetryPolicy) -> None:
+    wire = Wire(
+        _sse(
+            {"tool_calls": [_piece('{"account":', index=0, id="c1", name="balance")]},
+            {"tool_calls": [_piece('{"currency":', index=1, id="c2", name="rates")]},
+            {"tool_calls": [_piece(' "main"}', index=0)]},
+            {"tool_calls": [_piece(' "EUR"}', index=1)]},
+        )
+    )
+    events = await events_of(ollama(wire, retry))
+    assert _calls(events) == [
+        ("balance", '{"account": "main"}'),
+        ("rates", '{"currency": "EUR"}'),
+    ]
+
+
+def test_a_call_is_handed_out_as_soon_as_it_is_whole() -> None:
+    def chunk(*pieces: dict[str, object]) -> ChatCompletionChunk:
+        return ChatCompletionChunk.model_validate(
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"tool_calls": list(pieces)}}],
+            }
+        )
+
+    turn = ChatTurn("m")
+    out = list(turn.feed(chunk(_piece('{"a":', index=0, id="c1", name="x"))))
+    out += list(turn.feed(chunk(_piece("{}", index=1, id="c2", name="y"))))
+    assert out == []  # x is not whole yet: nothing is handed out, not even y
+    out = list(turn.feed(chunk(_piece("1}", index=0))))
+    assert out == [StreamToolCall("c1", "x", '{"a":1}')]
+
+
+async def test_two_calls_in_one_chunk_without_index_or_id_stay_two(retry: RetryPolicy) -> None:
+    wire = Wire(
+        _sse(
+            {
+                "tool_calls": [
+                    _piece('{"account":"main"}', name="balance"),
+                    _piece('{"currency":"EUR"}', name="rates"),
+                ]
+            },
+        )
+    )
+    events = await events_of(ollama(wire, retry))
+    assert _calls(events) == [
+        ("balance", '{"account":"main"}'),
+        ("rates", '{"currency":"EUR"}'),
+    ]
+    ids = [e.id for e in events if isinstance(e, StreamToolCall)]
+    assert len(set(ids)) == 2
+
+
+async def test_calls_without_index_or_id_in_pieces(retry: RetryPolicy) -> None:
+    wire = Wire(
+        _sse(
+            {"tool_calls": [_piece('{"account":', name="balance")]},
+            {"tool_calls": [_piece('"main"}')]},
+            {"tool_calls": [_piece('{"currency":', name="rates")]},
+            {"tool_calls": [_piece('"EUR"}')]},
+        )
+    )
+    events = await events_of(ollama(wire, retry))
+    assert _calls(events) == [
+        ("balance", '{"account":"main"}'),
+        ("rates", '{"currency":"EUR"}'),
+    ]
