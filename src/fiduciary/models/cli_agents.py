@@ -712,7 +712,8 @@ class CodexTurn:
         self._thinking = 0
         self._calls = 0
         self._usage: StreamUsage | None = None
-        self._error: str | None = None
+        self._failed: str | None = None  # turn.failed: the turn's outcome
+        self._last_error: str | None = None  # "error" frames are notices (codex reconnecting)
         self._completed = False
 
     def feed(self, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
@@ -748,20 +749,22 @@ class CodexTurn:
             self._completed = True
         elif kind == "turn.failed":
             error = data.get("error") or {}
-            self._error = str(error.get("message", "the turn failed"))
+            self._failed = str(error.get("message", "the turn failed"))
         elif kind == "error":
-            self._error = str(data.get("message", "error"))
+            # not an outcome: codex also reports reconnects this way, and the turn may still
+            # complete; it explains a turn that ends with neither turn.completed nor turn.failed
+            self._last_error = str(data.get("message", "error"))
 
     def finish(self, stderr: str = "") -> Iterator[ModelEvent]:
-        if self._error is not None or not self._completed:
-            message = self._error or "the CLI ended without completing its turn"
+        if self._failed is not None or not self._completed:
+            reason = self._failed or self._last_error
+            message = reason or "the CLI ended without completing its turn"
             lowered = message.lower()
             retryable = any(
                 w in lowered for w in ("rate limit", "overloaded", "429", "503", "timeout")
             )
             raise ModelError(
-                f"{self._model}: {message}"
-                + (f" ({stderr})" if stderr and not self._error else ""),
+                f"{self._model}: {message}" + (f" ({stderr})" if stderr and not reason else ""),
                 code="rate_limited" if "rate limit" in lowered or "429" in lowered else "error",
                 retryable=retryable,
             )

@@ -238,6 +238,22 @@ async def test_codex_failures(tmp_path: Path) -> None:
     assert caught.value.retryable
 
 
+async def test_codex_reconnecting_is_not_a_failure(tmp_path: Path, retry: RetryPolicy) -> None:
+    # codex reports its own reconnects as "error" frames; the turn's outcome is turn.completed
+    stand_in = StandIn(tmp_path / "bin", "codex", ["codex_reconnecting.jsonl"])
+    events = await events_of(codex(stand_in, retry))
+    assert essence(events) == await scripted_turn(2)
+    assert StreamUsage(input_tokens=116, output_tokens=22, cache_read_tokens=3072) in events
+
+
+async def test_codex_ending_without_an_outcome_fails_with_its_last_error(tmp_path: Path) -> None:
+    stand_in = StandIn(tmp_path / "bin", "codex", ["codex_cut_after_error.jsonl"])
+    with pytest.raises(ModelError) as caught:
+        await events_of(codex(stand_in, RetryPolicy(max_attempts=1)))
+    assert "503 Service Unavailable" in caught.value.message
+    assert caught.value.retryable
+
+
 def test_tool_call_replies() -> None:
     known = {"balance"}
     assert parse_tool_calls('{"tool_calls": [{"name": "balance"}]}', known) == [("balance", "{}")]
