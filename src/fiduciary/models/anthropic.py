@@ -71,11 +71,13 @@ from .base import (
 from .pricing import Price
 from .retry import (
     RetryPolicy,
+    auth_error,
     classify_status,
     is_transport_error,
     parse_retry_after,
     retry_call,
     retry_stream,
+    scrub_provider_text,
     transport_error,
 )
 
@@ -302,12 +304,27 @@ class AnthropicModel:
         return await retry_call(once, self._retry, model=self.name)
 
     # --- errors ---------------------------------------------------------------------------
+    def _key_from(self) -> str:
+        if self._api_key is not None:
+            return "the key your api_key= callable returns"
+        return self._api_key_env
+
     def _error(self, exc: anthropic.AnthropicError) -> ModelError:
         if isinstance(exc, anthropic.APIStatusError):
             error_type, message = _error_body(exc.body)
             status = exc.status_code if exc.status_code >= 400 else None  # an error mid-stream
             code, retryable = classify_status(status, error_type)
-            shown = " ".join(str(p) for p in (status, error_type, message) if p)
+            if code == "auth":
+                return auth_error(
+                    self.name,
+                    status,
+                    " ".join(p for p in (error_type, message) if p),
+                    key_from=self._key_from(),
+                    retry_after=None,
+                )
+            shown = scrub_provider_text(
+                " ".join(str(p) for p in (status, error_type, message) if p)
+            )
             return ModelError(
                 f"{self.name}: {shown or 'the API refused the request'}",
                 code=code,
@@ -321,7 +338,9 @@ class AnthropicModel:
             error_type, message = _error_body(exc.body)
             code, retryable = classify_status(None, error_type)
             return ModelError(
-                f"{self.name}: {message or type(exc).__name__}", code=code, retryable=retryable
+                f"{self.name}: {scrub_provider_text(message or '') or type(exc).__name__}",
+                code=code,
+                retryable=retryable,
             )
         return ModelError(f"{self.name}: {type(exc).__name__}", code="error")
 

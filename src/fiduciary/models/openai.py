@@ -75,11 +75,13 @@ from .base import (
 from .pricing import Price
 from .retry import (
     RetryPolicy,
+    auth_error,
     classify_status,
     is_transport_error,
     parse_retry_after,
     retry_call,
     retry_stream,
+    scrub_provider_text,
     transport_error,
 )
 
@@ -351,11 +353,27 @@ class OpenAIModel:
         return await retry_call(once, self._retry, model=self.name)
 
     # --- errors ---------------------------------------------------------------------------
+    def _key_from(self) -> str:
+        if self._api_key is not None:
+            return "the key your api_key= callable returns"
+        if self._api_key_env:
+            return self._api_key_env
+        return "the server's key: name the variable that holds it with api_key_env="
+
     def _error(self, exc: openai.OpenAIError) -> ModelError:
         if isinstance(exc, openai.APIStatusError):
             error_type = _error_code(exc.body) or exc.code or exc.type
             code, retryable = classify_status(exc.status_code, error_type)
             shown = " ".join(p for p in (error_type, _error_message(exc.body)) if p)
+            if code == "auth":
+                return auth_error(
+                    self.name,
+                    exc.status_code,
+                    shown,
+                    key_from=self._key_from(),
+                    retry_after=parse_retry_after(exc.response.headers),
+                )
+            shown = scrub_provider_text(shown)
             return ModelError(
                 f"{self.name}: {exc.status_code} {shown}".strip(),
                 code=code,
@@ -367,7 +385,8 @@ class OpenAIModel:
             return transport_error(exc, self.name)
         if isinstance(exc, openai.APIError):  # an error inside the stream
             code, retryable = classify_status(None, exc.code or exc.type)
-            return ModelError(f"{self.name}: {exc.message}", code=code, retryable=retryable)
+            message = scrub_provider_text(exc.message)
+            return ModelError(f"{self.name}: {message}", code=code, retryable=retryable)
         return ModelError(f"{self.name}: {type(exc).__name__}", code="error")
 
 

@@ -14,21 +14,25 @@ import contextlib
 import email.utils
 import logging
 import random
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from ..exceptions import ModelError
+from ..redaction import redact_text
 from .base import ModelEvent, StreamRetry, StreamToolCall
 
 __all__ = [
     "RetryPolicy",
+    "auth_error",
     "classify_status",
     "is_transport_error",
     "parse_retry_after",
     "retry_call",
     "retry_stream",
+    "scrub_provider_text",
 ]
 
 log = logging.getLogger("fiduciary.models")
@@ -183,6 +187,8 @@ _FINAL_TYPES = {
 
 def classify_status(status: int | None, error_type: str | None) -> tuple[str, bool]:
     """``(code, retryable)`` for an HTTP status and the provider's error type, if any."""
+    if status == 401:  # whatever type a server gives it (some say invalid_request_error)
+        return "auth", False
     if error_type in _FINAL_TYPES:
         return _FINAL_TYPES[error_type], False
     if error_type in _RETRYABLE_TYPES:
@@ -232,4 +238,34 @@ def transport_error(exc: BaseException, model: str) -> ModelError:
         f"{model}: the connection failed ({type(exc).__name__})",
         code="timeout" if timeout else "connection",
         retryable=True,
+    )
+
+
+# A key, or a piece of one: ``sk-…``/``rk_…`` of any length, and masked echoes such as
+# OpenAI's ``sk-proj-****…cdef`` (the shapes the Redactor knows need 17+ characters).
+_KEY_FRAGMENT = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk|rk|pk)[-_][^\s\"',;]*|[^\s\"',;]*\*{3,}[^\s\"',;]*"
+)
+
+
+def scrub_provider_text(text: str) -> str:
+    """A provider's error text with anything that looks like a key, or a piece of one,
+    replaced: it reaches events, logs and people."""
+    return _KEY_FRAGMENT.sub("[REDACTED]", text)
+
+
+def auth_error(
+    model: str, status: int | None, detail: str, *, key_from: str, retry_after: float | None
+) -> ModelError:
+    """The provider refused the credentials: say where the key came from, so the person knows
+    what to check, and never echo the key (or the provider's masked copy of it)."""
+    shown = scrub_provider_text(redact_text(detail)).strip()
+    refused = "is not allowed this request" if status == 403 else "was refused"
+    return ModelError(
+        f"{model}: the API key {refused}; check {key_from}"
+        + (f" ({status} {shown})" if status is not None else f" ({shown})" if shown else ""),
+        code="auth",
+        retryable=False,
+        retry_after=retry_after,
+        status=status,
     )

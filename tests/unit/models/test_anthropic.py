@@ -313,3 +313,18 @@ async def test_complete_json_refusal_is_a_model_error(retry: RetryPolicy) -> Non
 def test_the_name_is_the_model_string() -> None:
     assert AnthropicModel("claude-sonnet-4-6").name == "anthropic:claude-sonnet-4-6"
     assert isinstance(ModelRequest((), (), ()).settings, dict)
+
+
+async def test_a_refused_key_names_its_variable_and_not_the_key(retry: RetryPolicy) -> None:
+    body = {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": "invalid x-api-key sk-ant-api03-Xy"},
+    }
+    wire = Wire(Reply.json(body, status=401))
+    with pytest.raises(ModelError) as caught:
+        await events_of(model(wire, retry))
+    error = caught.value
+    assert (error.code, error.retryable, error.status) == ("auth", False, 401)
+    assert "check ANTHROPIC_API_KEY" in error.message
+    assert "sk-ant" not in str(error)
+    assert "Xy" not in str(error)

@@ -444,3 +444,29 @@ async def test_an_openai_key_is_required(
     with pytest.raises(ModelError) as caught:
         await events_of(responses(Wire(), retry))
     assert caught.value.code == "auth"
+
+
+OPENAI_401 = {
+    "error": {
+        "message": "Incorrect API key provided: sk-proj-****************************************"
+        "************cdef. You can find your API key at https://platform.openai.com/account/"
+        "api-keys.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_api_key",
+    }
+}
+
+
+async def test_a_refused_key_names_its_variable_and_not_the_key(retry: RetryPolicy) -> None:
+    for model in (
+        responses(Wire(Reply.json(OPENAI_401, status=401)), retry),
+        chat(Wire(Reply.json(OPENAI_401, status=401)), retry),
+    ):
+        with pytest.raises(ModelError) as caught:
+            await events_of(model)
+        error = caught.value
+        assert (error.code, error.retryable, error.status) == ("auth", False, 401)
+        assert "check OPENAI_API_KEY" in error.message
+        for fragment in ("sk-", "****", "cdef"):
+            assert fragment not in str(error)

@@ -7,6 +7,7 @@ import json
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from fiduciary.exceptions import ModelError
 from fiduciary.models._openai_chat import ChatTurn
 from fiduciary.models.base import (
     ModelEvent,
@@ -229,3 +230,15 @@ async def test_calls_without_index_or_id_in_pieces(retry: RetryPolicy) -> None:
         ("balance", '{"account":"main"}'),
         ("rates", '{"currency":"EUR"}'),
     ]
+
+
+async def test_a_server_that_wants_a_key_says_how_to_give_one(retry: RetryPolicy) -> None:
+    body = {"error": {"message": "Invalid API Key", "type": "invalid_request_error"}}
+    with pytest.raises(ModelError) as caught:
+        await events_of(ollama(Wire(Reply.json(body, status=401)), retry))
+    assert caught.value.code == "auth"
+    assert "api_key_env=" in caught.value.message
+    named = ollama(Wire(Reply.json(body, status=401)), retry, api_key_env="VLLM_API_KEY")
+    with pytest.raises(ModelError) as caught:
+        await events_of(named)
+    assert "check VLLM_API_KEY" in caught.value.message
