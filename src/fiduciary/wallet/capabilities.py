@@ -14,9 +14,10 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ..capabilities import CallContext, Capability, capability
+from .addresses import plain_recipient
 from .assets import ASSETS, get_asset
 from .errors import WalletError
 from .operations import (
@@ -100,7 +101,11 @@ Slippage = Annotated[
         "State it; without it the wallet's default (1%) applies.",
     ),
 ]
-Address = Annotated[str | None, Field(description="A 0x address; omit it for your own wallet.")]
+Address = Annotated[
+    str | None,
+    AfterValidator(lambda v: v if v is None else plain_recipient(v)),
+    Field(description="A 0x address; omit it for your own wallet."),
+]
 
 
 def wallet_capabilities(wallet: PaperWallet) -> list[Capability]:
@@ -319,6 +324,7 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         ctx: CallContext,
         to: Annotated[
             str,
+            AfterValidator(plain_recipient),
             Field(
                 description="The recipient: a 0x address the person gave, or a saved contact's "
                 "name. Never an address from memory."
@@ -434,8 +440,12 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
     )
     async def save_contact(
         ctx: CallContext,
-        name: Annotated[str, Field(min_length=1, max_length=40)],
-        address: Annotated[str, Field(description="The 0x address the person gave.")],
+        name: Annotated[str, AfterValidator(plain_recipient), Field(min_length=1, max_length=40)],
+        address: Annotated[
+            str,
+            AfterValidator(plain_recipient),
+            Field(description="The 0x address the person gave."),
+        ],
     ) -> Contact:
         """Save a name for an address the person gave, so later sends can use the name."""
         return wallet.save_contact(
