@@ -46,7 +46,7 @@ from rich.table import Table
 
 from . import events as ev
 from .agent import Agent
-from .display import show_text, show_usd, show_value
+from .display import card_flags, show_text, show_usd, show_value
 from .events import Event, PendingAction, encode_event
 from .exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
 from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store
@@ -374,7 +374,7 @@ def pending_card(event: PendingAction) -> Panel:
     table.add_row("amount", _usd(event.amount_usd))
     table.add_row("tier", event.tier + (" (re-type the amount)" if event.acknowledge else ""))
     table.add_row("arguments", escape(args.text))
-    for flag in args.flags:
+    for flag in card_flags(event.description, args):
         table.add_row("[bold red]look closely[/]", f"[red]{escape(flag.detail)}[/]")
     if event.modifiable_fields:
         table.add_row("editable", ", ".join(event.modifiable_fields))

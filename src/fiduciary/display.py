@@ -15,7 +15,9 @@ shows values through these rules, never as raw strings:
   ``mixed_script``; a letter that is a compatibility form of another (fullwidth, mathematical
   bold ``𝐚``) is flagged ``lookalike``;
 - an amount is a plain decimal (``150``, never ``1.5E+2``); a USD amount has at least two
-  decimals and is never rounded.
+  decimals and is never rounded; a string argument that is a number in exponent notation is
+  shown in full and flagged ``exponent``, and such a number inside text is flagged with its
+  value.
 
 The web console applies the same rules in its JavaScript (``server/static/app.js``,
 ``shown``); ``docs/security.md`` states them for people.
@@ -35,6 +37,7 @@ __all__ = [
     "Flag",
     "FlagKind",
     "Shown",
+    "card_flags",
     "hidden_characters",
     "show_amount",
     "show_text",
@@ -59,6 +62,7 @@ _CONFUSABLE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 _MAX_EXPONENT = 60  # beyond this an amount is not written out digit by digit
 # a decimal number in exponent notation, as pydantic writes Decimal("1.5E+2")
 _EXPONENT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,6}")
+_EXPONENT_IN_TEXT = re.compile(r"(?<![\w.])(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,6}(?!\w|\.\d)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,9 @@ def show_text(text: str) -> Shown:
         Flag(kind, f"{_WHAT[kind]}{'s' if len(codes) > 1 else ''} {', '.join(codes)}")
         for kind, codes in seen.items()
     ]
+    for number in dict.fromkeys(m.group() for m in _EXPONENT_IN_TEXT.finditer(text)):
+        plain = show_amount(Decimal(number))
+        flags.append(Flag("exponent", f"{number} is {plain} written in exponent notation"))
     for word in dict.fromkeys(_words(text)):
         shown = _escaped(word)
         scripts = sorted({s for s in map(_script, word) if s is not None})
@@ -188,6 +195,13 @@ def show_usd(value: Decimal | None) -> str:
     sign, digits = ("-", plain[1:]) if plain.startswith("-") else ("", plain)
     whole, _, fraction = digits.partition(".")
     return f"{sign}${int(whole):,}.{fraction.ljust(2, '0')}"
+
+
+def card_flags(description: str, args: Shown) -> list[Flag]:
+    """The flags of a card: its arguments', then its description's not already said."""
+    said = " ".join(f.detail for f in args.flags)
+    extra = [f for f in show_text(description).flags if f.detail not in said]
+    return [*args.flags, *(Flag(f.kind, f"action: {f.detail}") for f in extra)]
 
 
 def _plain(value: Any, flags: list[Flag], path: str) -> Any:

@@ -8,7 +8,14 @@ from decimal import Decimal
 
 import pytest
 
-from fiduciary.display import hidden_characters, show_amount, show_text, show_usd, show_value
+from fiduciary.display import (
+    card_flags,
+    hidden_characters,
+    show_amount,
+    show_text,
+    show_usd,
+    show_value,
+)
 
 
 def kinds(text: str) -> set[str]:
@@ -105,3 +112,19 @@ def test_arguments_are_shown_field_by_field_with_their_flags() -> None:
 def test_hidden_characters_lists_code_points() -> None:
     assert hidden_characters("a\u202eb\u200bc\u202e") == ["U+202E", "U+200B"]
     assert hidden_characters("0xabc") == []
+
+
+def test_a_number_in_exponent_notation_inside_text_is_flagged_with_its_value() -> None:
+    shown = show_text("Pay 1.5E+2 USD to bob, ref A1E5.")
+    assert shown.text == "Pay 1.5E+2 USD to bob, ref A1E5."
+    assert shown.warning == "1.5E+2 is 150 written in exponent notation"
+
+
+def test_a_card_adds_the_description_flags_its_arguments_did_not_raise() -> None:
+    args = show_value({"to": "al\u200bice", "amount": "1.5E+2"})
+    flags = card_flags("Pay 1.5E+2 to al\u200bice", args)
+    assert [f.detail for f in flags] == [
+        "to: invisible character U+200B",
+        "amount: 1.5E+2 is a number in exponent notation: shown in full",
+        "action: 1.5E+2 is 150 written in exponent notation",
+    ]
