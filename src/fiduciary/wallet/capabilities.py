@@ -83,12 +83,24 @@ WRITES = (
 
 _SYMBOLS = ", ".join(ASSETS)
 AssetName = Annotated[str, Field(description=f"An asset symbol: one of {_SYMBOLS}.")]
+
+
+def _written_in_full(value: Decimal) -> Decimal:
+    """An amount as a person reads it: ``1.5E+2`` becomes ``150`` (in the arguments, so in the
+    card, the description and the ledger alike); more than 30 digits either side is refused."""
+    exponent = value.as_tuple().exponent  # a letter for NaN and infinities
+    if not isinstance(exponent, int) or value.adjusted() > 30 or exponent < -30:
+        raise ValueError("an amount is a plain decimal of at most 30 digits either side")
+    return Decimal(format(value, "f"))
+
+
 Amount = Annotated[
     Decimal,
+    AfterValidator(_written_in_full),
     Field(gt=0, description='An amount of the asset, as a decimal string (e.g. "12.5").'),
 ]
 AmountOrAll = Annotated[
-    Decimal | Literal["all"],
+    Annotated[Decimal, AfterValidator(_written_in_full)] | Literal["all"],
     Field(description='An amount of the asset as a decimal string, or "all".'),
 ]
 Days = Annotated[int, Field(ge=1, le=365, description="How many days back to look.")]

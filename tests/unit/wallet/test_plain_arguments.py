@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from fiduciary.events import ToolCallRejected
+from fiduciary.events import PendingAction, ToolCallRejected
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, collect
 from fiduciary.wallet import PaperWallet, build_wallet_agent
 from fiduciary.wallet.addresses import address_of, plain_recipient
@@ -53,3 +53,24 @@ async def test_send_and_save_contact_refuse_hidden_characters(
     assert not [e for e in events if e.type == "pending_action"]
     assert tx_count(wallet) == before
     assert wallet.contacts("ann") == []
+
+
+async def test_an_amount_in_exponent_notation_is_written_in_full(wallet: PaperWallet) -> None:
+    wallet.open("ann")
+    to = address_of("bob")
+    calls = [
+        Call("balance_check"),
+        Call("send_transfer", {"to": to, "asset": "USDC", "amount": "1E+999"}),
+        Call("send_transfer", {"to": to, "asset": "USDC", "amount": "1.5E+2"}),
+    ]
+    script = Script("go", [*(ToolCalls([c]) for c in calls), Reply("done")])
+    agent = build_wallet_agent(MemoryStore(), wallet, model=ScriptedModel([script]))
+    events = await collect(agent.run(f"go pay {to}", principal="ann"))
+    rejected = [e for e in events if isinstance(e, ToolCallRejected)]
+    assert [e.reason for e in rejected] == ["invalid_input"]
+    assert "at most 30 digits" in rejected[0].message
+    (card,) = [e for e in events if isinstance(e, PendingAction)]
+    assert card.input["amount"] == "150"
+    assert card.description.startswith("Send 150 USDC")
+    assert card.amount_usd is not None
+    assert "E" not in str(card.amount_usd)
