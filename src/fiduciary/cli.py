@@ -46,6 +46,7 @@ from rich.table import Table
 
 from . import events as ev
 from .agent import Agent
+from .display import card_flags, show_text, show_usd, show_value
 from .events import Event, PendingAction, encode_event
 from .exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
 from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store
@@ -260,7 +261,7 @@ def _when(value: datetime | None) -> str:
 
 
 def _usd(value: Decimal | None) -> str:
-    return "unknown" if value is None else f"${value:,.2f}"
+    return show_usd(value)  # never 1.5E+2, never rounded
 
 
 def _styled(status: str) -> str:
@@ -286,7 +287,7 @@ def describe(event: Event) -> str:
         case ev.ThinkingDone():
             return f"thinking block {event.block_index} done"
         case ev.ToolCallStart():
-            return f"{event.name} {_clip(_jsonable(event.input))}"
+            return f"{event.name} {_clip(show_value(event.input).text)}"
         case ev.ToolCallEnd():
             tag = f" ({event.recovery})" if event.recovery else ""
             return f"{event.name} {'error' if event.is_error else 'ok'}{tag}: {_clip(event.output)}"
@@ -296,7 +297,7 @@ def describe(event: Event) -> str:
             return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.message)}"
         case PendingAction():
             approval = f"approval {_short(event.approval_id)} ({event.tier})"
-            return f"{approval}: {event.description}, {_usd(event.amount_usd)}"
+            return f"{approval}: {show_text(event.description).text}, {_usd(event.amount_usd)}"
         case ev.ActionResolved():
             who = f" by {event.by}" if event.by else ""
             why = f": {event.reason}" if event.reason else ""
@@ -366,15 +367,19 @@ class Renderer:
 
 
 def pending_card(event: PendingAction) -> Panel:
+    """The card a person decides on: every value through ``display`` (escaped, flagged)."""
     table = Table.grid(padding=(0, 2))
-    table.add_row("action", escape(event.description))
+    args = show_value(event.input)
+    table.add_row("action", escape(show_text(event.description).text))
     table.add_row("amount", _usd(event.amount_usd))
     table.add_row("tier", event.tier + (" (re-type the amount)" if event.acknowledge else ""))
-    table.add_row("arguments", escape(json.dumps(event.input, ensure_ascii=False)))
+    table.add_row("arguments", escape(args.text))
+    for flag in card_flags(event.description, args):
+        table.add_row("[bold red]look closely[/]", f"[red]{escape(flag.detail)}[/]")
     if event.modifiable_fields:
         table.add_row("editable", ", ".join(event.modifiable_fields))
     for note in event.guard_notes:
-        table.add_row(f"{note.verdict}", escape(f"[{note.guard}] {note.message}"))
+        table.add_row(note.verdict, escape(show_text(f"[{note.guard}] {note.message}").text))
     table.add_row("expires", event.expires_at.isoformat(timespec="seconds"))
     table.add_row("approval id", str(event.approval_id))
     return Panel(table, title="[bold]approval needed[/]", border_style="yellow", expand=False)

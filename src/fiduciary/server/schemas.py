@@ -85,6 +85,9 @@ class HookBody(_Request):
     run_id: UUID | None = None
 
 
+MAX_SEQ = 2**63 - 1  # the largest integer every store holds (SQLite INTEGER, PostgreSQL bigint)
+
+
 class ListRunsQuery(_Request):
     status: RunStatus | None = None
     limit: int = Field(default=50, ge=1, le=500)
@@ -96,7 +99,7 @@ class ListApprovalsQuery(_Request):
 
 
 class EventsQuery(_Request):
-    after: int = Field(default=0, ge=0, description="Send the events after this seq.")
+    after: int = Field(default=0, ge=0, le=MAX_SEQ, description="Send the events after this seq.")
     follow: bool = Field(default=True, description="Keep the stream open for new events.")
 
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from ..capabilities import CallContext, Capability, capability
+from .addresses import plain_recipient
 from .assets import ASSETS, get_asset
 from .errors import WalletError
 from .operations import (
@@ -82,12 +83,24 @@ WRITES = (
 
 _SYMBOLS = ", ".join(ASSETS)
 AssetName = Annotated[str, Field(description=f"An asset symbol: one of {_SYMBOLS}.")]
+
+
+def _written_in_full(value: Decimal) -> Decimal:
+    """An amount as a person reads it: ``1.5E+2`` becomes ``150`` (in the arguments, so in the
+    card, the description and the ledger alike); more than 30 digits either side is refused."""
+    exponent = value.as_tuple().exponent  # a letter for NaN and infinities
+    if not isinstance(exponent, int) or value.adjusted() > 30 or exponent < -30:
+        raise ValueError("an amount is a plain decimal of at most 30 digits either side")
+    return Decimal(format(value, "f"))
+
+
 Amount = Annotated[
     Decimal,
+    AfterValidator(_written_in_full),
     Field(gt=0, description='An amount of the asset, as a decimal string (e.g. "12.5").'),
 ]
 AmountOrAll = Annotated[
-    Decimal | Literal["all"],
+    Annotated[Decimal, AfterValidator(_written_in_full)] | Literal["all"],
     Field(description='An amount of the asset as a decimal string, or "all".'),
 ]
 Days = Annotated[int, Field(ge=1, le=365, description="How many days back to look.")]
@@ -100,7 +113,11 @@ Slippage = Annotated[
         "State it; without it the wallet's default (1%) applies.",
     ),
 ]
-Address = Annotated[str | None, Field(description="A 0x address; omit it for your own wallet.")]
+Address = Annotated[
+    str | None,
+    AfterValidator(lambda v: v if v is None else plain_recipient(v)),
+    Field(description="A 0x address; omit it for your own wallet."),
+]
 
 
 def wallet_capabilities(wallet: PaperWallet) -> list[Capability]:
@@ -319,6 +336,7 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         ctx: CallContext,
         to: Annotated[
             str,
+            AfterValidator(plain_recipient),
             Field(
                 description="The recipient: a 0x address the person gave, or a saved contact's "
                 "name. Never an address from memory."
@@ -434,8 +452,12 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
     )
     async def save_contact(
         ctx: CallContext,
-        name: Annotated[str, Field(min_length=1, max_length=40)],
-        address: Annotated[str, Field(description="The 0x address the person gave.")],
+        name: Annotated[str, AfterValidator(plain_recipient), Field(min_length=1, max_length=40)],
+        address: Annotated[
+            str,
+            AfterValidator(plain_recipient),
+            Field(description="The 0x address the person gave."),
+        ],
     ) -> Contact:
         """Save a name for an address the person gave, so later sends can use the name."""
         return wallet.save_contact(

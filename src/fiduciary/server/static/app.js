@@ -43,16 +43,101 @@
     }
     return node;
   }
-  // amounts are decimal strings: shown as they are (never through a float)
+  // --- what the person sees is what runs (the rules of fiduciary/display.py) ------------
+  // Every value on a card goes through shown(): a character a screen draws as nothing or that
+  // reorders the text around it becomes a visible escape ⟨U+202E⟩ and is flagged; a word mixing
+  // Latin with Cyrillic or Greek letters is flagged; amounts are written in full, never 1.5E+2.
+  const BIDI = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/u;
+  const CONTROL = /[\p{Cc}\p{Zl}\p{Zp}]/u;
+  const UNSEEN = /[\p{Cf}\p{Co}\p{Cs}\p{Cn}\u034F\u115F\u1160\u17B4\u17B5\u180B-\u180D\u180F\u2800\u3164\uFFA0\uFE00-\uFE0F\u{E0100}-\u{E01EF}]|(?! )\p{Zs}/u;
+  const BLANK = /[\u115F\u1160\u3164\uFFA0]/u;
+  const SCRIPTS = [["Armenian", /\p{Script=Armenian}/u], ["Cherokee", /\p{Script=Cherokee}/u],
+    ["Cyrillic", /\p{Script=Cyrillic}/u], ["Greek", /\p{Script=Greek}/u], ["Latin", /\p{Script=Latin}/u]];
+  const WHAT = { bidi: "direction-changing character", invisible: "invisible character", control: "control character or line break" };
+  const EXPONENT = /^[+-]?(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,6}$/;
+  const EXPONENT_IN_TEXT = /(?<![\p{L}\p{N}_.])(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,6}(?![\p{L}\p{N}_]|\.\d)/gu;
+  const code = (ch) => "U+" + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+  const kindOf = (ch) => (BIDI.test(ch) ? "bidi" : CONTROL.test(ch) ? "control" : UNSEEN.test(ch) ? "invisible" : null);
+  const escaped = (text) => Array.from(text, (ch) => (kindOf(ch) || ch === "\u27E8" ? `\u27E8${code(ch)}\u27E9` : ch)).join("");
+  function shown(value) {
+    const text = String(value ?? "");
+    const seen = new Map();
+    for (const ch of text) {
+      const kind = kindOf(ch);
+      if (kind) seen.set(kind, (seen.get(kind) || new Set()).add(code(ch)));
+    }
+    const flags = [...seen].map(([kind, codes]) => `${WHAT[kind]}${codes.size > 1 ? "s" : ""} ${[...codes].join(", ")}`);
+    for (const number of new Set(text.match(EXPONENT_IN_TEXT) || [])) {
+      flags.push(`${number} is ${plainDecimal(number)} written in exponent notation`);
+    }
+    for (const word of new Set(text.match(/[\p{L}\p{N}\p{M}]+/gu) || [])) {
+      const scripts = SCRIPTS.filter(([, re]) => Array.from(word).some((ch) => re.test(ch))).map(([name]) => name);
+      if (scripts.length > 1) flags.push(`${escaped(word)} mixes ${scripts.join(" and ")} letters`);
+      if (Array.from(word).some((ch) => /\p{L}/u.test(ch) && !BLANK.test(ch) && ch.normalize("NFKC") !== ch)) {
+        flags.push(`${escaped(word)} has letters drawn like others`);
+      }
+    }
+    return { text: escaped(text), flags };
+  }
+  // a JSON value (a pending action's input) as shown JSON, each flag named by its field
+  function shownValue(value, indent) {
+    const flags = [];
+    const walk = (v, path) => {
+      if (typeof v === "string") {
+        if (EXPONENT.test(v.trim())) {
+          flags.push(`${path}${v.trim()} is a number in exponent notation: shown in full`);
+          return plainDecimal(v.trim());
+        }
+        const s = shown(v);
+        flags.push(...s.flags.map((f) => path + f));
+        return s.text;
+      }
+      if (typeof v === "number") return Number.isInteger(v) && Math.abs(v) < 1e21 ? v : plainDecimal(String(v));
+      if (Array.isArray(v)) return v.map((item) => walk(item, path));
+      if (v && typeof v === "object") {
+        return Object.fromEntries(Object.entries(v).map(([k, item]) => [escaped(k), walk(item, path || `${escaped(k)}: `)]));
+      }
+      return v;
+    };
+    const plain = walk(value, "");
+    return { text: typeof plain === "string" ? plain : JSON.stringify(plain, null, indent), flags };
+  }
+  // a decimal string written in full, by moving its point: never through a float
+  function plainDecimal(text) {
+    const m = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/.exec(String(text).trim());
+    if (!m || (m[2] === "" && !m[3])) return String(text);
+    const [, sign, whole, fraction = "", exponent = "0"] = m;
+    const e = Number(exponent);
+    let digits = whole + fraction;
+    let point = whole.length + e;
+    if (Math.abs(point) > 200) return `(a number of about 10^${point - 1}, too long to write out)`;
+    if (point <= 0) {
+      digits = "0".repeat(1 - point) + digits;
+      point = 1;
+    }
+    digits = digits.padEnd(point, "0");
+    const integer = digits.slice(0, point).replace(/^0+(?=\d)/, "");
+    const rest = digits.slice(point);
+    if (integer.length > 61 || rest.length > 60) return `(a number of about 10^${point - 1}, too long to write out)`;
+    return sign.replace("+", "") + integer + (rest ? "." + rest : "");
+  }
   const grouped = (text) => {
-    const [whole, fraction] = String(text).split(".");
+    const plain = plainDecimal(text);
+    if (!/^-?\d/.test(plain)) return plain;
+    const [whole, fraction] = plain.split(".");
     const sign = whole.startsWith("-") ? "-" : "";
     const digits = whole.replace("-", "").replace(/\B(?=(\d{3})+(?!\d))/g, ",");
     return sign + digits + (fraction !== undefined ? "." + fraction : "");
   };
-  const usd = (value) => (value === null || value === undefined ? "amount unknown" : "$" + grouped(value));
+  // at least two decimals, never rounded
+  const usd = (value) => {
+    if (value === null || value === undefined) return "amount unknown";
+    const text = grouped(value);
+    if (!/^-?\d/.test(text)) return text;
+    const [whole, fraction = ""] = text.replace("-", "").split(".");
+    return (text.startsWith("-") ? "-$" : "$") + whole + "." + fraction.padEnd(2, "0");
+  };
   const short = (text, n = 80) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
-  const pretty = (value) => JSON.stringify(value, null, 2);
 
   // --- the API --------------------------------------------------------------------------
   class ApiError extends Error {
@@ -378,7 +463,7 @@
       "div",
       { class: `tool ${write ? "write" : "read"}`, "data-testid": "tool-call" },
       el("span", { class: "kind", text: write ? `write · ${event.kind}` : event.kind || "call" }),
-      el("span", { class: "mono", text: `${event.name}(${short(JSON.stringify(event.input), 90)})` }),
+      el("span", { class: "mono", text: `${shown(event.name).text}(${short(shownValue(event.input).text, 90)})` }),
       el("span", { class: "state", text: "running…" }),
     );
     state.view.tools.set(event.tool_use_id, { node, write, seq: event.seq });
@@ -400,12 +485,21 @@
     const explicit = event.tier === "explicit";
     const client = event.executor === "client";
     const error = el("p", { class: "error", role: "alert" });
+    // only a field the person typed into is sent as an edit, and only if its text changed: a
+    // value the widget cannot hold as it is (a line break in an <input>) is never sent back
     const edits = new Map();
     const editRows = el("div", { class: "edits" });
     for (const field of event.modifiable_fields) {
-      const input = el("input", { value: event.input[field] ?? "", "data-field": field, "data-testid": `edit-${field}` });
-      edits.set(field, input);
-      editRows.append(el("label", { text: `${field} (editable)` }), input);
+      const value = event.input[field];
+      const original = value === undefined || value === null ? "" : typeof value === "object" ? JSON.stringify(value) : String(value);
+      const multiline = /[\r\n\u2028\u2029]/.test(original) || original.length > 80;
+      const attrs = { "data-field": field, "data-testid": `edit-${field}` };
+      const input = multiline ? el("textarea", { ...attrs, rows: 3 }) : el("input", attrs);
+      input.value = original;
+      const edit = { input, original: input.value, touched: false };
+      input.addEventListener("input", () => (edit.touched = true));
+      edits.set(field, edit);
+      editRows.append(el("label", { text: `${escaped(field)} (editable)` }), input);
     }
     let confirm = null;
     if (explicit && event.amount_usd !== null && !client) {
@@ -422,21 +516,29 @@
     const actions = el("div", { class: "card-actions" }, approve, client ? null : deny);
     const notes = el("ul", { class: "notes" });
     for (const note of event.guard_notes) {
-      notes.append(el("li", { class: note.verdict, text: `${note.guard}: ${note.message}` }));
+      notes.append(el("li", { class: note.verdict, text: shown(`${note.guard}: ${note.message}`).text }));
     }
+    const args = shownValue(event.input, 2);
+    // the arguments' flags, then the description's not already said
+    const said = args.flags.join(" ");
+    const cardFlags = [...args.flags, ...shown(event.description).flags.filter((f) => !said.includes(f)).map((f) => `action: ${f}`)];
+    const flags = el("ul", { class: "flags", "data-testid": "flags" });
+    for (const flag of cardFlags) flags.append(el("li", { text: flag }));
     const node = el(
       "div",
-      { class: `card ${event.tier}`, "data-testid": "pending-card", "data-approval": event.approval_id },
+      { class: `card ${event.tier}${cardFlags.length ? " flagged" : ""}`, "data-testid": "pending-card", "data-approval": event.approval_id },
       el(
         "div",
         { class: "card-head" },
-        el("div", {}, el("div", { class: "card-title", text: event.description || event.name }),
-          el("div", { class: "muted small", text: `${event.name} · expires ${new Date(event.expires_at).toLocaleTimeString()}` })),
+        el("div", {}, el("div", { class: "card-title", text: shown(event.description || event.name).text }),
+          el("div", { class: "muted small", text: `${shown(event.name).text} · expires ${new Date(event.expires_at).toLocaleTimeString()}` })),
         el("div", {}, el("span", { class: "tier", text: event.tier }), " ",
           el("span", { class: "amount", "data-testid": "amount", text: usd(event.amount_usd) })),
       ),
+      cardFlags.length ? el("div", { class: "flags-head", text: "Look closely before you approve:" }) : null,
+      cardFlags.length ? flags : null,
       event.guard_notes.length ? notes : null,
-      el("pre", { class: "args", "data-testid": "args", text: pretty(event.input) }),
+      el("pre", { class: "args", "data-testid": "args", text: args.text }),
       el("div", { class: "digest", text: `sha256 ${event.args_digest}` }),
       editRows.childNodes.length ? editRows : null,
       actions,
@@ -460,8 +562,8 @@
           await api("POST", `/approvals/${event.approval_id}/result`, { result: value });
         } else {
           const changed = {};
-          for (const [field, input] of edits) {
-            if (String(event.input[field] ?? "") !== input.value) changed[field] = input.value;
+          for (const [field, edit] of edits) {
+            if (edit.touched && edit.input.value !== edit.original) changed[field] = edit.input.value;
           }
           const body = { args_digest: event.args_digest };
           if (Object.keys(changed).length) body.edits = changed;
@@ -492,9 +594,9 @@
     const node = state.view.cards.get(event.approval_id);
     if (!node) return;
     node.classList.add("resolved");
-    const who = event.by ? ` by ${event.by}` : "";
-    const why = event.reason ? `: ${event.reason}` : "";
-    const edited = event.edits ? ` (edited: ${JSON.stringify(event.edits)})` : "";
+    const who = event.by ? ` by ${shown(event.by).text}` : "";
+    const why = event.reason ? `: ${shown(event.reason).text}` : "";
+    const edited = event.edits ? ` (edited: ${shownValue(event.edits).text})` : "";
     node.querySelector(".card-actions").replaceChildren(
       el("div", { class: `outcome ${event.decision}`, "data-testid": "card-outcome", text: `${event.decision.replace("_", " ")}${who}${why}${edited}` }),
     );
@@ -507,13 +609,13 @@
       case "text_delta":
         return event.text;
       case "tool_call_start":
-        return `${event.name} ${JSON.stringify(event.input)}`;
+        return `${event.name} ${shownValue(event.input).text}`;
       case "tool_call_end":
         return `${event.name}: ${event.is_error ? "error" : "ok"}${event.recovery ? ` (${event.recovery})` : ""}`;
       case "tool_call_rejected":
         return `${event.name}: ${event.reason}`;
       case "pending_action":
-        return `${event.description} · ${usd(event.amount_usd)} · ${event.tier}`;
+        return `${shown(event.description).text} · ${usd(event.amount_usd)} · ${event.tier}`;
       case "action_resolved":
         return `${event.decision}${event.by ? ` by ${event.by}` : ""}`;
       case "usage":
@@ -563,7 +665,7 @@
       $("pending-list").replaceChildren(
         ...pending.map((a) =>
           el("li", { onclick: () => openRun(a.run_id) },
-            a.description || a.capability,
+            shown(a.description || a.capability).text,
             el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
       );
       highlightRun();
