@@ -7,6 +7,7 @@ store can continue it, decide its approvals or follow its events.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import weakref
@@ -24,6 +25,7 @@ from uuid import UUID, uuid4
 
 from pydantic import ValidationError
 
+from ._binding import logged_action, mismatch
 from ._loop import DONE, Driver, Transcript
 from .capabilities import Capability, Executor, Kind, Principal, args_digest
 from .clock import Clock, SystemClock
@@ -51,6 +53,8 @@ from .stores.base import (
 from .stores.memory import MemoryStore
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
+
+log = logging.getLogger("fiduciary.agent")
 
 DEFAULT_SYSTEM = (
     "You act on behalf of a person through the tools you are given, and only through them. "
@@ -645,7 +649,7 @@ class Agent:
         someone else's, does not match ``args_digest``, edits a field that is not modifiable,
         or needs the amount re-typed (``confirm_amount``) and did not get it.
         """
-        record = await self._open_approval(approval_id, by, args_digest)
+        record = await self._open_approval(approval_id, by, args_digest, bind=True)
         cap = self.registry.get(record.capability)
         if cap is None:
             raise ApprovalError("unknown", f"{record.capability} is no longer available")
@@ -669,7 +673,8 @@ class Agent:
         approved = model.model_dump(mode="json")
         tier = record.tier
         amount = record.amount_usd
-        if edits:
+        # an edit that changes nothing is no edit (tier and amount stay as shown)
+        if edits and _digest(approved) != record.args_digest:
             tier, amount = await self._recheck(record, cap, model)
         if tier == "explicit":
             _check_acknowledgement(confirm_amount, amount)
@@ -741,7 +746,7 @@ class Agent:
         self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
-        record = await self._open_approval(approval_id, by, None)
+        record = await self._open_approval(approval_id, by, None, bind=True)
         if record.executor != "client":
             raise ApprovalError("not_client_executed", "this action is executed by the server")
         cap = self.registry.get(record.capability)
@@ -767,8 +772,16 @@ class Agent:
         return decided
 
     async def _open_approval(
-        self, approval_id: UUID, by: Principal | str | None, digest: str | None
+        self,
+        approval_id: UUID,
+        by: Principal | str | None,
+        digest: str | None,
+        *,
+        bind: bool = False,
     ) -> ApprovalRecord:
+        """The pending approval a decision is about, or ``ApprovalError``. ``bind``: the row
+        must match the pending action in the run's log (what the person was shown); denying
+        needs no such check (nothing runs)."""
         if not isinstance(approval_id, UUID):
             try:
                 approval_id = UUID(str(approval_id))
@@ -794,6 +807,16 @@ class Agent:
             raise ApprovalError(
                 "digest_mismatch", "the arguments shown are not the ones awaiting approval"
             )
+        if bind:
+            shown, principal = logged_action(await self.store.read_events(record.run_id), record)
+            why = mismatch(record, shown, principal)
+            if why is not None:
+                log.error("approval %s refused: its row was altered (%s)", approval_id, why)
+                raise ApprovalError(
+                    "tampered",
+                    f"this approval's stored record does not match the action the run recorded "
+                    f"({why}); it cannot be approved. Deny it and ask for the action again.",
+                )
         return record
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[_Held]:
