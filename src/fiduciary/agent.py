@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from ._binding import logged_action, mismatch
 from ._loop import DONE, Driver, Transcript
-from .capabilities import Capability, Executor, Kind, Principal, args_digest
+from .capabilities import Capability, Executor, Kind, Principal, args_digest, out_of_range
 from .clock import Clock, SystemClock
 from .events import Event, RunStarted, UserMessage
-from .exceptions import ApprovalError, ConfigurationError, RunError
+from .exceptions import ApprovalError, CapabilityError, ConfigurationError, RunError
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable
@@ -670,6 +670,9 @@ class Agent:
             model = cap.input_model.model_validate(new_args)
         except ValidationError as exc:
             raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {exc}") from exc
+        absurd = out_of_range(model.model_dump())
+        if absurd is not None:
+            raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {absurd}")
         approved = model.model_dump(mode="json")
         tier = record.tier
         amount = record.amount_usd
@@ -719,7 +722,10 @@ class Agent:
             raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
         if not await self.registry.authorized(scope, call, cap, model):
             raise ApprovalError("invalid_edit", "the edited call is not authorized")
-        decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
+        try:
+            decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
+        except CapabilityError as exc:  # an amount beyond any sane range
+            raise ApprovalError("invalid_edit", f"the edit is refused: {exc.message}") from exc
         if decision.tier == "deny":
             raise ApprovalError(
                 "invalid_edit", f"the edited call is not permitted: {decision.reason}"
@@ -924,7 +930,16 @@ def _check_acknowledgement(given: Decimal | str | None, amount: Decimal | None) 
         raise ApprovalError(
             "acknowledgement_required", "the amount re-typed is not a number"
         ) from exc
-    if value.quantize(Decimal("0.01")) != amount.quantize(Decimal("0.01")):
+    if out_of_range(value) is not None or out_of_range(amount) is not None:
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed does not match the action's amount"
+        )
+    cent = Decimal("0.01")
+    try:  # bounded above, so rounding to the cent cannot overflow the context
+        same = value.quantize(cent) == amount.quantize(cent)
+    except InvalidOperation:
+        same = False
+    if not same:
         raise ApprovalError(
             "acknowledgement_required", "the amount re-typed does not match the action's amount"
         )

@@ -23,7 +23,15 @@ from uuid import UUID
 from pydantic import BaseModel, ValidationError
 
 from ._text import NOTES_MARKER, TRUNCATION_MARKER
-from .capabilities import CallContext, Capability, Kind, Principal, Replay, args_digest
+from .capabilities import (
+    CallContext,
+    Capability,
+    Kind,
+    Principal,
+    Replay,
+    args_digest,
+    out_of_range,
+)
 from .clock import Clock
 from .events import GuardNote, RejectReason
 from .exceptions import CapabilityError, ConfigurationError
@@ -200,6 +208,10 @@ class Registry:
                 call.args = cap.input_model.model_validate(raw)
             except ValidationError as exc:
                 call.error = _validation_message(exc)
+            else:
+                absurd = out_of_range(call.args.model_dump())
+                if absurd is not None:
+                    call.args, call.error = None, absurd
         call.digest = args_digest(call.args_json)
         return call
 
@@ -246,7 +258,10 @@ class Registry:
                 "Do not retry; tell the person it is not permitted.",
             )
         # 6 policy
-        decision = await self.decide(scope, cap, args, call.tool_use_id)
+        try:
+            decision = await self.decide(scope, cap, args, call.tool_use_id)
+        except CapabilityError as exc:  # an amount beyond any sane range
+            return Refused("invalid_input", f"Invalid arguments for {cap.name}: {exc.message}.")
         if decision.tier == "deny":
             return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)

@@ -349,3 +349,35 @@ async def test_client_executed_action_result(
         409,
         "not_client_executed",
     )
+
+
+async def test_every_decision_error_is_a_4xx_problem(
+    client: httpx.AsyncClient, keys: Keys, server: Server
+) -> None:
+    run_id = await start_run(client, keys.alice, "send 500 to bob")
+    await settle(server)
+    card = await pending_of(client, keys.alice, run_id)
+    url = f"/approvals/{card['approval_id']}/approve"
+    for typed in ("1e30", "1e999", "NaN", "-Infinity"):
+        problem(
+            await client.post(
+                url,
+                json={"args_digest": card["args_digest"], "confirm_amount": typed},
+                headers=bearer(keys.alice),
+            ),
+            422,
+            "acknowledgement_required",
+        )
+    problem(
+        await client.post(
+            url,
+            json={
+                "args_digest": card["args_digest"],
+                "edits": {"amount": "1e999"},
+                "confirm_amount": "500",
+            },
+            headers=bearer(keys.alice),
+        ),
+        422,
+        "invalid_edit",
+    )
