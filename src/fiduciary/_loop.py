@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID, uuid4
 
 from ._binding import TAMPERED, mismatch
+from ._logs import logger
 from .capabilities import Capability, Executor, Kind, Principal, args_digest
 from .events import (
     ActionResolved,
@@ -70,7 +70,7 @@ from .stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus
 if TYPE_CHECKING:
     from .agent import Agent, _Held
 
-log = logging.getLogger("fiduciary.loop")
+log = logger("fiduciary.loop")
 
 DONE: Any = object()  # end-of-stream marker on a driver's output queue
 

@@ -7,7 +7,6 @@ store can continue it, decide its approvals or follow its events.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import weakref
@@ -26,6 +25,7 @@ from uuid import UUID, uuid4
 from pydantic import ValidationError
 
 from ._binding import logged_action, mismatch
+from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Transcript
 from .capabilities import Capability, Executor, Kind, Principal, args_digest, out_of_range
 from .clock import Clock, SystemClock
@@ -54,7 +54,7 @@ from .stores.memory import MemoryStore
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
 
-log = logging.getLogger("fiduciary.agent")
+log = logger("fiduciary.agent")
 
 DEFAULT_SYSTEM = (
     "You act on behalf of a person through the tools you are given, and only through them. "
@@ -106,6 +106,7 @@ class Agent:
         self.policy = policy or Policy()
         self.clock: Clock = clock or SystemClock()
         self.redactor = redactor or Redactor()
+        REDACT_LOGS.register(self.redactor)  # fiduciary's log records get its rules too
         self.system: tuple[str, ...] = (system,) if isinstance(system, str) else tuple(system)
         self.max_turns = max_turns
         self.max_tool_calls = max_tool_calls

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
 
+from ._logs import logger
 from ._text import NOTES_MARKER, TRUNCATION_MARKER
 from .capabilities import (
     CallContext,
@@ -52,7 +52,7 @@ __all__ = [
     "Registry",
 ]
 
-log = logging.getLogger("fiduciary.registry")
+log = logger("fiduciary.registry")
 
 DEFAULT_RESULT_CHARS = 16_000
 PLAN_FIRST_KINDS = frozenset({Kind.READ, Kind.PREVIEW, Kind.PROPOSE})

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import logging
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from .._logs import logger
 from ..exceptions import ModelError
 from .base import ModelEvent, StreamRetry, StreamToolCall
 
@@ -31,7 +31,7 @@ __all__ = [
     "retry_stream",
 ]
 
-log = logging.getLogger("fiduciary.models")
+log = logger("fiduciary.models")
 
 T = TypeVar("T")
 
