@@ -37,7 +37,13 @@ from .models.pricing import PriceTable
 from .models.tiers import Effort, Tier, plan_turn
 from .policy import Policy
 from .redaction import Redactor
-from .registry import PLAN_FIRST_KINDS, Authorize, CallScope, Registry
+from .registry import (
+    DEFAULT_AUTHORIZE_TIMEOUT,
+    PLAN_FIRST_KINDS,
+    Authorize,
+    CallScope,
+    Registry,
+)
 from .stores.base import (
     ApprovalRecord,
     ApprovalStatus,
@@ -70,7 +76,9 @@ class Agent:
     """An agent: a model, its capabilities, the gates they pass, and the store runs live in.
 
     ``authorize`` is required for propose / approve / execute capabilities: without it those
-    calls are refused (fail closed).
+    calls are refused (fail closed). An async ``authorize`` that has not answered within
+    ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
+    synchronous one runs on the event loop and must not block.
     """
 
     def __init__(
@@ -93,9 +101,12 @@ class Agent:
         thinking_effort: Effort | None = None,
         budget_usd: Decimal | str | None = None,
         prices: PriceTable | None = None,
+        authorize_timeout: float = DEFAULT_AUTHORIZE_TIMEOUT,
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
+        if not authorize_timeout > 0:
+            raise ConfigurationError("authorize_timeout must be a positive number of seconds")
         self.model = model
         # tier and effort are chosen per turn (models/tiers.py) unless fixed here
         self.model_tier: Tier | None = model_tier
@@ -120,6 +131,7 @@ class Agent:
             authorize=authorize,
             clock=self.clock,
             redactor=self.redactor,
+            authorize_timeout=authorize_timeout,
         )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()

@@ -55,6 +55,7 @@ __all__ = [
 log = logger("fiduciary.registry")
 
 DEFAULT_RESULT_CHARS = 16_000
+DEFAULT_AUTHORIZE_TIMEOUT = 10.0  # seconds; an authorizer that has not answered by then denies
 PLAN_FIRST_KINDS = frozenset({Kind.READ, Kind.PREVIEW, Kind.PROPOSE})
 ALL_KINDS = frozenset(Kind)
 
@@ -152,6 +153,7 @@ class Registry:
         clock: Clock,
         redactor: Redactor,
         default_result_chars: int = DEFAULT_RESULT_CHARS,
+        authorize_timeout: float = DEFAULT_AUTHORIZE_TIMEOUT,
     ) -> None:
         self._caps: dict[str, Capability] = {}
         for cap in capabilities:
@@ -164,6 +166,7 @@ class Registry:
         self.policy = policy
         self.guards = order_guards(guards)
         self.authorize = authorize
+        self.authorize_timeout = authorize_timeout
         self.clock = clock
         self.redactor = redactor
         self.default_result_chars = default_result_chars
@@ -316,7 +319,13 @@ class Registry:
         try:
             verdict = self.authorize(request)
             if inspect.isawaitable(verdict):
-                verdict = await verdict
+                # a hung authorizer would hold the principal's lock, and every write behind it
+                verdict = await asyncio.wait_for(verdict, timeout=self.authorize_timeout)
+        except TimeoutError:  # no answer is a refusal
+            log.warning(
+                "authorize did not answer within %gs; denying %s", self.authorize_timeout, cap.name
+            )
+            return False
         except Exception:  # an authorizer that fails denies
             log.exception("authorize callback failed; denying %s", cap.name)
             return False
