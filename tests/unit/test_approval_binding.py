@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from fiduciary import Agent, ApprovalError, ManualClock, PendingAction, ToolCallRejected
+from fiduciary import (
+    Agent,
+    ApprovalError,
+    ManualClock,
+    PendingAction,
+    ToolCallRejected,
+    capability,
+)
 from fiduciary.capabilities import args_digest
 from fiduciary.events import ToolCallEnd
 from fiduciary.stores.base import Store
@@ -169,3 +176,37 @@ async def test_an_honest_edit_still_executes(
     await agent.approve(pending.approval_id, by=ALICE, edits={"amount": "140", "memo": "rent"})
     await collect(agent.resume(pending.run_id))
     assert effects.payments == [{"to": "bob", "amount": Decimal("140"), "memo": "rent"}]
+
+
+async def test_a_client_result_for_a_rewritten_row_is_refused(
+    effects: Effects, tampered_store: tuple[Store, Tamper], clock: ManualClock
+) -> None:
+    @capability(kind="execute", executor="client", operation="send", tier="confirm")
+    async def sign_and_send(to: str, amount: str) -> dict[str, str]:
+        """The person's device signs and sends this transfer."""
+        raise AssertionError("client-executed")
+
+    store, tamper = tampered_store
+    script = Script(
+        "sign",
+        [ToolCalls([Call("sign_and_send", {"to": "bob", "amount": "3"})]), Reply("reported")],
+    )
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=[sign_and_send],
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    events = await collect(agent.run("sign it", principal=ALICE))
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    evil = _evil_args(pending)
+    tamper(str(pending.approval_id), {"args": json.dumps(evil), "args_digest": args_digest(evil)})
+    with pytest.raises(ApprovalError) as err:
+        await agent.submit_result(pending.approval_id, {"sent": "yes"}, by=ALICE)
+    assert err.value.code == "tampered"
+    # denying is always possible: nothing runs
+    await agent.deny(pending.approval_id, by=ALICE, reason="looks wrong")
+    more = await collect(agent.resume(pending.run_id))
+    (rejected,) = [e for e in more if isinstance(e, ToolCallRejected)]
+    assert rejected.reason == "denied"
