@@ -68,7 +68,7 @@ async def tampered_store(
             sets = ", ".join(f"{c} = %s" for c in columns)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 cur = conn.execute(
-                    f"UPDATE approvals SET {sets} WHERE approval_id = %s",  # type: ignore[arg-type]
+                    f"UPDATE approvals SET {sets} WHERE approval_id = %s",
                     [*columns.values(), approval_id],
                 )
                 assert cur.rowcount == 1
