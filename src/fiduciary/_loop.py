@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,6 +18,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID, uuid4
 
+from ._binding import TAMPERED, mismatch
+from ._logs import logger
 from .capabilities import Capability, Executor, Kind, Principal, args_digest
 from .events import (
     ActionResolved,
@@ -69,7 +70,7 @@ from .stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus
 if TYPE_CHECKING:
     from .agent import Agent, _Held
 
-log = logging.getLogger("fiduciary.loop")
+log = logger("fiduciary.loop")
 
 DONE: Any = object()  # end-of-stream marker on a driver's output queue
 
@@ -88,6 +89,8 @@ class Transcript:
     open_uses: list[ToolUsePart] = field(default_factory=list)
     results: dict[str, ToolResult] = field(default_factory=dict)
     approvals: dict[str, UUID] = field(default_factory=dict)
+    # what each approval showed the person: the row is checked against it before execution
+    pending_actions: dict[str, PendingAction] = field(default_factory=dict)
     notes: dict[str, list[GuardNote]] = field(default_factory=dict)
     resolved: set[UUID] = field(default_factory=set)
     history: RunHistory = field(default_factory=RunHistory)
@@ -148,6 +151,7 @@ class Transcript:
                 self._outcome(event.tool_use_id, False, content)
             case PendingAction():
                 self.approvals[event.tool_use_id] = event.approval_id
+                self.pending_actions[event.tool_use_id] = event
                 if event.guard_notes:
                     self.notes[event.tool_use_id] = list(event.guard_notes)
             case ActionResolved():
@@ -951,6 +955,17 @@ class Driver:
                     "Nobody approved this action in time; it was not executed. Ask the person "
                     "whether they still want it.",
                 ),
+            )
+            return None
+        shown = self.t.pending_actions.get(use.id)
+        why = mismatch(record, shown if shown and shown.approval_id == approval_id else None, None)
+        if why is None and record.principal != self.principal.actor_id:
+            why = "it names another principal"
+        if why is not None:  # the row was altered: run nothing, say so, keep it in the log
+            log.error("approval %s not executed: its row was altered (%s)", approval_id, why)
+            await self._reject(
+                registry.parse(use.id, use.name, use.input),
+                Refused("tampered", TAMPERED.format(why=why)),
             )
             return None
         cap = call.cap

@@ -24,18 +24,26 @@ from uuid import UUID, uuid4
 
 from pydantic import ValidationError
 
+from ._binding import logged_action, mismatch
+from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Transcript
-from .capabilities import Capability, Executor, Kind, Principal, args_digest
+from .capabilities import Capability, Executor, Kind, Principal, args_digest, out_of_range
 from .clock import Clock, SystemClock
 from .events import Event, RunStarted, UserMessage
-from .exceptions import ApprovalError, ConfigurationError, RunError
+from .exceptions import ApprovalError, CapabilityError, ConfigurationError, RunError
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable
 from .models.tiers import Effort, Tier, plan_turn
 from .policy import Policy
 from .redaction import Redactor
-from .registry import PLAN_FIRST_KINDS, Authorize, CallScope, Registry
+from .registry import (
+    DEFAULT_AUTHORIZE_TIMEOUT,
+    PLAN_FIRST_KINDS,
+    Authorize,
+    CallScope,
+    Registry,
+)
 from .stores.base import (
     ApprovalRecord,
     ApprovalStatus,
@@ -52,6 +60,8 @@ from .stores.memory import MemoryStore
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
 
+log = logger("fiduciary.agent")
+
 DEFAULT_SYSTEM = (
     "You act on behalf of a person through the tools you are given, and only through them. "
     "Read before you write. Never claim an action happened unless a tool result says so. "
@@ -66,7 +76,9 @@ class Agent:
     """An agent: a model, its capabilities, the gates they pass, and the store runs live in.
 
     ``authorize`` is required for propose / approve / execute capabilities: without it those
-    calls are refused (fail closed).
+    calls are refused (fail closed). An async ``authorize`` that has not answered within
+    ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
+    synchronous one runs on the event loop and must not block.
     """
 
     def __init__(
@@ -89,9 +101,12 @@ class Agent:
         thinking_effort: Effort | None = None,
         budget_usd: Decimal | str | None = None,
         prices: PriceTable | None = None,
+        authorize_timeout: float = DEFAULT_AUTHORIZE_TIMEOUT,
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
+        if not authorize_timeout > 0:
+            raise ConfigurationError("authorize_timeout must be a positive number of seconds")
         self.model = model
         # tier and effort are chosen per turn (models/tiers.py) unless fixed here
         self.model_tier: Tier | None = model_tier
@@ -102,6 +117,7 @@ class Agent:
         self.policy = policy or Policy()
         self.clock: Clock = clock or SystemClock()
         self.redactor = redactor or Redactor()
+        REDACT_LOGS.register(self.redactor)  # fiduciary's log records get its rules too
         self.system: tuple[str, ...] = (system,) if isinstance(system, str) else tuple(system)
         self.max_turns = max_turns
         self.max_tool_calls = max_tool_calls
@@ -115,6 +131,7 @@ class Agent:
             authorize=authorize,
             clock=self.clock,
             redactor=self.redactor,
+            authorize_timeout=authorize_timeout,
         )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -645,7 +662,7 @@ class Agent:
         someone else's, does not match ``args_digest``, edits a field that is not modifiable,
         or needs the amount re-typed (``confirm_amount``) and did not get it.
         """
-        record = await self._open_approval(approval_id, by, args_digest)
+        record = await self._open_approval(approval_id, by, args_digest, bind=True)
         cap = self.registry.get(record.capability)
         if cap is None:
             raise ApprovalError("unknown", f"{record.capability} is no longer available")
@@ -666,10 +683,14 @@ class Agent:
             model = cap.input_model.model_validate(new_args)
         except ValidationError as exc:
             raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {exc}") from exc
+        absurd = out_of_range(model.model_dump())
+        if absurd is not None:
+            raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {absurd}")
         approved = model.model_dump(mode="json")
         tier = record.tier
         amount = record.amount_usd
-        if edits:
+        # an edit that changes nothing is no edit (tier and amount stay as shown)
+        if edits and _digest(approved) != record.args_digest:
             tier, amount = await self._recheck(record, cap, model)
         if tier == "explicit":
             _check_acknowledgement(confirm_amount, amount)
@@ -714,7 +735,10 @@ class Agent:
             raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
         if not await self.registry.authorized(scope, call, cap, model):
             raise ApprovalError("invalid_edit", "the edited call is not authorized")
-        decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
+        try:
+            decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
+        except CapabilityError as exc:  # an amount beyond any sane range
+            raise ApprovalError("invalid_edit", f"the edit is refused: {exc.message}") from exc
         if decision.tier == "deny":
             raise ApprovalError(
                 "invalid_edit", f"the edited call is not permitted: {decision.reason}"
@@ -741,7 +765,7 @@ class Agent:
         self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
-        record = await self._open_approval(approval_id, by, None)
+        record = await self._open_approval(approval_id, by, None, bind=True)
         if record.executor != "client":
             raise ApprovalError("not_client_executed", "this action is executed by the server")
         cap = self.registry.get(record.capability)
@@ -767,8 +791,16 @@ class Agent:
         return decided
 
     async def _open_approval(
-        self, approval_id: UUID, by: Principal | str | None, digest: str | None
+        self,
+        approval_id: UUID,
+        by: Principal | str | None,
+        digest: str | None,
+        *,
+        bind: bool = False,
     ) -> ApprovalRecord:
+        """The pending approval a decision is about, or ``ApprovalError``. ``bind``: the row
+        must match the pending action in the run's log (what the person was shown); denying
+        needs no such check (nothing runs)."""
         if not isinstance(approval_id, UUID):
             try:
                 approval_id = UUID(str(approval_id))
@@ -794,6 +826,16 @@ class Agent:
             raise ApprovalError(
                 "digest_mismatch", "the arguments shown are not the ones awaiting approval"
             )
+        if bind:
+            shown, principal = logged_action(await self.store.read_events(record.run_id), record)
+            why = mismatch(record, shown, principal)
+            if why is not None:
+                log.error("approval %s refused: its row was altered (%s)", approval_id, why)
+                raise ApprovalError(
+                    "tampered",
+                    f"this approval's stored record does not match the action the run recorded "
+                    f"({why}); it cannot be approved. Deny it and ask for the action again.",
+                )
         return record
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[_Held]:
@@ -901,7 +943,16 @@ def _check_acknowledgement(given: Decimal | str | None, amount: Decimal | None) 
         raise ApprovalError(
             "acknowledgement_required", "the amount re-typed is not a number"
         ) from exc
-    if value.quantize(Decimal("0.01")) != amount.quantize(Decimal("0.01")):
+    if out_of_range(value) is not None or out_of_range(amount) is not None:
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed does not match the action's amount"
+        )
+    cent = Decimal("0.01")
+    try:  # bounded above, so rounding to the cent cannot overflow the context
+        same = value.quantize(cent) == amount.quantize(cent)
+    except InvalidOperation:
+        same = False
+    if not same:
         raise ApprovalError(
             "acknowledgement_required", "the amount re-typed does not match the action's amount"
         )

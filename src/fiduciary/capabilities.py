@@ -22,7 +22,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
 
 from .clock import Clock
-from .exceptions import ConfigurationError
+from .exceptions import CapabilityError, ConfigurationError
 
 __all__ = [
     "CallContext",
@@ -35,7 +35,34 @@ __all__ = [
     "args_digest",
     "canonical_json",
     "capability",
+    "out_of_range",
 ]
+
+# Numbers a model may pass, and amounts a capability may price a call at: anything beyond is
+# refused at validation (a 1e999 would otherwise break every cent-rounding downstream).
+MAX_NUMBER = Decimal("1e18")
+MIN_NUMBER = Decimal("1e-30")
+MAX_AMOUNT_USD = Decimal("1e15")
+
+
+def out_of_range(value: Any, path: str = "") -> str | None:
+    """The first number in ``value`` (validated arguments) that no amount could be: not finite,
+    or of magnitude 10^18 and above, or below 10^-30 (zero aside). None: every number is sane."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = out_of_range(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = out_of_range(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    elif isinstance(value, (Decimal, float)) and not isinstance(value, bool):
+        number = Decimal(value)
+        if not number.is_finite() or (number != 0 and not MIN_NUMBER <= abs(number) < MAX_NUMBER):
+            return f"{path or 'a number'} is out of range (at most 18 digits before the point)"
+    return None
 
 
 class Kind(StrEnum):
@@ -187,6 +214,12 @@ class Capability:
         if not isinstance(value, Decimal) or not value.is_finite():
             raise ConfigurationError(
                 f"{self.name}: amount_usd must return a finite Decimal or None"
+            )
+        if abs(value) >= MAX_AMOUNT_USD:  # no call moves this much: refuse it, do not price it
+            raise CapabilityError(
+                "amount_out_of_range",
+                f"the amount of this {self.name} call is beyond what any call may move "
+                f"(${MAX_AMOUNT_USD:,.0f} or more)",
             )
         return value
 

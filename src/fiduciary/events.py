@@ -57,6 +57,7 @@ RejectReason = Literal[
     "tool_call_limit",
     "malformed_call",
     "cancelled",
+    "tampered",
 ]
 Recovery = Literal["replayed", "ledger", "unknown"]
 TierName = Literal["auto", "confirm", "explicit", "deny"]

@@ -58,7 +58,8 @@ class ApprovalError(FiduciaryError):
 
     ``code`` is one of: ``unknown``, ``already_decided``, ``expired``, ``forbidden``,
     ``digest_mismatch``, ``field_not_modifiable``, ``invalid_edit``, ``acknowledgement_required``,
-    ``client_executed``, ``not_client_executed``.
+    ``client_executed``, ``not_client_executed``, ``tampered`` (the stored approval does not
+    match the pending action in the run's log: it was altered outside fiduciary).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +21,17 @@ from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
 
+from ._logs import logger
 from ._text import NOTES_MARKER, TRUNCATION_MARKER
-from .capabilities import CallContext, Capability, Kind, Principal, Replay, args_digest
+from .capabilities import (
+    CallContext,
+    Capability,
+    Kind,
+    Principal,
+    Replay,
+    args_digest,
+    out_of_range,
+)
 from .clock import Clock
 from .events import GuardNote, RejectReason
 from .exceptions import CapabilityError, ConfigurationError
@@ -44,9 +52,10 @@ __all__ = [
     "Registry",
 ]
 
-log = logging.getLogger("fiduciary.registry")
+log = logger("fiduciary.registry")
 
 DEFAULT_RESULT_CHARS = 16_000
+DEFAULT_AUTHORIZE_TIMEOUT = 10.0  # seconds; an authorizer that has not answered by then denies
 PLAN_FIRST_KINDS = frozenset({Kind.READ, Kind.PREVIEW, Kind.PROPOSE})
 ALL_KINDS = frozenset(Kind)
 
@@ -144,6 +153,7 @@ class Registry:
         clock: Clock,
         redactor: Redactor,
         default_result_chars: int = DEFAULT_RESULT_CHARS,
+        authorize_timeout: float = DEFAULT_AUTHORIZE_TIMEOUT,
     ) -> None:
         self._caps: dict[str, Capability] = {}
         for cap in capabilities:
@@ -156,6 +166,7 @@ class Registry:
         self.policy = policy
         self.guards = order_guards(guards)
         self.authorize = authorize
+        self.authorize_timeout = authorize_timeout
         self.clock = clock
         self.redactor = redactor
         self.default_result_chars = default_result_chars
@@ -200,6 +211,10 @@ class Registry:
                 call.args = cap.input_model.model_validate(raw)
             except ValidationError as exc:
                 call.error = _validation_message(exc)
+            else:
+                absurd = out_of_range(call.args.model_dump())
+                if absurd is not None:
+                    call.args, call.error = None, absurd
         call.digest = args_digest(call.args_json)
         return call
 
@@ -246,7 +261,10 @@ class Registry:
                 "Do not retry; tell the person it is not permitted.",
             )
         # 6 policy
-        decision = await self.decide(scope, cap, args, call.tool_use_id)
+        try:
+            decision = await self.decide(scope, cap, args, call.tool_use_id)
+        except CapabilityError as exc:  # an amount beyond any sane range
+            return Refused("invalid_input", f"Invalid arguments for {cap.name}: {exc.message}.")
         if decision.tier == "deny":
             return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
@@ -301,7 +319,13 @@ class Registry:
         try:
             verdict = self.authorize(request)
             if inspect.isawaitable(verdict):
-                verdict = await verdict
+                # a hung authorizer would hold the principal's lock, and every write behind it
+                verdict = await asyncio.wait_for(verdict, timeout=self.authorize_timeout)
+        except TimeoutError:  # no answer is a refusal
+            log.warning(
+                "authorize did not answer within %gs; denying %s", self.authorize_timeout, cap.name
+            )
+            return False
         except Exception:  # an authorizer that fails denies
             log.exception("authorize callback failed; denying %s", cap.name)
             return False

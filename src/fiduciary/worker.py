@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
+from ._logs import logger
 from .agent import Agent
 from .capabilities import Principal
 from .exceptions import ConfigurationError, FiduciaryError, RunError
@@ -27,7 +27,7 @@ from .stores.base import CancelChannel, CancelRequest, RunRecord
 
 __all__ = ["WorkQueue", "run_worker", "submit"]
 
-log = logging.getLogger("fiduciary.worker")
+log = logger("fiduciary.worker")
 
 
 @runtime_checkable

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import logging
 import random
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from .._logs import logger
 from ..exceptions import ModelError
 from ..redaction import redact_text
 from .base import ModelEvent, StreamRetry, StreamToolCall
@@ -35,7 +35,7 @@ __all__ = [
     "scrub_provider_text",
 ]
 
-log = logging.getLogger("fiduciary.models")
+log = logger("fiduciary.models")
 
 T = TypeVar("T")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from .._logs import logger
 from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event, GuardNote, PendingAction
@@ -76,7 +76,7 @@ from .webhooks import InboundChannel, Notifier, SignatureError, SignatureVerifie
 
 __all__ = ["OPERATIONS", "BalancesHook", "Server", "create_app"]
 
-log = logging.getLogger("fiduciary.server")
+log = logger("fiduciary.server")
 
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_JSON_DEPTH = 32  # arrays and objects in a request body; validation recurses below this

@@ -12,11 +12,11 @@ Cancelling stops the drive here, then ``Agent.cancel`` records it under the run'
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import nullcontext, suppress
 from uuid import UUID, uuid4
 
+from .._logs import logger
 from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event
@@ -25,7 +25,7 @@ from ..stores.base import RunRecord
 
 __all__ = ["Drives"]
 
-log = logging.getLogger("fiduciary.server")
+log = logger("fiduciary.server")
 
 OnEvent = Callable[[Event], None]
 

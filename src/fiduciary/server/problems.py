@@ -48,6 +48,7 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "acknowledgement_required": (422, "The amount must be re-typed to approve this"),
     "client_executed": (409, "The client performs this action; submit its result"),
     "not_client_executed": (409, "The server performs this action; approve or deny it"),
+    "tampered": (409, "The stored approval does not match the run's log"),
     # webhooks
     "unknown_channel": (404, "No such webhook channel"),
     "invalid_signature": (401, "The webhook signature is missing or wrong"),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -31,12 +30,13 @@ from uuid import UUID
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from .._logs import logger
 from ..agent import Agent
 from ..events import Event, encode_sse
 
 __all__ = ["EventHub", "SSEResponse", "Subscriber"]
 
-log = logging.getLogger("fiduciary.server")
+log = logger("fiduciary.server")
 
 _PAGE = 500  # stored events read per query when catching up
 

@@ -24,7 +24,6 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import logging
 import random
 import socket
 from collections import OrderedDict
@@ -37,6 +36,7 @@ from uuid import UUID, uuid4
 
 import httpx
 
+from .._logs import logger
 from ..clock import Clock, SystemClock
 from ..events import Event, PendingAction, RunCompleted, RunFailed
 
@@ -52,7 +52,7 @@ __all__ = [
     "sign",
 ]
 
-log = logging.getLogger("fiduciary.server.webhooks")
+log = logger("fiduciary.server.webhooks")
 
 TIMESTAMP_HEADER = "x-fiduciary-timestamp"
 SIGNATURE_HEADER = "x-fiduciary-signature"

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
+from .._logs import logger
 from ..events import Event, decode_event
 from ._postgres_sql import (
     _READ_CANCEL,
@@ -31,7 +31,7 @@ from ._postgres_sql import (
 )
 from .base import Broadcaster, CancelRequest
 
-log = logging.getLogger("fiduciary.stores.postgres")
+log = logger("fiduciary.stores.postgres")
 
 Fetch = Callable[[str, Params], Awaitable[list[Any]]]
 

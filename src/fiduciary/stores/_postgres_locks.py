@@ -24,17 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, LiteralString
 
 import psycopg
 
+from .._logs import logger
 from ..exceptions import StoreError
 from ._postgres_sql import _Conn, _translate
 
-log = logging.getLogger("fiduciary.stores.postgres")
+log = logger("fiduciary.stores.postgres")
 
 
 def principal_key(actor_id: str) -> int:

@@ -104,7 +104,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,6 +121,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         "pip install 'fiduciary[postgres]'"
     ) from exc
 
+from .._logs import logger
 from ..events import Event, decode_event
 from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreError
 from ._postgres_listen import Listener
@@ -193,7 +193,7 @@ __all__ = [
     "apply_migrations",
 ]
 
-log = logging.getLogger("fiduciary.stores.postgres")
+log = logger("fiduciary.stores.postgres")
 
 # --- live events --------------------------------------------------------------------------
 

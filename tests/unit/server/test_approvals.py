@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from fiduciary import ManualClock
+from fiduciary.capabilities import args_digest
 from fiduciary.demo import Billing
 from fiduciary.events import (
     ActionResolved,
@@ -21,6 +23,9 @@ from fiduciary.events import (
     ToolCallRejected,
 )
 from fiduciary.server import Server
+from fiduciary.stores.base import Store
+from fiduciary.stores.sqlite import SQLiteStore
+from fiduciary.testing import MemoryStore
 
 from ..conftest import Effects
 from .conftest import Keys, all_events, bearer, problem, settle, start_run
@@ -349,3 +354,70 @@ async def test_client_executed_action_result(
         409,
         "not_client_executed",
     )
+
+
+async def test_every_decision_error_is_a_4xx_problem(
+    client: httpx.AsyncClient, keys: Keys, server: Server
+) -> None:
+    run_id = await start_run(client, keys.alice, "send 500 to bob")
+    await settle(server)
+    card = await pending_of(client, keys.alice, run_id)
+    url = f"/approvals/{card['approval_id']}/approve"
+    for typed in ("1e30", "1e999", "NaN", "-Infinity"):
+        problem(
+            await client.post(
+                url,
+                json={"args_digest": card["args_digest"], "confirm_amount": typed},
+                headers=bearer(keys.alice),
+            ),
+            422,
+            "acknowledgement_required",
+        )
+    problem(
+        await client.post(
+            url,
+            json={
+                "args_digest": card["args_digest"],
+                "edits": {"amount": "1e999"},
+                "confirm_amount": "500",
+            },
+            headers=bearer(keys.alice),
+        ),
+        422,
+        "invalid_edit",
+    )
+
+
+async def test_a_rewritten_approval_row_is_a_409_problem(
+    client: httpx.AsyncClient, keys: Keys, server: Server, store: Store, effects: Effects
+) -> None:
+    run_id = await start_run(client, keys.alice, "send 60 to bob")
+    await settle(server)
+    card = await pending_of(client, keys.alice, run_id)
+    evil = {**card["args"], "to": "mallory"}
+    record = await store.get_approval(UUID(card["approval_id"]))
+    assert record is not None
+    if isinstance(store, SQLiteStore):  # the file rewritten behind the store
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(
+                "UPDATE approvals SET args = ?, args_digest = ? WHERE approval_id = ?",
+                (json.dumps(evil), args_digest(evil), card["approval_id"]),
+            )
+    else:
+        assert isinstance(store, MemoryStore)
+        rewritten = record.with_(args=evil, args_digest=args_digest(evil))
+        store._approvals[record.approval_id] = rewritten
+    # the console now shows the rewritten row; approving it is refused all the same
+    shown = await pending_of(client, keys.alice, run_id)
+    assert shown["args"]["to"] == "mallory"
+    problem(
+        await client.post(
+            f"/approvals/{card['approval_id']}/approve",
+            json={"args_digest": shown["args_digest"]},
+            headers=bearer(keys.alice),
+        ),
+        409,
+        "tampered",
+    )
+    await settle(server)
+    assert effects.payments == []

@@ -32,6 +32,7 @@ def test_codes_are_stable_and_core_errors_map_to_them() -> None:
         "acknowledgement_required",
         "client_executed",
         "not_client_executed",
+        "tampered",
     ]:
         mapped = from_core_error(ApprovalError(code, "x"))
         assert mapped.code in PROBLEMS
