@@ -114,7 +114,9 @@ def test_the_model_string() -> None:
 
 def _sse(*deltas: dict[str, object], finish: str = "tool_calls") -> Reply:
     """A chat completion stream of these deltas, then a finish reason."""
-    chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+    chunks: list[dict[str, object]] = [
+        {"index": 0, "delta": d, "finish_reason": None} for d in deltas
+    ]
     chunks.append({"index": 0, "delta": {}, "finish_reason": finish})
     lines = [
         "data: "
