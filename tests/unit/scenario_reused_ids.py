@@ -21,6 +21,7 @@ from fiduciary.capabilities import Capability
 from fiduciary.clock import Clock
 from fiduciary.models.base import (
     AssistantMessage,
+    Model,
     ModelEvent,
     ModelRequest,
     StreamStop,
@@ -87,7 +88,7 @@ def agent(
     store: Store,
     target: EffectTarget,
     *,
-    model: ReusedIds | None = None,
+    model: Model | None = None,
     crash_after_effect: int | None = None,
     clock: Clock | None = None,
 ) -> Agent:

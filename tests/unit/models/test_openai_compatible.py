@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from fiduciary.events import RunCompleted
 from fiduciary.exceptions import ModelError
 from fiduciary.models._openai_chat import ChatTurn
 from fiduciary.models.base import (
@@ -20,7 +22,10 @@ from fiduciary.models.base import (
 from fiduciary.models.openai import OpenAIModel, openai_compatible
 from fiduciary.models.registry import resolve_model
 from fiduciary.models.retry import RetryPolicy
+from fiduciary.testing import MemoryStore, collect
 
+from .. import scenario_reused_ids as reused_ids
+from ..scenario_payments import EffectTarget
 from .helpers import essence, events_of, request, scripted_turn
 from .wire import Reply, Wire
 
@@ -114,7 +119,9 @@ def test_the_model_string() -> None:
 
 def _sse(*deltas: dict[str, object], finish: str = "tool_calls") -> Reply:
     """A chat completion stream of these deltas, then a finish reason."""
-    chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+    chunks: list[dict[str, object]] = [
+        {"index": 0, "delta": d, "finish_reason": None} for d in deltas
+    ]
     chunks.append({"index": 0, "delta": {}, "finish_reason": finish})
     lines = [
         "data: "
@@ -242,3 +249,22 @@ async def test_a_server_that_wants_a_key_says_how_to_give_one(retry: RetryPolicy
     with pytest.raises(ModelError) as caught:
         await events_of(named)
     assert "check VLLM_API_KEY" in caught.value.message
+
+
+async def test_a_payment_asked_twice_by_a_server_without_call_ids_is_made_twice(
+    retry: RetryPolicy, tmp_path: Path
+) -> None:
+    send = _sse({"tool_calls": [_piece('{"payee":"bob","amount":"5"}', index=0, name="send")]})
+    answer = _sse({"content": "Sent bob 5 dollars twice."}, finish="stop")
+    wire = Wire(send, send, answer)
+    target = EffectTarget(tmp_path / "effects.sqlite3")
+    agent = reused_ids.agent(MemoryStore(), target, model=ollama(wire, retry))
+    events = await collect(agent.run(reused_ids.MESSAGE, principal="alice"))
+    assert isinstance(events[-1], RunCompleted)
+    assert [row[1:] for row in target.effects()] == [("bob", "5"), ("bob", "5")]
+    # the server is told of each call, and of its result, under one id of its own
+    messages = wire.bodies[-1]["messages"]
+    called = [c["id"] for m in messages for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert called == answered
+    assert len(set(called)) == 2
