@@ -50,9 +50,10 @@ async def update_profile(note: str, token: str) -> dict[str, str]:
     return {"ok": "yes"}
 
 
-async def test_secrets_reach_no_event_audit_row_or_model_request(
-    store: Store, clock: ManualClock
+async def test_secrets_reach_no_event_audit_row_model_request_or_log(
+    store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)  # everything any logger writes, at every level
     script = Script(
         "account",
         [
@@ -96,6 +97,7 @@ async def test_secrets_reach_no_event_audit_row_or_model_request(
         assert canary not in stored, canary
         assert canary not in audit, canary
         assert canary not in requests, canary
+        assert canary not in caplog.text, canary
 
 
 HELD = "held-secret-CANARY-4242-never-logged"  # no known shape: only known_secrets catch it
