@@ -249,6 +249,10 @@ class Registry:
         decision = await self.decide(scope, cap, args, call.tool_use_id)
         if decision.tier == "deny":
             return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
+        held = outcome.needs_person
+        if held and cap.is_write and decision.tier == "auto":
+            reason = f"{', '.join(held)} asks for a person"
+            decision = PolicyDecision("confirm", reason, decision.amount_usd)
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
 
     async def run_guards(
