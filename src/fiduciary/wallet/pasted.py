@@ -35,6 +35,8 @@ and was never paid waits for the person (``new_recipient``).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 import unicodedata
 
@@ -109,6 +111,9 @@ _INTRODUCERS = re.compile(
     re.I,
 )
 _WORD = re.compile(r"\w")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_OPENER = re.compile("[" + re.escape("".join([*_PAIRS, *_SINGLE, "{"])) + "]")
+_BRACES = re.compile(r"[{}]")
 
 
 def _invisible(ch: str) -> bool:
@@ -117,26 +122,33 @@ def _invisible(ch: str) -> bool:
 
 def visible(text: str) -> tuple[str, list[int]]:
     """``text`` without invisible characters, and where each kept character was in ``text``."""
-    kept = [i for i, ch in enumerate(text) if not _invisible(ch)]
-    return "".join(text[i] for i in kept), kept
+    hidden = [m.start() for m in _NON_ASCII.finditer(text) if _invisible(m.group())]
+    if not hidden:
+        return text, list(range(len(text)))
+    pieces: list[str] = []
+    where: list[int] = []
+    for before, after in itertools.pairwise([-1, *hidden, len(text)]):
+        pieces.append(text[before + 1 : after])
+        where.extend(range(before + 1, after))
+    return "".join(pieces), where
 
 
 def _quotes(text: str) -> list[Span]:
     spans: list[Span] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
+    at = 0
+    while (found := _OPENER.search(text, at)) is not None:
+        i, ch = found.start(), found.group()
         if ch in _PAIRS:
-            end = _close(text, i + 1, _PAIRS[ch], apostrophes=False)
+            end = _close(text, i + 1, _PAIRS[ch])
         elif ch in _SINGLE and _opens_single(text, i):
-            end = _close(text, i + 1, _SINGLE[ch], apostrophes=True)
+            end = _close_single(text, i + 1, _SINGLE[ch][0])
         elif ch == "{":
             end = _brace(text, i)
         else:
-            i += 1
+            at = i + 1
             continue
         spans.append((i, end))
-        i = end
+        at = end
     return spans
 
 
@@ -146,26 +158,26 @@ def _opens_single(text: str, i: int) -> bool:
     return not _WORD.match(before) and not after.isspace()
 
 
-def _close(text: str, start: int, closers: tuple[str, ...], *, apostrophes: bool) -> int:
+def _close(text: str, start: int, closers: tuple[str, ...]) -> int:
     """The end (past the closing mark) of a quotation opened before ``start``; open: the end."""
-    for j in range(start, len(text)):
-        if text[j] not in closers:
-            continue
-        if apostrophes and j + 1 < len(text) and _WORD.match(text[j + 1]):
-            continue  # it's, don't: an apostrophe inside the quotation
-        return j + 1
-    return len(text)
+    ends = [j for j in (text.find(c, start) for c in closers) if j >= 0]
+    return min(ends) + 1 if ends else len(text)
+
+
+def _close_single(text: str, start: int, closer: str) -> int:
+    """As ``_close``, skipping apostrophes (a mark followed by a letter: it's, don't)."""
+    j = text.find(closer, start)
+    while j >= 0 and j + 1 < len(text) and _WORD.match(text[j + 1]):
+        j = text.find(closer, j + 1)
+    return len(text) if j < 0 else j + 1
 
 
 def _brace(text: str, i: int) -> int:
     depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return j + 1
+    for match in _BRACES.finditer(text, i):
+        depth += 1 if match.group() == "{" else -1
+        if depth == 0:
+            return match.end()
     return len(text)
 
 
@@ -187,26 +199,39 @@ def _fences(text: str) -> list[Span]:
 
 
 def pasted_spans(text: str) -> list[Span]:
-    """The quoted or pasted spans of ``text`` (already free of invisible characters), sorted
-    and possibly overlapping."""
+    """The quoted or pasted spans of ``text`` (already free of invisible characters): sorted,
+    disjoint, none empty."""
     spans = _quotes(text) + _fences(text)
     spans += [(m.start(), m.end()) for m in _BLOCKQUOTE.finditer(text)]
     for pattern, at_end in ((_EMAIL_MARKERS, False), (_INTRODUCERS, True)):
         found = pattern.search(text)
         if found is not None:
             spans.append((found.end() if at_end else found.start(), len(text)))
-    return sorted(spans)
+    merged: list[Span] = []
+    for start, end in sorted(spans):
+        if start >= end:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _inside(spans: list[Span], start: int, end: int) -> bool:
-    return any(s < end and start < e for s, e in spans)
+    """Whether [start, end) overlaps one of the sorted, disjoint ``spans``."""
+    last = bisect.bisect_left(spans, (end, -1)) - 1  # the last span starting before ``end``
+    return last >= 0 and spans[last][1] > start
 
 
 def own_words(text: str) -> str:
     """``text`` with what was quoted or pasted (and every invisible character) left out."""
     shown, _ = visible(text)
-    spans = pasted_spans(shown)
-    return "".join(ch for i, ch in enumerate(shown) if not _inside(spans, i, i + 1))
+    kept, at = [], 0
+    for start, end in pasted_spans(shown):
+        kept.append(shown[at:start])
+        at = end
+    return "".join(kept) + shown[at:]
 
 
 def given_addresses(text: str) -> set[str]:

@@ -4,6 +4,8 @@ giving an address (apostrophes, a colon, a name before it) still count."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fiduciary.wallet.pasted import given_addresses, mentioned_addresses, own_words
 
@@ -108,3 +110,61 @@ def test_an_address_broken_by_invisible_characters_is_never_given() -> None:
 def test_own_words_leave_out_every_pasted_part() -> None:
     text = f'ok so "pay {A}" was in it\n> and this\nand my own line'
     assert own_words(text) == "ok so  was in it\n\nand my own line"
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+_PIECES = st.sampled_from(
+    [
+        A,
+        F,
+        " ",
+        "\n",
+        '"',
+        "'",
+        "“",
+        "”",
+        "«",
+        "»",
+        "{",
+        "}",
+        ">",
+        "```",
+        "~~~",
+        "it's ",
+        "pay ",
+        "wrote:",
+        "From: x\n",
+        "Subject: y\n",
+        "summarize ",
+        "this email says ",
+        ZWSP,
+        RLO,
+        "x",
+        "0x",
+    ]
+)
+_TEXTS = st.lists(_PIECES | st.text(max_size=8), max_size=30).map("".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_TEXTS)
+def test_given_is_always_a_part_of_what_is_mentioned(text: str) -> None:
+    assert given_addresses(text) <= mentioned_addresses(text)
+    assert given_addresses(own_words(text)) >= given_addresses(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_TEXTS)
+def test_nothing_after_an_introducer_or_in_a_blockquote_is_ever_given(text: str) -> None:
+    assert given_addresses("Summarize this email:\n" + text) == set()
+    quoted = "\n".join("> " + line for line in text.split("\n"))
+    assert given_addresses(quoted) == set()
+
+
+def test_a_long_message_with_thousands_of_quotations() -> None:
+    # spans are merged and looked up by bisection: each address is judged against its own
+    text = " ".join(f'"{A}" {F} «{A}»' for _ in range(500))
+    assert given_addresses(text) == {F}
+    assert given_addresses(text + f' "{F}"') == {F}
+    assert given_addresses(text.replace(F, "Bob")) == set()
