@@ -246,13 +246,11 @@ class Registry:
                 "Do not retry; tell the person it is not permitted.",
             )
         # 6 policy
-        decision = await self.decide(scope, cap, args, call.tool_use_id)
+        decision = await self.decide(
+            scope, cap, args, call.tool_use_id, held_by=outcome.needs_person
+        )
         if decision.tier == "deny":
             return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
-        held = outcome.needs_person
-        if held and cap.is_write and decision.tier == "auto":
-            reason = f"{', '.join(held)} asks for a person"
-            decision = PolicyDecision("confirm", reason, decision.amount_usd)
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
 
     async def run_guards(
@@ -312,8 +310,15 @@ class Registry:
         return verdict is True
 
     async def decide(
-        self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
+        self,
+        scope: CallScope,
+        cap: Capability,
+        args: BaseModel,
+        tool_use_id: str,
+        *,
+        held_by: Sequence[str] = (),
     ) -> PolicyDecision:
+        """Step 6. ``held_by``: the guards that hold the call for a person (``Verdict.confirm``)."""
         if not cap.is_write:
             return PolicyDecision("auto", "reads and previews run on their own", None)
         ctx = self.context(scope, cap, args, tool_use_id)
@@ -322,7 +327,7 @@ class Registry:
         if self.policy.daily_autonomous_limit_usd is not None and amount is not None:
             since = self.policy.day_start(self.clock.now())
             spent = await self.store.autonomous_spend(scope.principal.actor_id, since=since)
-        return self.policy.decide(cap, amount, spent_today=spent)
+        return self.policy.decide(cap, amount, spent_today=spent, held_by=held_by)
 
     def context(
         self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
