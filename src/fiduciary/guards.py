@@ -3,7 +3,9 @@
 A guard has a name, a tier (safety > financial > ux: the order the runner asks them in) and a
 phase (``pre``: before authorization and policy, ``post``: after execution, hints only). A block
 becomes a tool error the model can act on; hints and warnings go to the model with the result
-and to the person on the pending action.
+and to the person on the pending action. A pre-guard's ``Verdict.confirm`` is a warning that
+also makes a write wait for a person: the call's tier is raised to at least ``confirm``,
+whatever its amount (it can never lower a tier, and a read is not held).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _TIER_ORDER: dict[str, int] = {"safety": 0, "financial": 1, "ux": 2}
 class Verdict:
     kind: Literal["pass", "hint", "warn", "block"]
     message: str = ""
+    needs_person: bool = False  # a write waits for a person's approval, whatever its tier
 
     @classmethod
     def ok(cls) -> Verdict:
@@ -55,6 +58,11 @@ class Verdict:
     @classmethod
     def block(cls, message: str) -> Verdict:
         return cls("block", message)
+
+    @classmethod
+    def confirm(cls, message: str) -> Verdict:
+        """A warning that also holds the write for a person's approval (tier >= confirm)."""
+        return cls("warn", message, needs_person=True)
 
 
 _PASS = Verdict("pass")
@@ -125,6 +133,11 @@ class GuardOutcome:
     @property
     def messages(self) -> list[str]:
         return [f"[{g.name}] {v.message}" for g, v in self.notes]
+
+    @property
+    def needs_person(self) -> list[str]:
+        """The guards whose verdict holds the call for a person (``Verdict.confirm``)."""
+        return [g.name for g, v in self.notes if v.needs_person]
 
 
 def order_guards(guards: Iterable[Guard]) -> list[Guard]:

@@ -9,12 +9,14 @@ USD amount and operation, never from anything the model says:
 - a negative amount (a capability's bug or a trick) → confirm;
 - ``amount < auto_below`` → auto, ``amount < confirm_below`` → confirm, else explicit;
 - ``amount > deny_above`` (when set) or a denied operation → deny;
-- an auto call that would take the principal past its daily autonomous limit → confirm.
+- an auto call that would take the principal past its daily autonomous limit → confirm;
+- an auto call a guard holds for a person (``Verdict.confirm``, e.g. a first payment to a new
+  recipient) → confirm, whatever the amount. A hold never lowers a tier.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 from decimal import Decimal
@@ -120,8 +122,10 @@ class Policy:
         amount_usd: Decimal | None,
         *,
         spent_today: Decimal = Decimal(0),
+        held_by: Sequence[str] = (),
     ) -> PolicyDecision:
-        """The tier of one call. ``spent_today``: USD auto-executed by the principal today."""
+        """The tier of one call. ``spent_today``: USD auto-executed by the principal today;
+        ``held_by``: the guards that hold this call for a person."""
         if cap.operation is not None and cap.operation in self.deny_operations:
             return PolicyDecision("deny", f"operation {cap.operation!r} is denied", amount_usd)
         if not cap.is_write:
@@ -147,6 +151,10 @@ class Policy:
         else:
             decision = PolicyDecision(
                 "explicit", f"${threshold.confirm_below} or more: re-type the amount", amount_usd
+            )
+        if decision.tier == "auto" and held_by:
+            return PolicyDecision(
+                "confirm", f"{', '.join(held_by)} holds it for a person", amount_usd
             )
         limit = self.daily_autonomous_limit_usd
         over = limit is not None and amount_usd is not None and spent_today + amount_usd > limit

@@ -262,7 +262,9 @@ class Registry:
             )
         # 6 policy
         try:
-            decision = await self.decide(scope, cap, args, call.tool_use_id)
+            decision = await self.decide(
+                scope, cap, args, call.tool_use_id, held_by=outcome.needs_person
+            )
         except CapabilityError as exc:  # an amount beyond any sane range
             return Refused("invalid_input", f"Invalid arguments for {cap.name}: {exc.message}.")
         if decision.tier == "deny":
@@ -332,8 +334,15 @@ class Registry:
         return verdict is True
 
     async def decide(
-        self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
+        self,
+        scope: CallScope,
+        cap: Capability,
+        args: BaseModel,
+        tool_use_id: str,
+        *,
+        held_by: Sequence[str] = (),
     ) -> PolicyDecision:
+        """Step 6. ``held_by``: the guards that hold the call for a person (``Verdict.confirm``)."""
         if not cap.is_write:
             return PolicyDecision("auto", "reads and previews run on their own", None)
         ctx = self.context(scope, cap, args, tool_use_id)
@@ -342,7 +351,7 @@ class Registry:
         if self.policy.daily_autonomous_limit_usd is not None and amount is not None:
             since = self.policy.day_start(self.clock.now())
             spent = await self.store.autonomous_spend(scope.principal.actor_id, since=since)
-        return self.policy.decide(cap, amount, spent_today=spent)
+        return self.policy.decide(cap, amount, spent_today=spent, held_by=held_by)
 
     def context(
         self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str

@@ -219,6 +219,7 @@ def test_verdict_constructors() -> None:
     assert Verdict.hint("h") == Verdict("hint", "h")
     assert Verdict.warn("w") == Verdict("warn", "w")
     assert Verdict.block("b") == Verdict("block", "b")
+    assert Verdict.confirm("c") == Verdict("warn", "c", needs_person=True)
 
 
 def test_default_guards() -> None:
@@ -414,3 +415,62 @@ async def test_a_warning_reaches_the_log_the_person_and_after_approval_the_model
     text = result_text(model, pending.tool_use_id)
     assert text.startswith('{"sent": "150"')
     assert warning in text
+
+
+@dataclass
+class HoldingGuard:
+    """A host's guard that wants a person to look at every send, whatever the amount."""
+
+    name: str = "first_payment"
+    tier: TierName = "safety"
+    phase: PhaseName = "pre"
+
+    def check(self, call: GuardCall) -> Verdict:
+        return Verdict.confirm(f"first payment to {call.args.get('to', '?')}")
+
+
+async def test_a_confirm_verdict_holds_an_auto_write_for_a_person(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script(
+        "pay carol",
+        [
+            ToolCalls([Call("balance"), Call("send", {"to": "carol", "amount": "0.01"})]),
+            Reply("asked"),
+        ],
+    )
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+        guards=[HoldingGuard()],
+    )
+    events = await collect(agent.run("pay carol", principal="alice"))
+    # the read ran (a read is never held); the one-cent send, auto by amount, waits
+    assert [e.name for e in events if isinstance(e, ToolCallEnd)] == ["balance"]
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    assert (pending.name, pending.tier, pending.amount_usd) == ("send", "confirm", Decimal("0.01"))
+    assert [(n.guard, n.verdict) for n in pending.guard_notes] == [("first_payment", "warn")]
+    assert effects.payments == []
+    await agent.approve(pending.approval_id, by="alice")
+    await collect(agent.resume(events[0].run_id))
+    assert effects.payments == [{"to": "carol", "amount": Decimal("0.01"), "memo": ""}]
+
+
+async def test_a_confirm_verdict_never_lowers_a_tier(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    script = Script("pay carol", [ToolCalls([Call("send", {"to": "carol", "amount": "900"})])])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=toy_capabilities(effects),
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+        guards=[HoldingGuard()],
+    )
+    events = await collect(agent.run("pay carol", principal="alice"))
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    assert pending.tier == "explicit"  # balanced: $200 or more re-types the amount

@@ -196,6 +196,20 @@ def test_capability_fixed_auto_respects_the_daily_limit() -> None:
     assert tier_of(policy, op_cap("send", tier="auto"), D(80), spent_today=D(30)) == "confirm"
 
 
+def test_a_guard_hold_makes_an_auto_call_wait_and_never_lowers_a_tier() -> None:
+    policy = Policy(daily_autonomous_limit_usd=None)
+    send, held = op_cap("send"), ["new_recipient"]
+    decision = policy.decide(send, D("0.01"), held_by=held)
+    assert decision.tier == "confirm"
+    assert decision.reason == "new_recipient holds it for a person"
+    assert tier_of(policy, op_cap("send", tier="auto"), D(0), held_by=held) == "confirm"
+    assert tier_of(policy, send, D(150), held_by=held) == "confirm"
+    assert tier_of(policy, send, D(500), held_by=held) == "explicit"
+    assert tier_of(policy, op_cap("send", tier="deny"), D(1), held_by=held) == "deny"
+    assert tier_of(policy, op_cap("send", kind="read"), None, held_by=held) == "auto"
+    assert tier_of(policy, send, D("0.01"), held_by=[]) == "auto"
+
+
 # --- validation ---------------------------------------------------------------------------
 
 

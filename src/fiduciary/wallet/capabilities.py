@@ -446,7 +446,7 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
     @capability(
         kind="execute",
         risk="medium",
-        tier="auto",  # moves no money; the address-source guard vets the address
+        tier="auto",  # moves no money; address_source vets the address, new_recipient a new one
         flags={"mutating"},
         describe=lambda a: f"Save the contact {a.name} = {a.address}",
     )

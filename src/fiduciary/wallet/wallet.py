@@ -372,6 +372,18 @@ class PaperWallet:
             (c.name for c in self.contacts(principal) if c.address == address.lower()), None
         )
 
+    def has_paid(self, principal: str, address: str) -> bool:
+        """Whether the principal ever sent anything to ``address``, by the wallet's own books
+        (a posted send whose legs credit that address's account)."""
+        target = address.strip().lower()
+        receiver = self.principal_at(target) or f"@addr:{target}"
+        row = self.ledger.read().one(
+            "SELECT 1 FROM wallet_transactions t JOIN wallet_postings p ON p.tx_id = t.tx_id "
+            "WHERE t.principal = ? AND t.kind = 'send' AND p.owner = ? AND p.units > 0 LIMIT 1",
+            (principal, receiver),
+        )
+        return row is not None
+
     # --- reads ------------------------------------------------------------------------------
     def price(self, symbol: str, at: datetime | None = None) -> Decimal:
         return self.market.price(symbol, self._now(at))

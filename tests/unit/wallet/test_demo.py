@@ -79,7 +79,8 @@ async def test_the_demo_conversation(wallet: PaperWallet, clock: ManualClock) ->
     [card] = [e for e in seen if isinstance(e, PendingAction)]
     assert (card.name, card.amount_usd, card.tier) == ("send_transfer", Decimal("75.00"), "confirm")
     assert card.input["to"] == LANDLORD
-    assert {n.guard for n in card.guard_notes} == {"large_transfer", "irreversibility"}
+    notes = {n.guard for n in card.guard_notes}
+    assert notes == {"large_transfer", "irreversibility", "new_recipient"}
     # 3: the send to an address the person never gave was refused by address_source
     [refused] = [e for e in seen if isinstance(e, ToolCallRejected)]
     assert (refused.name, refused.reason) == ("send_transfer", "guard_blocked")
