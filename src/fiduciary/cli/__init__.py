@@ -3,13 +3,16 @@
 ```
 fiduciary demo [--yes] [--model NAME]
 fiduciary chat [--yes] [--model NAME] [--principal WHO]
-fiduciary runs list | show RUN | events RUN [--follow] | export RUN | resume RUN
-fiduciary approvals list | approve ID --by P | deny ID --by P
+fiduciary runs list | show RUN | events RUN [--follow] | export RUN
+fiduciary runs resume RUN [--agent MODULE:FACTORY] [--any-model]
+fiduciary approvals list | approve ID --by P [--agent ...] | deny ID --by P [--agent ...]
 ```
 
 Every command works on one SQLite file: ``--db PATH``, else ``$FIDUCIARY_DB``, else
-``.fiduciary/fiduciary.sqlite3``. Only ``demo`` and ``chat`` create it. The agent the CLI knows
-is the paper-wallet agent (``fiduciary.wallet``), whose ledger lives in the same file. Runs and
+``.fiduciary/fiduciary.sqlite3``. Only ``demo`` and ``chat`` create it. Resuming a run and
+deciding its approvals need the run's agent: ``--agent module:attribute`` names its factory (as
+for ``serve`` and ``worker``); the default is the paper-wallet agent (``fiduciary.wallet``),
+whose ledger lives in the same file. An agent that is not the run's is refused. Runs and
 approvals are named by their full id or by a unique prefix of at least six hex characters.
 
 The package: ``_common`` (the boundary, ids, formatting), ``terminal`` (rendering a run and
@@ -33,9 +36,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..agent import Agent
+from ..agent_factory import agent_of
 from ..exceptions import ConfigurationError
-from ._common import DEFAULT_DB, CliError, Db, Yes, _command
+from ._common import DEFAULT_DB, CliError, Db, Yes, _command, load_agent_factory
 from .runs import approvals_app, runs_app
 from .terminal import (
     Renderer,
@@ -152,31 +155,20 @@ async def worker(
     drain_seconds: Annotated[float, typer.Option(help="Seconds to finish runs on SIGTERM.")] = 10.0,
 ) -> int:
     """Claim and drive runs from a shared PostgreSQL database until SIGTERM or Ctrl-C."""
-    import importlib
     import signal
 
     from ..stores.postgres import PostgresStore
     from ..worker import run_worker
 
-    module_name, sep, attribute = agent.partition(":")
-    if not sep:
-        raise CliError(f"--agent must be module:callable, not {agent!r}")
-    try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"cannot load {agent}: {exc}") from exc
+    factory = load_agent_factory(agent)
     store = await PostgresStore.open(postgres)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        made = factory(store)
-        driven: Agent = getattr(made, "agent", made)  # an Agent, or a ServedAgent holding one
-        if not isinstance(driven, Agent):
-            raise CliError(f"{agent} did not return an Agent")
         await run_worker(
-            driven,
+            agent_of(factory(store), agent),
             stop=stop,
             concurrency=concurrency,
             poll_interval=poll_interval,

@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..agent import Agent
+from ..agent_factory import agent_of, load_factory
 from ..events import Event
-from ..exceptions import ApprovalError, FiduciaryError, RunError, StoreError
+from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
 from ..stores.base import ApprovalRecord, RunRecord, RunStatus, Store
 from ..stores.sqlite import SQLiteStore
 
@@ -51,6 +52,14 @@ ApprovalRef = Annotated[
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON, one line per item.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Approve every pending action.")]
 By = Annotated[str, typer.Option("--by", help="Who decides (the run's principal).")]
+AgentSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="The run's agent, as for serve and worker: a factory module:attribute "
+        "(store -> Agent). Default: the paper-wallet agent.",
+    ),
+]
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -129,13 +138,44 @@ async def _closing(store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
 
 
 @asynccontextmanager
-async def _wallet_agent(store: SQLiteStore) -> AsyncIterator[Agent]:
-    """The agent the CLI knows: the paper-wallet agent, its ledger in the store's file."""
+async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
+    """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
+    scripted demo's by default)."""
     from ..wallet import PaperWallet
-    from ..wallet.demo import build_wallet_agent
+    from ..wallet.demo import build_wallet_agent, load_model
 
+    chosen = None if model is None or model == "scripted" else load_model(model)
     with PaperWallet(store.path) as wallet:
-        yield build_wallet_agent(store, wallet)
+        yield build_wallet_agent(store, wallet, model=chosen)
+
+
+def load_agent_factory(spec: str) -> Callable[[Store], object]:
+    """``--agent module:attribute`` → its factory; a bad name is a usage error."""
+    try:
+        return load_factory(spec)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+
+
+@asynccontextmanager
+async def _agent(
+    store: SQLiteStore, spec: str | None, *, model: str | None = None
+) -> AsyncIterator[Agent]:
+    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
+    if spec is None:
+        async with _wallet_agent(store, model) as wallet_agent:
+            yield wallet_agent
+        return
+    factory = load_agent_factory(spec)
+    try:
+        made = factory(store)
+    except Exception as exc:  # someone else's code: its failure is one line too
+        raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        agent = agent_of(made, spec)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+    yield agent
 
 
 # --- ids and reading --------------------------------------------------------------------------

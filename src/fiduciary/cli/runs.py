@@ -10,6 +10,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
+from uuid import UUID
 
 import typer
 from rich.console import Console
@@ -20,11 +21,12 @@ from rich.table import Table
 from .. import events as ev
 from ..agent import Agent
 from ..events import Event, encode_event
-from ..exceptions import ApprovalError
-from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus
+from ..exceptions import ApprovalError, RunError
+from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
 from ._common import (
     _FINISHED,
     DEFAULT_DB,
+    AgentSpec,
     ApprovalRef,
     By,
     CliError,
@@ -32,6 +34,7 @@ from ._common import (
     JsonFlag,
     RunRef,
     Yes,
+    _agent,
     _all_events,
     _clip,
     _command,
@@ -42,7 +45,6 @@ from ._common import (
     _short,
     _styled,
     _usd,
-    _wallet_agent,
     _when,
 )
 from .terminal import Renderer, describe, follow_events, resume_with_approvals
@@ -224,12 +226,21 @@ async def runs_resume(
     by: Annotated[
         str | None, typer.Option(help="Who decides (default: the run's principal).")
     ] = None,
+    agent_spec: AgentSpec = None,
+    any_model: Annotated[
+        bool,
+        typer.Option(
+            "--any-model", help="Drive the run with the agent's model even if it is not the run's."
+        ),
+    ] = False,
 ) -> int:
     """Continue a run from its log: after a crash, or once its approvals are decided.
 
-    Resuming runs the agent, so it needs the agent's capabilities: the CLI knows the
-    paper-wallet agent's, whose ledger is in the same file. Pending actions are asked about at
-    the terminal, or approved with --yes.
+    Resuming runs the run's agent: --agent names it (module:attribute, as for serve and
+    worker); without it, the paper-wallet agent, on the model the run recorded. An agent that
+    lacks the run's capabilities, or has another model (unless --any-model), is refused and
+    the run is left as it was. Pending actions are asked about at the terminal, or approved
+    with --yes.
     """
     out = Console()
     async with _open(db) as store:
@@ -237,15 +248,50 @@ async def runs_resume(
         if record.status in _FINISHED:
             out.print(f"run {record.run_id} is already {record.status}: nothing to resume")
             return 0
-        async with _wallet_agent(store) as agent:
+        model = await _recorded_model(store, record.run_id)
+        async with _agent(store, agent_spec, model=model) as agent:
+            await _check_agent(agent, record.run_id, agent_spec, any_model=any_model)
             await resume_with_approvals(
-                agent, record.run_id, by or record.principal, yes=yes, out=out
+                agent, record.run_id, by or record.principal, yes=yes, out=out, any_model=any_model
             )
             final = await agent.get_run(record.run_id)
     out.print(
         f"run [bold]{final.run_id}[/] is {_styled(final.status)} after {final.last_seq} events."
     )
     return 0 if final.status == "completed" else 1
+
+
+async def _recorded_model(store: Store, run_id: UUID) -> str | None:
+    """The name of the model a run was started with (its ``run_started``)."""
+    first = await store.read_events(run_id, limit=1)
+    return first[0].model if first and isinstance(first[0], ev.RunStarted) else None
+
+
+async def _check_agent(
+    agent: Agent, run_id: UUID, spec: str | None, *, any_model: bool | None
+) -> None:
+    """Refuse an agent that is not the run's (``any_model`` None: only its capabilities count,
+    as in deciding an approval)."""
+    which = f"the agent {spec}" if spec else "the paper-wallet agent (the default)"
+    try:
+        await agent.check_resumable(run_id, any_model=True)
+    except RunError as exc:
+        raise CliError(
+            f"{which} is not this run's agent: {exc.message}; name the run's agent with "
+            f"--agent module:attribute ({exc.code})",
+            1,
+        ) from exc
+    if any_model is None:
+        return
+    try:
+        await agent.check_resumable(run_id, any_model=any_model)
+    except RunError as exc:
+        raise CliError(
+            f"{which} is not this run's agent: {exc.message}; name the run's agent with "
+            f"--agent module:attribute, or pass --any-model to drive the run with this agent's "
+            f"model ({exc.code})",
+            1,
+        ) from exc
 
 
 # --- approvals --------------------------------------------------------------------------------
@@ -305,9 +351,7 @@ def _refusal(exc: ApprovalError, record: ApprovalRecord, by: str, agent: Agent) 
         case "field_not_modifiable":
             text = f"{exc.message} (editable: {', '.join(record.modifiable_fields) or 'none'})"
         case "unknown" if agent.registry.get(record.capability) is None:
-            text = (
-                f"{record.capability} is not a capability of the wallet agent (the CLI's only one)"
-            )
+            text = f"{record.capability} is not a capability of this agent (see --agent)"
         case "client_executed":
             text = "the client performs this action and reports its result; it is not approved"
         case _:
@@ -319,14 +363,17 @@ async def _decide(
     db: Path,
     ref: str,
     by: str,
+    spec: str | None,
     decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
 ) -> int:
-    """Resolve an approval, decide it durably under the wallet agent's rules, say what happened."""
+    """Resolve an approval, decide it durably under the rules of the run's agent (``spec``, else
+    the paper-wallet agent), say what happened."""
     if not by.strip():
         raise CliError("--by must name who decides")
     async with _open(db) as store:
         record = await _find_approval(store, ref)
-        async with _wallet_agent(store) as agent:
+        async with _agent(store, spec) as agent:
+            await _check_agent(agent, record.run_id, spec, any_model=None)
             try:
                 decided = await decision(agent, record)
             except ApprovalError as exc:
@@ -342,7 +389,7 @@ async def _decide(
         f"{amount} · by {escape(by + why)}",
         soft_wrap=True,
     )
-    where = "" if db == DEFAULT_DB else f" --db {db}"
+    where = ("" if db == DEFAULT_DB else f" --db {db}") + (f" --agent {spec}" if spec else "")
     hint = f"resume the run with: fiduciary runs resume {decided.run_id}{where}"
     out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0
@@ -358,6 +405,7 @@ async def approvals_approve(
         list[str] | None,
         typer.Option(help="Change a modifiable field: field=text or field:=json. Repeatable."),
     ] = None,
+    agent_spec: AgentSpec = None,
 ) -> int:
     """Approve a pending action (decide only: it runs when the run resumes)."""
     edits = _parse_edits(edit or [])
@@ -367,7 +415,7 @@ async def approvals_approve(
             record.approval_id, by=by, edits=edits or None, confirm_amount=amount
         )
 
-    return await _decide(db, approval, by, approve)
+    return await _decide(db, approval, by, agent_spec, approve)
 
 
 @_command(approvals_app, "deny")
@@ -376,10 +424,11 @@ async def approvals_deny(
     by: By,
     db: Db = DEFAULT_DB,
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
+    agent_spec: AgentSpec = None,
 ) -> int:
     """Decline a pending action: it never runs, and the model is told when the run resumes."""
 
     async def deny(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
         return await agent.deny(record.approval_id, by=by, reason=reason)
 
-    return await _decide(db, approval, by, deny)
+    return await _decide(db, approval, by, agent_spec, deny)

@@ -182,7 +182,13 @@ async def _decide_at_terminal(
 
 
 async def _drive(
-    agent: Agent, stream: AsyncIterator[Event], principal: str, *, yes: bool, out: Console
+    agent: Agent,
+    stream: AsyncIterator[Event],
+    principal: str,
+    *,
+    yes: bool,
+    out: Console,
+    any_model: bool = False,
 ) -> list[Event]:
     """Stream a run to its end, deciding each pending action at the terminal and resuming."""
     render = Renderer(out)
@@ -198,7 +204,7 @@ async def _drive(
         if not pending:
             return seen
         await _decide_at_terminal(agent, pending, principal, yes=yes, out=out)
-        stream = agent.resume(pending[0].run_id)
+        stream = agent.resume(pending[0].run_id, any_model=any_model)
 
 
 async def drive_with_approvals(
@@ -217,9 +223,16 @@ async def drive_with_approvals(
 
 
 async def resume_with_approvals(
-    agent: Agent, run_id: UUID, principal: str, *, yes: bool, out: Console
+    agent: Agent,
+    run_id: UUID,
+    principal: str,
+    *,
+    yes: bool,
+    out: Console,
+    any_model: bool = False,
 ) -> list[Event]:
-    """Continue a run from its log, first deciding the actions it is waiting for."""
+    """Continue a run from its log, first deciding the actions it is waiting for; ``any_model``
+    as for ``Agent.resume``."""
     waiting = {a.approval_id for a in await agent.pending_approvals(run_id=run_id)}
     if waiting:
         actions = [
@@ -230,7 +243,8 @@ async def resume_with_approvals(
         for action in actions:
             out.print(pending_card(action))
         await _decide_at_terminal(agent, actions, principal, yes=yes, out=out)
-    return await _drive(agent, agent.resume(run_id), principal, yes=yes, out=out)
+    stream = agent.resume(run_id, any_model=any_model)
+    return await _drive(agent, stream, principal, yes=yes, out=out, any_model=any_model)
 
 
 async def follow_events(
