@@ -78,7 +78,7 @@ def billing(tmp_path: Path) -> ModuleType:
     return module
 
 
-def fiduciary(tmp_path: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+def fiduciary(tmp_path: Path, *args: str | Path | UUID) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("FIDUCIARY_MODEL", None)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
