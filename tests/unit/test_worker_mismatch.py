@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from fiduciary import Agent, Policy
+from fiduciary import Agent, PendingAction, Policy
 from fiduciary.stores.base import RunRecord
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
@@ -115,3 +115,53 @@ async def test_a_run_refused_by_a_workers_agent_is_left_for_its_own(
         async with asyncio.timeout(TIMEOUT):
             await worker
     assert [p["to"] for p in effects.payments] == ["carol"]
+
+
+BIG = Script("big", [ToolCalls([Call("send", {"to": "dave", "amount": "150"})]), Reply("paid")])
+
+
+@pytest.mark.slow  # while it fails, it waits out its timeout
+@pytest.mark.xfail(
+    strict=True,
+    reason="a claim clears the run's wake marker (runs.wake_at) and a release does not set it "
+    "again, so a decided run released untouched is never claimed again: issue 11's PostgreSQL "
+    "liveness fix (a claim must not lose the wake marker) makes this pass; remove this mark then",
+)
+async def test_a_decided_run_refused_by_one_worker_is_driven_by_its_own(
+    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An approval decided while a worker with the wrong agent runs: that worker claims the run,
+    refuses it, and the run's own agent's worker must still get it."""
+    effects = Effects()
+    own = make_agent(stores[1], effects)
+    own.model = ScriptedModel([BIG])
+    events = [e async for e in own.run("big", principal="alice")]
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    run_id = events[0].run_id
+    wrong = make_agent(stores[0], effects, without_send=True)
+    claims = Claims(stores[0])
+    monkeypatch.setattr(stores[0], "claim_runnable", claims)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(wrong, stop=stop, poll_interval=0.05))
+    try:
+        await own.approve(pending.approval_id, by="alice")
+        async with asyncio.timeout(TIMEOUT):
+            while run_id not in claims.handed:
+                await claims.until(calls=claims.calls + 1)
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT):
+            await worker
+
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(own, stop=stop, poll_interval=0.05))
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            async for event in own.events(run_id):
+                if event.type == "run_completed":
+                    break
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT):
+            await worker
+    assert [p["to"] for p in effects.payments] == ["dave"]
