@@ -135,6 +135,7 @@ class Agent:
         )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._mismatched: set[UUID] = set()  # runs resume_all refused (logged once each)
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -260,14 +261,17 @@ class Agent:
             raise
 
     async def resume(
-        self, run_id: UUID, *, claimed: RunRecord | None = None
+        self, run_id: UUID, *, claimed: RunRecord | None = None, any_model: bool = False
     ) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
 
         Yields the new events only. A run that is idle, or still waiting for a decision, yields
         nothing new beyond what settling it requires. ``claimed``: the run as leased to this
         agent already (by ``claim_runnable``, in a worker); it is driven under that lease and
-        epoch instead of leasing it again.
+        epoch instead of leasing it again (and released if this agent may not drive it).
+        Raises ``RunError("agent_mismatch")``, touching nothing, when this agent lacks one of the
+        run's capabilities or has another model than the run recorded (unless ``any_model``):
+        see ``check_resumable``.
         """
         if claimed is None:
             existing = await self.store.get_run(run_id)
@@ -275,10 +279,17 @@ class Agent:
                 raise RunError("not_found", f"no run {run_id}")
             if existing.status in _IDLE:
                 return
+            await self.check_resumable(run_id, any_model=any_model)
             run, transcript = await self._lease(run_id)
         else:
             if claimed.run_id != run_id or claimed.lease_owner != self.owner:
                 raise RunError("busy", f"run {run_id} is not leased to this agent")
+            try:
+                await self.check_resumable(run_id, any_model=any_model)
+            except BaseException:
+                with suppress(Exception):  # left for an agent that may drive it
+                    await self.store.release(run_id, epoch=claimed.epoch)
+                raise
             run, transcript = claimed, await self._replay(claimed)
         if run.status in _IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
@@ -508,18 +519,51 @@ class Agent:
                 )
 
     async def resume_all(self) -> list[UUID]:
-        """Resume every run left ``running`` by a dead process; returns their ids."""
+        """Resume every run left ``running`` by a dead process; returns their ids.
+
+        A run this agent may not drive (``check_resumable``) is left as it is, for an agent that
+        may; it is logged once.
+        """
         runs = await self.store.runs_to_resume(now=self.clock.now())
         done: list[UUID] = []
 
         async def one(rid: UUID) -> None:
-            with suppress(RunError):
+            try:
                 async for _ in self.resume(rid):
                     pass
                 done.append(rid)
+            except RunError as exc:
+                if exc.code == "agent_mismatch" and rid not in self._mismatched:
+                    self._mismatched.add(rid)
+                    log.warning("run %s is left for another agent: %s", rid, exc.message)
 
         await asyncio.gather(*(one(r.run_id) for r in runs))
         return done
+
+    async def check_resumable(self, run_id: UUID, *, any_model: bool = False) -> None:
+        """Refuse, with ``RunError("agent_mismatch")``, a run this agent is not the one for.
+
+        ``run_started`` records the capabilities a run may call and its model's name. An agent
+        that lacks one of those capabilities must neither drive the run nor decide its
+        approvals; one with another model must not drive it unless ``any_model`` says so.
+        """
+        first = await self.store.read_events(run_id, limit=1)
+        started = first[0] if first else None
+        if not isinstance(started, RunStarted):
+            return
+        missing = [n for n in started.capabilities if self.registry.get(n) is None]
+        if missing:
+            raise RunError(
+                "agent_mismatch",
+                f"run {run_id} was started by an agent with capabilities this agent lacks: "
+                f"{', '.join(missing)}",
+            )
+        if not any_model and started.model != self.model.name:
+            raise RunError(
+                "agent_mismatch",
+                f"run {run_id} was started with the model {started.model}, and this agent's is "
+                f"{self.model.name}",
+            )
 
     async def _lease(self, run_id: UUID) -> tuple[RunRecord, Transcript]:
         run = await self.store.acquire(

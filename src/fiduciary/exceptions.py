@@ -71,7 +71,8 @@ class ApprovalError(FiduciaryError):
 class RunError(FiduciaryError):
     """A run could not be started or continued.
 
-    ``code`` is one of: ``not_found``, ``busy``, ``forbidden``, ``state``, ``invalid``.
+    ``code`` is one of: ``not_found``, ``busy``, ``forbidden``, ``state``, ``invalid``,
+    ``agent_mismatch`` (this agent lacks the run's capabilities or has another model).
     """
 
     def __init__(self, code: str, message: str) -> None:

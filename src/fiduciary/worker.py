@@ -86,6 +86,7 @@ async def run_worker(
     active: dict[UUID, asyncio.Task[None]] = {}
     principals: dict[UUID, str] = {}  # of the runs driven here
     cancelling: dict[UUID, asyncio.Task[None]] = {}
+    refused: set[UUID] = set()  # runs this agent may not drive: left for another worker's agent
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
 
     def on_cancel(request: CancelRequest) -> None:
@@ -120,13 +121,16 @@ async def run_worker(
                         now=agent.clock.now(),
                         ttl_seconds=agent.lease_seconds,
                         limit=free,
-                        # never a second drive of a run in this process, nor one it cancels
-                        exclude=[*active, *cancelling],
+                        # never a second drive of a run in this process, nor one it cancels,
+                        # nor one it refused (claiming it again and again would spin)
+                        exclude=[*active, *cancelling, *refused],
                     )
                 except FiduciaryError as exc:
                     log.warning("could not claim runs (%s); trying again", exc)
             for run in claimed:
-                task = asyncio.create_task(_drive(agent, run), name=f"fiduciary-run-{run.run_id}")
+                task = asyncio.create_task(
+                    _drive(agent, run, refused), name=f"fiduciary-run-{run.run_id}"
+                )
                 active[run.run_id] = task
                 principals[run.run_id] = run.principal
                 task.add_done_callback(_forget(active, run.run_id))
@@ -188,8 +192,10 @@ async def _first(
     await asyncio.wait(waiting, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
 
 
-async def _drive(agent: Agent, run: RunRecord) -> None:
-    """Drive one claimed run until it completes, fails or waits for a person."""
+async def _drive(agent: Agent, run: RunRecord, refused: set[UUID] | None = None) -> None:
+    """Drive one claimed run until it completes, fails or waits for a person; a run this
+    agent may not drive (``Agent.check_resumable``) is released untouched and added to
+    ``refused``."""
     try:
         # The claim may have lapsed while this task waited to start (a starved process), and
         # another worker may be finishing the run. Unless most of the claim is left (the usual
@@ -207,7 +213,11 @@ async def _drive(agent: Agent, run: RunRecord) -> None:
             pass
         return
     except RunError as exc:
-        log.info("run %s was not driven: %s", run.run_id, exc)
+        if exc.code == "agent_mismatch" and refused is not None:
+            refused.add(run.run_id)
+            log.warning("run %s is left for another worker's agent: %s", run.run_id, exc)
+        else:
+            log.info("run %s was not driven: %s", run.run_id, exc)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await agent.store.release(run.run_id, epoch=run.epoch)

@@ -7,12 +7,13 @@ with the console's balances; ``demo_agent`` is the small billing demo.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import cast
 
+from .. import agent_factory
 from ..agent import Agent
 from ..demo import DEMO_PRINCIPAL, Billing, build_demo_agent
 from ..exceptions import ConfigurationError
@@ -88,19 +89,8 @@ def wallet_agent(store: Store) -> ServedAgent:
 
 
 def load_factory(spec: str) -> AgentFactory:
-    """``module:attribute`` → the factory it names."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(f"--agent must be module:attribute, not {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name}: {exc}") from exc
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ConfigurationError(f"{spec} is not a callable agent factory")
-    checked: AgentFactory = factory
-    return checked
+    """``module:attribute`` → the factory it names (``fiduciary.agent_factory``)."""
+    return cast(AgentFactory, agent_factory.load_factory(spec))
 
 
 def serve_setup(factory: AgentFactory, store: Store) -> ServedAgent:

@@ -1,0 +1,261 @@
+"""What every ``fiduciary`` command shares: the boundary that turns failures into one line and
+an exit code, the database option, id prefixes, reading a run's log, and formatting."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+from uuid import UUID
+
+import typer
+from pydantic_core import to_jsonable_python
+from rich.console import Console
+from rich.markup import escape
+
+from ..agent import Agent
+from ..agent_factory import agent_of, load_factory
+from ..display import show_usd
+from ..events import Event
+from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
+from ..stores.base import ApprovalRecord, RunRecord, RunStatus, Store
+from ..stores.sqlite import SQLiteStore
+
+DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
+_FINISHED: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
+_WAITING: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_MIN_PREFIX = 6
+_SCAN = 1_000_000  # the Store contract has no prefix lookup: resolve over every row
+_PAGE = 1000
+_STATUS_STYLE = {  # run and approval statuses; the waiting ones are yellow
+    **dict.fromkeys(("completed", "approved", "client_result"), "green"),
+    **dict.fromkeys(("failed", "denied"), "red"),
+    **dict.fromkeys(("cancelled", "expired"), "dim"),
+    "running": "cyan",
+}
+_INTERRUPTED = ("interrupted; the run can be resumed", 130)
+
+Db = Annotated[
+    Path, typer.Option("--db", envvar="FIDUCIARY_DB", help="The SQLite file runs are stored in.")
+]
+RunRef = Annotated[str, typer.Argument(metavar="RUN", help="A run id or a unique 6+ hex prefix.")]
+ApprovalRef = Annotated[
+    str, typer.Argument(metavar="ID", help="An approval id or a unique 6+ hex prefix.")
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON, one line per item.")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Approve every pending action.")]
+By = Annotated[str, typer.Option("--by", help="Who decides (the run's principal).")]
+AgentSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="The run's agent, as for serve and worker: a factory module:attribute "
+        "(store -> Agent). Default: the paper-wallet agent.",
+    ),
+]
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+# --- the boundary -----------------------------------------------------------------------------
+
+
+class CliError(Exception):
+    """A failure reported as one line; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _explain(exc: Exception) -> tuple[str, int]:
+    match exc:
+        case CliError():
+            return exc.message, exc.code
+        case ApprovalError():
+            return f"{exc.message} ({exc.code})", 1
+        case RunError():
+            return exc.message, 2 if exc.code == "not_found" else 1
+        case StoreError() | sqlite3.Error():
+            return f"the store failed: {exc}", 2
+        case FiduciaryError():
+            return str(exc), 1
+        case _:
+            return str(exc), 2  # OSError
+
+
+def _run(coro: Coroutine[Any, Any, int], *, interrupted: tuple[str, int] = _INTERRUPTED) -> int:
+    """Run a command's coroutine; every expected failure becomes one line and an exit code."""
+    try:
+        return asyncio.run(coro)
+    except (CliError, FiduciaryError, sqlite3.Error, OSError) as exc:
+        message, code = _explain(exc)
+        line = " ".join(message.split())  # one line, whatever the error's text holds
+        Console(stderr=True).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+        return code
+    except KeyboardInterrupt:
+        Console(stderr=True).print(interrupted[0])
+        return interrupted[1]
+
+
+def _command(
+    typer_app: typer.Typer, name: str, *, interrupted: tuple[str, int] = _INTERRUPTED
+) -> Callable[[Callable[P, Coroutine[Any, Any, int]]], Callable[P, None]]:
+    """Register an async command whose result is its exit code, behind the boundary."""
+
+    def register(command: Callable[P, Coroutine[Any, Any, int]]) -> Callable[P, None]:
+        @functools.wraps(command)
+        def sync(*args: P.args, **kwargs: P.kwargs) -> None:
+            raise typer.Exit(_run(command(*args, **kwargs), interrupted=interrupted))
+
+        typer_app.command(name)(sync)
+        return sync
+
+    return register
+
+
+def _open(db: Path) -> AbstractAsyncContextManager[SQLiteStore]:
+    """The store of an existing file: inspection never creates a database."""
+    if not db.is_file():
+        raise CliError(f"no database at {db}")
+    return _closing(SQLiteStore(db))
+
+
+@asynccontextmanager
+async def _closing(store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
+    """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
+    scripted demo's by default)."""
+    from ..wallet import PaperWallet
+    from ..wallet.demo import build_wallet_agent, load_model
+
+    chosen = None if model is None or model == "scripted" else load_model(model)
+    with PaperWallet(store.path) as wallet:
+        yield build_wallet_agent(store, wallet, model=chosen)
+
+
+def load_agent_factory(spec: str) -> Callable[[Store], object]:
+    """``--agent module:attribute`` → its factory; a bad name is a usage error."""
+    try:
+        return load_factory(spec)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+
+
+@asynccontextmanager
+async def _agent(
+    store: SQLiteStore, spec: str | None, *, model: str | None = None
+) -> AsyncIterator[Agent]:
+    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
+    if spec is None:
+        async with _wallet_agent(store, model) as wallet_agent:
+            yield wallet_agent
+        return
+    factory = load_agent_factory(spec)
+    try:
+        made = factory(store)
+    except Exception as exc:  # someone else's code: its failure is one line too
+        raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        agent = agent_of(made, spec)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+    yield agent
+
+
+# --- ids and reading --------------------------------------------------------------------------
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def _prefix(text: str, what: str) -> str:
+    """An id or a prefix of one, as lowercase hex without hyphens."""
+    prefix = text.strip().lower().replace("-", "")
+    if not _HEX.fullmatch(prefix) or not _MIN_PREFIX <= len(prefix) <= 32:
+        raise CliError(f"{what} {text!r} is neither an id nor a prefix of {_MIN_PREFIX}+ hex")
+    return prefix
+
+
+def _unique(prefix: str, text: str, what: str, candidates: Sequence[tuple[UUID, T]]) -> T:
+    hits = [(key, item) for key, item in candidates if key.hex.startswith(prefix)]
+    if not hits:
+        raise CliError(f"no {what} matches {text!r}")
+    if len(hits) > 1:
+        shown = ", ".join(str(key) for key, _ in hits[:3]) + (", ..." if len(hits) > 3 else "")
+        raise CliError(
+            f"{what} prefix {text!r} is ambiguous: it matches {len(hits)} {what}s ({shown}); "
+            "give more characters"
+        )
+    return hits[0][1]
+
+
+async def _find_run(store: Store, text: str) -> RunRecord:
+    prefix = _prefix(text, "run")
+    if len(prefix) == 32 and (run := await store.get_run(UUID(prefix))) is not None:
+        return run
+    runs = await store.list_runs(limit=_SCAN)
+    return _unique(prefix, text, "run", [(r.run_id, r) for r in runs])
+
+
+async def _find_approval(store: Store, text: str) -> ApprovalRecord:
+    prefix = _prefix(text, "approval")
+    if len(prefix) == 32 and (found := await store.get_approval(UUID(prefix))) is not None:
+        return found
+    records = await store.list_approvals()
+    return _unique(prefix, text, "approval", [(a.approval_id, a) for a in records])
+
+
+async def _all_events(store: Store, run_id: UUID, *, after_seq: int = 0) -> AsyncIterator[Event]:
+    """A run's log (after a seq) in seq order, read a page at a time."""
+    after = after_seq
+    while True:
+        page = await store.read_events(run_id, after_seq=after, limit=_PAGE)
+        for event in page:
+            yield event
+        if len(page) < _PAGE:
+            return
+        after = page[-1].seq
+
+
+# --- formatting -------------------------------------------------------------------------------
+
+
+def _short(value: UUID) -> str:
+    return str(value)[:8]
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _usd(value: Decimal | None) -> str:
+    return show_usd(value)  # never 1.5E+2, never rounded
+
+
+def _styled(status: str) -> str:
+    return f"[{_STATUS_STYLE.get(status, 'yellow')}]{status}[/]"
+
+
+def _clip(text: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _jsonable(value: Any) -> str:
+    return json.dumps(to_jsonable_python(value), ensure_ascii=False)

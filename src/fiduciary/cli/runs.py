@@ -1,0 +1,438 @@
+"""``fiduciary runs`` and ``fiduciary approvals``: inspect, export and resume runs; list and
+decide pending actions."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import UUID
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from .. import events as ev
+from ..agent import Agent
+from ..display import show_value
+from ..events import Event, encode_event
+from ..exceptions import ApprovalError, RunError
+from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
+from ._common import (
+    _FINISHED,
+    DEFAULT_DB,
+    AgentSpec,
+    ApprovalRef,
+    By,
+    CliError,
+    Db,
+    JsonFlag,
+    RunRef,
+    Yes,
+    _agent,
+    _all_events,
+    _clip,
+    _command,
+    _find_approval,
+    _find_run,
+    _jsonable,
+    _open,
+    _short,
+    _styled,
+    _usd,
+    _when,
+)
+from .terminal import Renderer, describe, follow_events, resume_with_approvals
+
+__all__ = ["approvals_app", "runs_app"]
+
+runs_app = typer.Typer(help="Inspect, export and resume runs.", no_args_is_help=True)
+approvals_app = typer.Typer(help="List and decide pending actions.", no_args_is_help=True)
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+@_command(runs_app, "list")
+async def runs_list(
+    db: Db = DEFAULT_DB,
+    status: Annotated[RunStatus | None, typer.Option(help="Only runs in this status.")] = None,
+    principal: Annotated[str | None, typer.Option(help="Only this principal's runs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (newest first).")] = 20,
+    as_json: JsonFlag = False,
+) -> int:
+    """The newest runs: id, principal, status, events, last update, title."""
+    async with _open(db) as store:
+        runs = await store.list_runs(principal=principal, status=status, limit=limit)
+    if as_json:
+        for run in runs:
+            typer.echo(_jsonable(asdict(run)))
+        return 0
+    table = Table("id", "principal", "status", "events", "updated (UTC)", "title")
+    for r in runs:
+        title = escape(_clip(r.title, 60))
+        row = (escape(r.principal), _styled(r.status), str(r.last_seq), _when(r.updated_at), title)
+        table.add_row(_short(r.run_id), *row)
+    Console().print(table if runs else "[dim]no runs[/]")
+    return 0
+
+
+def _approvals_table(records: Sequence[ApprovalRecord]) -> Table:
+    now = datetime.now(UTC)
+    table = Table("id", "run", "capability", "amount", "tier", "expires (UTC)", "status")
+    for a in records:
+        status = _styled(a.status)
+        if a.status == "pending" and a.expires_at <= now:
+            status += " [dim](expired)[/]"
+        ids = (_short(a.approval_id), _short(a.run_id))
+        row = (escape(a.capability), _usd(a.amount_usd), a.tier, _when(a.expires_at), status)
+        table.add_row(*ids, *row)
+    return table
+
+
+@_command(runs_app, "show")
+async def runs_show(
+    run: RunRef,
+    db: Db = DEFAULT_DB,
+    last: Annotated[int, typer.Option(min=0, help="How many of the last events to list.")] = 10,
+) -> int:
+    """A run: its record, its pending approvals, its totals, its last events."""
+    async with _open(db) as store:
+        record = await _find_run(store, run)
+        pending = await store.list_approvals(run_id=record.run_id, status="pending")
+        count: Counter[str] = Counter()  # by event type, plus tool errors and tokens
+        tail: deque[Event] = deque(maxlen=last)
+        async for event in _all_events(store, record.run_id):
+            count[event.type] += 1
+            if isinstance(event, ev.ToolCallEnd) and event.is_error:
+                count["errors"] += 1
+            elif isinstance(event, ev.Usage):
+                count.update(tokens_in=event.input_tokens, tokens_out=event.output_tokens)
+            tail.append(event)
+    calls, refused = count["tool_call_start"], count["tool_call_rejected"]
+    lease = "free"
+    if record.lease_owner is not None:
+        lease = f"{escape(record.lease_owner)} until {_when(record.lease_until)}"
+    grid = Table.grid(padding=(0, 2))
+    for name, value in (
+        ("principal", escape(record.principal)),
+        ("status", _styled(record.status)),
+        ("title", escape(record.title)),
+        ("created", _when(record.created_at)),
+        ("updated", _when(record.updated_at)),
+        ("events", str(record.last_seq)),
+        ("lease", f"{lease} (epoch {record.epoch})"),
+        ("tool calls", f"{calls} ({count['errors']} errors, {refused} refused)"),
+        ("tokens", f"{count['tokens_in']} in / {count['tokens_out']} out"),
+    ):
+        grid.add_row(name, value)
+    out = Console()
+    out.print(Panel(grid, title=f"[bold]run {record.run_id}[/]", expand=False))
+    if pending:
+        out.print("[bold]waiting for a decision[/]")
+        out.print(_approvals_table(pending))
+        by = escape(record.principal)
+        out.print(f"decide with: fiduciary approvals approve ID --by {by}", soft_wrap=True)
+    if tail:
+        out.print(f"[bold]last {len(tail)} events[/]")
+        events = Table("seq", "at (UTC)", "type", "what", box=None)
+        for e in tail:
+            events.add_row(str(e.seq), _when(e.at), e.type, escape(describe(e)))
+        out.print(events)
+    return 0
+
+
+@_command(runs_app, "events", interrupted=("stopped following", 0))  # how a person stops -f
+async def runs_events(
+    run: RunRef,
+    db: Db = DEFAULT_DB,
+    after: Annotated[int, typer.Option(min=0, help="Only the events after this seq.")] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Print new events until the run finishes.")
+    ] = False,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Follow until the run is not running.")
+    ] = False,
+    poll: Annotated[float, typer.Option(min=0.01, help="Seconds between looks, following.")] = 0.5,
+    as_json: JsonFlag = False,
+) -> int:
+    """A run's events, rendered or as JSON lines; --follow also prints new ones as they come.
+
+    Following stops when the run is completed, failed or cancelled and every event is printed
+    (with --until-idle, as soon as it is not running), or on Ctrl-C.
+    """
+    render = Renderer(Console())
+
+    def emit(event: Event) -> None:
+        if as_json:
+            typer.echo(encode_event(event))
+        else:
+            render(event)
+
+    async with _open(db) as store:
+        record = await _find_run(store, run)
+        try:
+            if follow or until_idle:
+                await follow_events(
+                    store,
+                    record.run_id,
+                    emit,
+                    after_seq=after,
+                    until_idle=until_idle,
+                    poll_seconds=poll,
+                )
+            else:
+                async for event in _all_events(store, record.run_id, after_seq=after):
+                    emit(event)
+        finally:
+            render.flush()
+    return 0
+
+
+@_command(runs_app, "export")
+async def runs_export(
+    run: RunRef,
+    db: Db = DEFAULT_DB,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="A file, not stdout.")
+    ] = None,
+) -> int:
+    """A run's whole log as JSONL: one event per line, in seq order (see decode_event)."""
+    async with _open(db) as store:
+        record = await _find_run(store, run)
+        if output is None:
+            async for event in _all_events(store, record.run_id):
+                typer.echo(encode_event(event))
+            return 0
+        count = 0
+        with output.open("w", encoding="utf-8", newline="\n") as sink:
+            async for event in _all_events(store, record.run_id):
+                sink.write(encode_event(event) + "\n")
+                count += 1
+    Console(stderr=True).print(f"{count} events of run {record.run_id} written to {output}")
+    return 0
+
+
+@_command(runs_app, "resume")
+async def runs_resume(
+    run: RunRef,
+    db: Db = DEFAULT_DB,
+    yes: Yes = False,
+    by: Annotated[
+        str | None, typer.Option(help="Who decides (default: the run's principal).")
+    ] = None,
+    agent_spec: AgentSpec = None,
+    any_model: Annotated[
+        bool,
+        typer.Option(
+            "--any-model", help="Drive the run with the agent's model even if it is not the run's."
+        ),
+    ] = False,
+) -> int:
+    """Continue a run from its log: after a crash, or once its approvals are decided.
+
+    Resuming runs the run's agent: --agent names it (module:attribute, as for serve and
+    worker); without it, the paper-wallet agent, on the model the run recorded. An agent that
+    lacks the run's capabilities, or has another model (unless --any-model), is refused and
+    the run is left as it was. Pending actions are asked about at the terminal, or approved
+    with --yes.
+    """
+    out = Console()
+    async with _open(db) as store:
+        record = await _find_run(store, run)
+        if record.status in _FINISHED:
+            out.print(f"run {record.run_id} is already {record.status}: nothing to resume")
+            return 0
+        model = await _recorded_model(store, record.run_id)
+        async with _agent(store, agent_spec, model=model) as agent:
+            await _check_agent(agent, record.run_id, agent_spec, any_model=any_model)
+            await resume_with_approvals(
+                agent, record.run_id, by or record.principal, yes=yes, out=out, any_model=any_model
+            )
+            final = await agent.get_run(record.run_id)
+    out.print(
+        f"run [bold]{final.run_id}[/] is {_styled(final.status)} after {final.last_seq} events."
+    )
+    return 0 if final.status == "completed" else 1
+
+
+async def _recorded_model(store: Store, run_id: UUID) -> str | None:
+    """The name of the model a run was started with (its ``run_started``)."""
+    first = await store.read_events(run_id, limit=1)
+    return first[0].model if first and isinstance(first[0], ev.RunStarted) else None
+
+
+async def _check_agent(
+    agent: Agent, run_id: UUID, spec: str | None, *, any_model: bool | None
+) -> None:
+    """Refuse an agent that is not the run's (``any_model`` None: only its capabilities count,
+    as in deciding an approval)."""
+    which = f"the agent {spec}" if spec else "the paper-wallet agent (the default)"
+    try:
+        await agent.check_resumable(run_id, any_model=True)
+    except RunError as exc:
+        raise CliError(
+            f"{which} is not this run's agent: {exc.message}; name the run's agent with "
+            f"--agent module:attribute ({exc.code})",
+            1,
+        ) from exc
+    if any_model is None:
+        return
+    try:
+        await agent.check_resumable(run_id, any_model=any_model)
+    except RunError as exc:
+        raise CliError(
+            f"{which} is not this run's agent: {exc.message}; name the run's agent with "
+            f"--agent module:attribute, or pass --any-model to drive the run with this agent's "
+            f"model ({exc.code})",
+            1,
+        ) from exc
+
+
+# --- approvals --------------------------------------------------------------------------------
+
+
+@_command(approvals_app, "list")
+async def approvals_list(
+    db: Db = DEFAULT_DB,
+    principal: Annotated[str | None, typer.Option(help="Only this principal's approvals.")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Decided ones too.")] = False,
+    as_json: JsonFlag = False,
+) -> int:
+    """Pending actions waiting for a person (all of them with --all)."""
+    async with _open(db) as store:
+        status: ApprovalStatus | None = None if show_all else "pending"
+        records = await store.list_approvals(principal=principal, status=status)
+    if as_json:
+        for record in records:
+            typer.echo(_jsonable(asdict(record)))
+    elif records:
+        Console().print(_approvals_table(records))
+    else:
+        Console().print("[dim]no approvals[/]" if show_all else "[dim]no pending approvals[/]")
+    return 0
+
+
+def _parse_edits(items: Sequence[str]) -> dict[str, Any]:
+    """``field=text`` sets a string (validation converts it); ``field:=json`` a JSON value."""
+    edits: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.rstrip(":"):
+            raise CliError(f"--edit {item!r}: expected field=value or field:=json")
+        if not name.endswith(":"):
+            edits[name] = value
+            continue
+        try:
+            edits[name[:-1]] = json.loads(value)
+        except ValueError as exc:
+            raise CliError(f"--edit {item!r}: {value!r} is not JSON") from exc
+    return edits
+
+
+def _refusal(exc: ApprovalError, record: ApprovalRecord, by: str, agent: Agent) -> str:
+    """An ApprovalError told in terms of the approval at hand, its code last."""
+    short = _short(record.approval_id)
+    match exc.code:
+        case "already_decided" | "expired" if record.status != "pending":
+            who = f" by {record.decided_by}" if record.decided_by else ""
+            text = f"approval {short} is already {record.status}{who}"
+        case "expired":
+            text = f"approval {short} expired at {_when(record.expires_at)}"
+        case "forbidden":
+            text = f"{by} may not decide approval {short}: it belongs to {record.principal}"
+        case "acknowledgement_required":
+            text = f"{exc.message}; pass --amount {record.amount_usd}"
+        case "field_not_modifiable":
+            text = f"{exc.message} (editable: {', '.join(record.modifiable_fields) or 'none'})"
+        case "unknown" if agent.registry.get(record.capability) is None:
+            text = f"{record.capability} is not a capability of this agent (see --agent)"
+        case "client_executed":
+            text = "the client performs this action and reports its result; it is not approved"
+        case _:
+            text = exc.message
+    return f"{text} ({exc.code})"
+
+
+async def _decide(
+    db: Path,
+    ref: str,
+    by: str,
+    spec: str | None,
+    decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
+) -> int:
+    """Resolve an approval, decide it durably under the rules of the run's agent (``spec``, else
+    the paper-wallet agent), say what happened."""
+    if not by.strip():
+        raise CliError("--by must name who decides")
+    async with _open(db) as store:
+        record = await _find_approval(store, ref)
+        async with _agent(store, spec) as agent:
+            await _check_agent(agent, record.run_id, spec, any_model=None)
+            try:
+                decided = await decision(agent, record)
+            except ApprovalError as exc:
+                current = await store.get_approval(record.approval_id) or record
+                raise CliError(_refusal(exc, current, by, agent), 1) from exc
+    verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
+    shown = show_value(decided.approved_args or decided.args)
+    args = shown.text
+    amount = "" if decided.amount_usd is None else f" · {_usd(decided.amount_usd)}"
+    why = f" ({decided.reason})" if decided.reason else ""
+    out = Console()
+    out.print(
+        f"{verb} {_short(decided.approval_id)}: {escape(decided.capability)} {escape(args)}"
+        f"{amount} · by {escape(by + why)}",
+        soft_wrap=True,
+    )
+    if shown.warning:
+        out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
+    where = ("" if db == DEFAULT_DB else f" --db {db}") + (f" --agent {spec}" if spec else "")
+    hint = f"resume the run with: fiduciary runs resume {decided.run_id}{where}"
+    out.print(hint, soft_wrap=True, markup=False, highlight=False)
+    return 0
+
+
+@_command(approvals_app, "approve")
+async def approvals_approve(
+    approval: ApprovalRef,
+    by: By,
+    db: Db = DEFAULT_DB,
+    amount: Annotated[str | None, typer.Option(help="The amount re-typed (explicit tier).")] = None,
+    edit: Annotated[
+        list[str] | None,
+        typer.Option(help="Change a modifiable field: field=text or field:=json. Repeatable."),
+    ] = None,
+    agent_spec: AgentSpec = None,
+) -> int:
+    """Approve a pending action (decide only: it runs when the run resumes)."""
+    edits = _parse_edits(edit or [])
+
+    async def approve(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
+        return await agent.approve(
+            record.approval_id, by=by, edits=edits or None, confirm_amount=amount
+        )
+
+    return await _decide(db, approval, by, agent_spec, approve)
+
+
+@_command(approvals_app, "deny")
+async def approvals_deny(
+    approval: ApprovalRef,
+    by: By,
+    db: Db = DEFAULT_DB,
+    reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
+    agent_spec: AgentSpec = None,
+) -> int:
+    """Decline a pending action: it never runs, and the model is told when the run resumes."""
+
+    async def deny(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
+        return await agent.deny(record.approval_id, by=by, reason=reason)
+
+    return await _decide(db, approval, by, agent_spec, deny)

@@ -1,0 +1,282 @@
+"""A run at the terminal: events rendered for a person, pending actions asked about, a log
+followed as other processes commit it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from decimal import Decimal
+from typing import assert_never
+from uuid import UUID
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from .. import events as ev
+from ..agent import Agent
+from ..display import card_flags, show_text, show_value
+from ..events import Event, PendingAction
+from ..exceptions import FiduciaryError
+from ..stores.base import Store
+from ._common import _FINISHED, _WAITING, CliError, _all_events, _clip, _short, _usd
+
+__all__ = [
+    "Renderer",
+    "describe",
+    "drive_with_approvals",
+    "follow_events",
+    "pending_card",
+    "resume_with_approvals",
+]
+
+
+def describe(event: Event) -> str:
+    """One line that says what an event is (for summaries; ``Renderer`` is for live output)."""
+    match event:
+        case ev.RunStarted():
+            return f"{event.principal} · model {event.model} · {', '.join(event.capabilities)}"
+        case ev.UserMessage() | ev.TextDelta() | ev.ThinkingDelta():
+            return _clip(event.text)
+        case ev.ThinkingDone():
+            return f"thinking block {event.block_index} done"
+        case ev.ToolCallStart():
+            return f"{event.name} {_clip(show_value(event.input).text)}"
+        case ev.ToolCallEnd():
+            tag = f" ({event.recovery})" if event.recovery else ""
+            return f"{event.name} {'error' if event.is_error else 'ok'}{tag}: {_clip(event.output)}"
+        case ev.ToolCallRejected():
+            return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
+        case ev.GuardFired():
+            return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.message)}"
+        case PendingAction():
+            approval = f"approval {_short(event.approval_id)} ({event.tier})"
+            return f"{approval}: {show_text(event.description).text}, {_usd(event.amount_usd)}"
+        case ev.ActionResolved():
+            who = f" by {event.by}" if event.by else ""
+            why = f": {event.reason}" if event.reason else ""
+            return f"approval {_short(event.approval_id)} {event.decision}{who}{why}"
+        case ev.ToolProgress():
+            return f"{event.name}: {_clip(event.message)}"
+        case ev.Compaction():
+            return f"compaction {event.phase}"
+        case ev.Usage():
+            return f"{event.model}: {event.input_tokens} in / {event.output_tokens} out"
+        case ev.TurnComplete():
+            return f"stop: {event.stop_reason}"
+        case ev.TurnRetracted():
+            return f"partial turn from seq {event.from_seq} retracted"
+        case ev.RunCompleted():
+            return f"{event.tool_calls} tool calls · {_clip(event.text)}"
+        case ev.RunFailed():
+            return f"{event.reason}: {event.message}"
+        case _:
+            assert_never(event)
+
+
+_MARKS = {
+    "tool_call_start": "[cyan]→[/]",
+    "tool_call_rejected": "[red]⊘[/]",
+    "guard_fired": "[yellow]![/]",
+    "action_resolved": "[magenta]◆[/]",
+}
+
+
+class Renderer:
+    """Prints a run's events for a person at a terminal."""
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+        self._in_text = False
+
+    def flush(self) -> None:
+        """End a line of streamed text left open."""
+        if self._in_text:
+            self.out.print()
+            self._in_text = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ev.TextDelta):
+            self.out.print(event.text, end="", markup=False, highlight=False)
+            self._in_text = True
+            return
+        self.flush()
+        if isinstance(event, PendingAction):
+            self.out.print(pending_card(event))
+        elif isinstance(event, ev.ToolCallEnd):
+            mark = "[red]✗[/]" if event.is_error else "[green]✓[/]"
+            tag = f" [yellow]({event.recovery})[/]" if event.recovery else ""
+            body = event.output if len(event.output) < 160 else event.output[:157] + "..."
+            self.out.print(f"  {mark} {event.name}{tag} [dim]{escape(body)}[/]", highlight=False)
+        elif isinstance(event, ev.RunCompleted):
+            self.out.print(
+                f"[dim]run completed · {event.tool_calls} tool calls · "
+                f"{event.input_tokens}/{event.output_tokens} tokens[/]"
+            )
+        elif isinstance(event, ev.RunFailed):
+            self.out.print(f"[red]run failed ({event.reason}): {escape(event.message)}[/]")
+        elif event.type in _MARKS:
+            line = f"  {_MARKS[event.type]} {escape(describe(event))}"
+            self.out.print(line, highlight=False)
+
+
+def pending_card(event: PendingAction) -> Panel:
+    """The card a person decides on: every value through ``display`` (escaped, flagged)."""
+    table = Table.grid(padding=(0, 2))
+    args = show_value(event.input)
+    table.add_row("action", escape(show_text(event.description).text))
+    table.add_row("amount", _usd(event.amount_usd))
+    table.add_row("tier", event.tier + (" (re-type the amount)" if event.acknowledge else ""))
+    table.add_row("arguments", escape(args.text))
+    for flag in card_flags(event.description, args):
+        table.add_row("[bold red]look closely[/]", f"[red]{escape(flag.detail)}[/]")
+    if event.modifiable_fields:
+        table.add_row("editable", ", ".join(event.modifiable_fields))
+    for note in event.guard_notes:
+        table.add_row(note.verdict, escape(show_text(f"[{note.guard}] {note.message}").text))
+    table.add_row("expires", event.expires_at.isoformat(timespec="seconds"))
+    table.add_row("approval id", str(event.approval_id))
+    return Panel(table, title="[bold]approval needed[/]", border_style="yellow", expand=False)
+
+
+# --- driving a run with a person at the terminal ----------------------------------------------
+
+
+def _ask(event: PendingAction, out: Console) -> tuple[bool, str | None]:
+    """Ask the person at the terminal. End of input counts as a refusal."""
+    try:
+        if event.tier == "explicit" and event.amount_usd is not None:
+            typed = out.input(
+                f"Type the amount (${event.amount_usd:,.2f}) to approve, "
+                "or anything else to decline: "
+            )
+            return True, typed
+        # the backslash keeps rich from taking [y/N] for markup (it printed "Approve? " alone)
+        answer = out.input("Approve? \\[y/N] ").strip().lower()
+    except EOFError:
+        out.print("[dim](no input: declining)[/]")
+        return False, None
+    return answer in ("y", "yes"), None
+
+
+async def _decide_at_terminal(
+    agent: Agent, actions: Sequence[PendingAction], principal: str, *, yes: bool, out: Console
+) -> None:
+    for action in actions:
+        typed: Decimal | str | None = action.amount_usd
+        if yes:
+            out.print(f"  [green]auto-approving ({action.name}) because of --yes[/]")
+            approved = True
+        else:
+            approved, typed = _ask(action, out)
+        try:
+            if approved:
+                digest = action.args_digest
+                await agent.approve(
+                    action.approval_id, by=principal, confirm_amount=typed, args_digest=digest
+                )
+            else:
+                await agent.deny(
+                    action.approval_id, by=principal, reason="declined at the terminal"
+                )
+        except FiduciaryError as exc:
+            out.print(f"[red]{escape(str(exc))}[/] — declining instead")
+            await agent.deny(action.approval_id, by=principal, reason=str(exc))
+
+
+async def _drive(
+    agent: Agent,
+    stream: AsyncIterator[Event],
+    principal: str,
+    *,
+    yes: bool,
+    out: Console,
+    any_model: bool = False,
+) -> list[Event]:
+    """Stream a run to its end, deciding each pending action at the terminal and resuming."""
+    render = Renderer(out)
+    seen: list[Event] = []
+    while True:
+        pending: list[PendingAction] = []
+        async for event in stream:
+            seen.append(event)
+            render(event)
+            if isinstance(event, PendingAction):
+                pending.append(event)
+        render.flush()
+        if not pending:
+            return seen
+        await _decide_at_terminal(agent, pending, principal, yes=yes, out=out)
+        stream = agent.resume(pending[0].run_id, any_model=any_model)
+
+
+async def drive_with_approvals(
+    agent: Agent,
+    message: str,
+    principal: str,
+    *,
+    yes: bool,
+    out: Console,
+    run_id: UUID | None = None,
+) -> list[Event]:
+    """Run a message to its end (in the idle run ``run_id``, or a new one), asking the person
+    (or approving with --yes) when needed."""
+    stream = agent.run(message, principal=principal, run_id=run_id)
+    return await _drive(agent, stream, principal, yes=yes, out=out)
+
+
+async def resume_with_approvals(
+    agent: Agent,
+    run_id: UUID,
+    principal: str,
+    *,
+    yes: bool,
+    out: Console,
+    any_model: bool = False,
+) -> list[Event]:
+    """Continue a run from its log, first deciding the actions it is waiting for; ``any_model``
+    as for ``Agent.resume``."""
+    waiting = {a.approval_id for a in await agent.pending_approvals(run_id=run_id)}
+    if waiting:
+        actions = [
+            e
+            async for e in _all_events(agent.store, run_id)
+            if isinstance(e, PendingAction) and e.approval_id in waiting
+        ]
+        for action in actions:
+            out.print(pending_card(action))
+        await _decide_at_terminal(agent, actions, principal, yes=yes, out=out)
+    stream = agent.resume(run_id, any_model=any_model)
+    return await _drive(agent, stream, principal, yes=yes, out=out, any_model=any_model)
+
+
+async def follow_events(
+    store: Store,
+    run_id: UUID,
+    emit: Callable[[Event], None],
+    *,
+    after_seq: int = 0,
+    until_idle: bool = False,
+    poll_seconds: float = 0.5,
+) -> int:
+    """Emit a run's events, then new ones as they are committed (by any process), until it ends.
+
+    It ends once every event of the run is emitted and the run is finished (completed, failed,
+    cancelled) or, with ``until_idle``, not running (waiting for a person counts as idle).
+    Returns the seq of the last event emitted. Another process's commits are only seen by
+    reading the store, so it polls (``Agent.events(follow=True)`` would too, but it spins once
+    its subscription times out, so it is not used here).
+    """
+    stop_at = _FINISHED | _WAITING if until_idle else _FINISHED
+    printed = after_seq
+    while True:
+        run = await store.get_run(run_id)  # looked at first: its last_seq is then read below
+        if run is None:
+            raise CliError(f"no run {run_id}")
+        async for event in _all_events(store, run_id, after_seq=printed):
+            emit(event)
+            printed = event.seq
+        if printed >= run.last_seq and run.status in stop_at:
+            return printed
+        await asyncio.sleep(poll_seconds)
