@@ -842,7 +842,8 @@ async def _decide(
                 current = await store.get_approval(record.approval_id) or record
                 raise CliError(_refusal(exc, current, by, agent), 1) from exc
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
-    args = _jsonable(decided.approved_args or decided.args)
+    shown = show_value(decided.approved_args or decided.args)
+    args = shown.text
     amount = "" if decided.amount_usd is None else f" · {_usd(decided.amount_usd)}"
     why = f" ({decided.reason})" if decided.reason else ""
     out = Console()
@@ -851,6 +852,8 @@ async def _decide(
         f"{amount} · by {escape(by + why)}",
         soft_wrap=True,
     )
+    if shown.warning:
+        out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
     where = "" if db == DEFAULT_DB else f" --db {db}"
     hint = f"resume the run with: fiduciary runs resume {decided.run_id}{where}"
     out.print(hint, soft_wrap=True, markup=False, highlight=False)
