@@ -23,7 +23,12 @@ from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 
-from .test_console import ARGS, CHROMIUM, Page, _chromium_or_skip, _free_socket, async_playwright
+from .test_console import ARGS, CHROMIUM, _chromium_or_skip, _free_socket
+
+try:
+    from playwright.async_api import Page, async_playwright
+except ImportError:  # pragma: no cover  (test_console skips or fails the same way)
+    pytest.skip("playwright is not installed", allow_module_level=True)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from rich.console import Console
+from typer.testing import CliRunner
 
-from fiduciary.cli import pending_card
+from fiduciary.cli import app, pending_card
 from fiduciary.events import GuardNote, PendingAction
+from fiduciary.stores.sqlite import SQLiteStore
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect
+from fiduciary.wallet import PaperWallet, build_wallet_agent
+from fiduciary.wallet.addresses import address_of
 
 
 def card_text(args: dict[str, Any], *, amount: Decimal | None = Decimal("42.50")) -> str:
@@ -67,3 +74,32 @@ def test_amounts_in_exponent_notation_are_written_in_full() -> None:
 def test_a_plain_card_has_no_flags() -> None:
     text = card_text({"to": "alice", "asset": "usdc", "amount": "40", "memo": "rent"})
     assert "look closely" not in text
+
+
+async def _suspend_with_memo(db: Path, memo: str) -> UUID:
+    """A wallet run waiting for its send, whose memo holds ``memo``."""
+    to = address_of("bob")
+    call = Call("send_transfer", {"to": to, "asset": "USDC", "amount": "75", "memo": memo})
+    script = Script("go", [ToolCalls([Call("balance_check")]), ToolCalls([call]), Reply("ok")])
+    store = SQLiteStore(db)
+    try:
+        with PaperWallet(db) as wallet:
+            wallet.open("ann")
+            agent = build_wallet_agent(store, wallet, model=ScriptedModel([script]))
+            events = await collect(agent.run(f"go pay {to}", principal="ann"))
+    finally:
+        await store.close()
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    return pending.approval_id
+
+
+def test_approvals_approve_shows_the_arguments_escaped_and_flagged(tmp_path: Path) -> None:
+    db = tmp_path / "memo.sqlite3"
+    approval_id = asyncio.run(_suspend_with_memo(db, "rent\u202e\u200b"))
+    result = CliRunner().invoke(
+        app, ["approvals", "approve", str(approval_id), "--by", "ann", "--db", str(db)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "\u202e" not in result.output
+    assert "rent⟨U+202E⟩⟨U+200B⟩" in result.output
+    assert "look closely: memo: direction-changing character U+202E" in result.output

@@ -53,6 +53,7 @@ from .openapi import Operation, Param, build_openapi
 from .problems import ProblemError, from_core_error, problem_response, validation_errors
 from .ratelimit import RateLimit, RateLimiter
 from .schemas import (
+    MAX_JSON_DEPTH,
     MAX_SEQ,
     ApprovalList,
     ApprovalOut,
@@ -70,6 +71,7 @@ from .schemas import (
     RunList,
     RunOut,
     WhoAmI,
+    nests_deeper_than,
 )
 from .sse import EventHub, SSEResponse
 from .webhooks import InboundChannel, Notifier, SignatureError, SignatureVerifier
@@ -79,7 +81,6 @@ __all__ = ["OPERATIONS", "BalancesHook", "Server", "create_app"]
 log = logger("fiduciary.server")
 
 STATIC_DIR = Path(__file__).with_name("static")
-MAX_JSON_DEPTH = 32  # arrays and objects in a request body; validation recurses below this
 _STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -709,25 +710,9 @@ def _json(raw: bytes, request: Request) -> Any:
         raise ProblemError("invalid_json", f"the body is not JSON: {exc}") from None
     except RecursionError:  # the parser's own limit (about 1,000 levels) was reached first
         raise ProblemError("invalid_json", too_deep) from None
-    if _deeper_than(data, MAX_JSON_DEPTH):
+    if nests_deeper_than(data, MAX_JSON_DEPTH):
         raise ProblemError("invalid_json", too_deep)
     return data
-
-
-def _deeper_than(data: Any, limit: int) -> bool:
-    """Whether arrays and objects nest more than ``limit`` levels (walked without recursion:
-    validation and digests recurse, and must never meet a body that exhausts the stack)."""
-    level: list[Any] = [data]
-    for _ in range(limit):
-        level = [
-            child
-            for node in level
-            if isinstance(node, dict | list)
-            for child in (node.values() if isinstance(node, dict) else node)
-        ]
-        if not level:
-            return False
-    return any(isinstance(node, dict | list) for node in level)
 
 
 def _validate(model: type[M], data: Any) -> M:

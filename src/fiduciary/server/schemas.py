@@ -15,6 +15,8 @@ from ..redaction import Redactor
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus
 
 __all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_SEQ",
     "ApprovalList",
     "ApprovalOut",
     "ApproveBody",
@@ -31,6 +33,7 @@ __all__ = [
     "RunList",
     "RunOut",
     "WhoAmI",
+    "nests_deeper_than",
 ]
 
 Message = Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
@@ -85,6 +88,7 @@ class HookBody(_Request):
     run_id: UUID | None = None
 
 
+MAX_JSON_DEPTH = 32  # arrays and objects in a request body; validation recurses below this
 MAX_SEQ = 2**63 - 1  # the largest integer every store holds (SQLite INTEGER, PostgreSQL bigint)
 
 
@@ -205,3 +209,19 @@ class WhoAmI(BaseModel):
 class BalancesOut(BaseModel):
     principal: str
     balances: dict[str, Decimal]
+
+
+def nests_deeper_than(data: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels (walked without recursion:
+    validation and digests recurse, and must never meet a body that exhausts the stack)."""
+    level: list[Any] = [data]
+    for _ in range(limit):
+        level = [
+            child
+            for node in level
+            if isinstance(node, dict | list)
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
+        if not level:
+            return False
+    return any(isinstance(node, dict | list) for node in level)
