@@ -151,7 +151,9 @@ _TEXTS = st.lists(_PIECES | st.text(max_size=8), max_size=30).map("".join)
 @given(_TEXTS)
 def test_given_is_always_a_part_of_what_is_mentioned(text: str) -> None:
     assert given_addresses(text) <= mentioned_addresses(text)
-    assert given_addresses(own_words(text)) >= given_addresses(text)
+    # what is given is in the person's own words (re-reading those words alone may find less:
+    # cutting "X wrote:Y" to "X wrote:" makes a line that ends in "wrote:", an e-mail marker)
+    assert given_addresses(text) <= mentioned_addresses(own_words(text))
 
 
 @settings(max_examples=100, deadline=None)
