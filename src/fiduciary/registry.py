@@ -23,7 +23,15 @@ from uuid import UUID
 from pydantic import BaseModel, ValidationError
 
 from ._text import NOTES_MARKER, TRUNCATION_MARKER
-from .capabilities import CallContext, Capability, Kind, Principal, Replay, args_digest
+from .capabilities import (
+    CallContext,
+    Capability,
+    Executor,
+    Kind,
+    Principal,
+    Replay,
+    args_digest,
+)
 from .clock import Clock
 from .events import GuardNote, RejectReason
 from .exceptions import CapabilityError, ConfigurationError
@@ -245,10 +253,12 @@ class Registry:
                 f"{scope.principal.actor_id} is not authorized to use {cap.name}. "
                 "Do not retry; tell the person it is not permitted.",
             )
-        # 6 policy
-        decision = await self.decide(scope, cap, args, call.tool_use_id)
+        # 6 policy (an auto write's spend is reserved here, in the store)
+        decision = await self.decide(scope, cap, args, call.tool_use_id, reserve=True)
         if decision.tier == "deny":
             return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
+        if decision.limited:  # the card says why this call waits for a person
+            notes += (GuardNote(guard="daily_limit", verdict="warn", message=decision.reason),)
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
 
     async def run_guards(
@@ -308,17 +318,42 @@ class Registry:
         return verdict is True
 
     async def decide(
-        self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
+        self,
+        scope: CallScope,
+        cap: Capability,
+        args: BaseModel,
+        tool_use_id: str,
+        *,
+        reserve: bool = False,
     ) -> PolicyDecision:
+        """Step 6. ``reserve``: the call runs now if it is auto, so an auto write that counts
+        toward the daily limit reserves its amount in the store (checked and reserved in one
+        transaction: the limit holds for every agent and process sharing the store); refused,
+        it goes to a person like any call over the limit."""
         if not cap.is_write:
             return PolicyDecision("auto", "reads and previews run on their own", None)
         ctx = self.context(scope, cap, args, tool_use_id)
         amount = await cap.amount(args, ctx)
-        spent = Decimal(0)
-        if self.policy.daily_autonomous_limit_usd is not None and amount is not None:
-            since = self.policy.day_start(self.clock.now())
-            spent = await self.store.autonomous_spend(scope.principal.actor_id, since=since)
-        return self.policy.decide(cap, amount, spent_today=spent)
+        limit = self.policy.daily_autonomous_limit_usd
+        if limit is None or amount is None:
+            return self.policy.decide(cap, amount)
+        principal = scope.principal.actor_id
+        since = self.policy.day_start(self.clock.now())
+        if not (reserve and cap.executor is Executor.SERVER):
+            spent = await self.store.autonomous_spend(principal, since=since)
+            return self.policy.decide(cap, amount, spent_today=spent)
+        # the tier before the day's spend; the store then checks the spend, this call's own
+        # reservation (a replay after a crash) not counted twice
+        decision = self.policy.decide(cap, amount)
+        if decision.tier != "auto":
+            return decision
+        key, now = ctx.idempotency_key, self.clock.now()
+        if await self.store.reserve_autonomous(
+            principal, amount, limit=limit, since=since, key=key, at=now
+        ):
+            return decision
+        spent = await self.store.autonomous_spend(principal, since=since)
+        return self.policy.over_limit(amount, spent)
 
     def context(
         self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
@@ -385,6 +420,10 @@ class Registry:
             # 9 validate output (extra fields dropped)
             output = cap.dump_output(raw)
         except CapabilityError as exc:
+            if tier == "auto" and cap.is_write and recovery is None:
+                # refused before any effect: its reservation no longer counts (a replayed call
+                # keeps it: the attempt before the crash may have acted)
+                await self.store.release_autonomous(ctx.idempotency_key)
             return await self._failed(
                 scope,
                 cap,

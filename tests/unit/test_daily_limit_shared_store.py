@@ -1,0 +1,131 @@
+"""One store, any number of agents: the daily autonomous limit holds however a store is shared.
+
+Each Agent has its own process-local principal lock, so two Agent objects on one store run the
+same principal's writes at the same time. The limit must still hold: the spend is reserved in the
+store, in one transaction with the check, before the write runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from fiduciary import Agent, CallContext, Policy, Threshold, capability
+from fiduciary.capabilities import Capability
+from fiduciary.events import Event, PendingAction
+from fiduciary.stores.base import Store
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
+
+pytestmark = pytest.mark.timeout(60)
+
+LIMIT = Decimal("100")
+FIRST = Decimal("60")  # spent before the race
+EACH = Decimal("30")  # each is auto on its own, and 60 + 30 fits the limit; 60 + 30 + 30 does not
+
+
+class Bank:
+    """A payment of ``EACH`` waits until both racing calls are decided (run, or wait for a
+    person), so that when both were admitted they are in flight at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[Decimal] = []
+        self.decided = 0
+        self.changed = asyncio.Condition()
+
+    async def decide(self) -> None:
+        async with self.changed:
+            self.decided += 1
+            self.changed.notify_all()
+
+    def capabilities(self) -> list[Capability]:
+        @capability(kind="execute", operation="send", amount_usd=lambda a, c: Decimal(a.amount))
+        async def send(to: str, amount: str, ctx: CallContext) -> dict[str, str]:
+            """Send money."""
+            if Decimal(amount) == EACH:
+                await self.decide()
+                async with self.changed:
+                    await self.changed.wait_for(lambda: self.decided >= 2)
+            self.sent.append(Decimal(amount))
+            return {"to": to}
+
+        return [send]
+
+
+def make_agent(store: Store, bank: Bank) -> Agent:
+    def pay(amount: Decimal) -> Script:
+        steps = [ToolCalls([Call("send", {"to": "bob", "amount": str(amount)})]), Reply("done")]
+        return Script(f"pay {amount}", steps)
+
+    return Agent(
+        model=ScriptedModel([pay(FIRST), pay(EACH)]),
+        capabilities=bank.capabilities(),
+        store=store,
+        policy=Policy(
+            thresholds={"send": Threshold(auto_below=Decimal(70), confirm_below=Decimal(1000))},
+            daily_autonomous_limit_usd=LIMIT,
+        ),
+        authorize=allow_all,
+    )
+
+
+async def run(agent: Agent, text: str, bank: Bank) -> list[Event]:
+    events = []
+    async for event in agent.run(text, principal="alice"):
+        events.append(event)
+        if isinstance(event, PendingAction):
+            await bank.decide()
+    return events
+
+
+Opener = Callable[[Path], Awaitable[list[Store]]]
+
+
+async def _one_sqlite_store(path: Path) -> list[Store]:
+    from fiduciary.stores.sqlite import SQLiteStore
+
+    store = await SQLiteStore.open(path / "runs.sqlite3")
+    return [store, store]
+
+
+async def _sqlite_store_each(path: Path) -> list[Store]:
+    from fiduciary.stores.sqlite import SQLiteStore
+
+    return [await SQLiteStore.open(path / "runs.sqlite3") for _ in range(2)]
+
+
+async def _one_memory_store(path: Path) -> list[Store]:
+    store = MemoryStore()
+    return [store, store]
+
+
+@pytest.fixture(
+    params=[_one_sqlite_store, _sqlite_store_each, _one_memory_store],
+    ids=["sqlite-one-store", "sqlite-store-each", "memory-one-store"],
+)
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[list[Store]]:
+    opener: Opener = request.param
+    opened = await opener(tmp_path)
+    yield opened
+    for store in {id(s): s for s in opened}.values():
+        await store.close()
+
+
+async def test_two_agents_on_one_store_keep_the_daily_limit(stores: list[Store]) -> None:
+    bank = Bank()
+    first, second = (make_agent(store, bank) for store in stores)
+    await run(first, f"pay {FIRST}", bank)
+
+    logs = await asyncio.gather(run(first, f"pay {EACH}", bank), run(second, f"pay {EACH}", bank))
+
+    assert sum(bank.sent) <= LIMIT
+    assert bank.sent == [FIRST, EACH]
+    (waiting,) = [e for log in logs for e in log if isinstance(e, PendingAction)]
+    assert waiting.tier == "confirm"
+    # the card says why this one waits for a person
+    assert any("daily autonomous limit" in note.message for note in waiting.guard_notes)
+    spent = await stores[1].autonomous_spend("alice", since=Policy.day_start(first.clock.now()))
+    assert spent == FIRST + EACH
