@@ -129,3 +129,65 @@ async def test_two_agents_on_one_store_keep_the_daily_limit(stores: list[Store])
     assert any("daily autonomous limit" in note.message for note in waiting.guard_notes)
     spent = await stores[1].autonomous_spend("alice", since=Policy.day_start(first.clock.now()))
     assert spent == FIRST + EACH
+
+
+# --- a reservation turns into spend, or is given back ----------------------------------------
+class Flaky:
+    """The first payment fails in the given way; the others succeed."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure: Exception | None = failure
+        self.sent: list[Decimal] = []
+
+    def capabilities(self) -> list[Capability]:
+        @capability(kind="execute", operation="send", amount_usd=lambda a, c: Decimal(a.amount))
+        async def send(to: str, amount: str, ctx: CallContext) -> dict[str, str]:
+            """Send money."""
+            failure, self.failure = self.failure, None
+            if failure is not None:
+                raise failure
+            self.sent.append(Decimal(amount))
+            return {"to": to}
+
+        return [send]
+
+
+def two_payments_agent(store: Store, flaky: Flaky) -> Agent:
+    calls = [Call("send", {"to": f"p{i}", "amount": str(FIRST)}) for i in range(2)]
+    return Agent(
+        model=ScriptedModel([Script("pay twice", [ToolCalls(calls), Reply("done")])]),
+        capabilities=flaky.capabilities(),
+        store=store,
+        policy=Policy(
+            thresholds={"send": Threshold(auto_below=Decimal(70), confirm_below=Decimal(1000))},
+            daily_autonomous_limit_usd=LIMIT,
+        ),
+        authorize=allow_all,
+    )
+
+
+async def test_a_payment_refused_before_any_effect_gives_its_reservation_back(
+    stores: list[Store],
+) -> None:
+    from fiduciary import CapabilityError
+
+    flaky = Flaky(CapabilityError("insufficient_funds", "not enough money"))
+    agent = two_payments_agent(stores[0], flaky)
+    events = [e async for e in agent.run("pay twice", principal="alice")]
+
+    assert flaky.sent == [FIRST]  # the second 60 fits: the refused one spent nothing
+    assert not [e for e in events if isinstance(e, PendingAction)]
+    spent = await stores[0].autonomous_spend("alice", since=Policy.day_start(agent.clock.now()))
+    assert spent == FIRST
+
+
+async def test_a_payment_with_an_unknown_outcome_keeps_counting(stores: list[Store]) -> None:
+    flaky = Flaky(RuntimeError("the bank hung up"))  # it may have paid
+    agent = two_payments_agent(stores[0], flaky)
+    events = [e async for e in agent.run("pay twice", principal="alice")]
+
+    assert flaky.sent == []
+    (waiting,) = [e for e in events if isinstance(e, PendingAction)]  # 60 + 60 > 100
+    assert waiting.tier == "confirm"
+    spent = await stores[0].autonomous_spend("alice", since=Policy.day_start(agent.clock.now()))
+    assert spent == FIRST
