@@ -695,7 +695,8 @@ async def test_a_reservation_becomes_its_audit_row_and_is_not_counted_twice(stor
     run = await new_run(store, principal="alice")
     done = make_audit(run.run_id, amount_usd=D("30"), tool_use_id="toolu_done")
     failed = make_audit(run.run_id, amount_usd=D("20"), tool_use_id="toolu_failed")
-    assert done.idempotency_key and failed.idempotency_key
+    assert done.idempotency_key
+    assert failed.idempotency_key
     assert await reserve(store, done.idempotency_key, "30") is True
     assert await reserve(store, failed.idempotency_key, "20") is True
     # the write that completed: its audit row counts instead of its reservation

@@ -57,7 +57,10 @@ class Bank:
 
 def make_agent(store: Store, bank: Bank) -> Agent:
     def pay(amount: Decimal) -> Script:
-        steps = [ToolCalls([Call("send", {"to": "bob", "amount": str(amount)})]), Reply("done")]
+        steps: list[ToolCalls | Reply] = [
+            ToolCalls([Call("send", {"to": "bob", "amount": str(amount)})]),
+            Reply("done"),
+        ]
         return Script(f"pay {amount}", steps)
 
     return Agent(
