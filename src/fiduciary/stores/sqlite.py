@@ -1209,8 +1209,9 @@ class SQLiteStore:
             )
             return True
 
-        # full_sync: the reservation is on disk before the write it admits starts
-        return await self._submit(_Call(apply, full_sync=True))
+        # as durable as the audit rows it stands for (a ledger row's full sync, written next for
+        # a write that goes through the ledger, makes it durable too: one WAL, in order)
+        return await self._submit(_Call(apply))
 
     async def release_autonomous(self, key: str) -> None:
         self._connection()
