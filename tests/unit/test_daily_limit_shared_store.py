@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fiduciary import Agent, CallContext, Policy, Threshold, capability
+from fiduciary import Agent, CallContext, ManualClock, Policy, Threshold, capability
 from fiduciary.capabilities import Capability
-from fiduciary.events import Event, PendingAction
+from fiduciary.events import Event, PendingAction, ToolCallEnd
 from fiduciary.stores.base import Store
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
 
@@ -194,3 +196,87 @@ async def test_a_payment_with_an_unknown_outcome_keeps_counting(stores: list[Sto
     assert waiting.tier == "confirm"
     spent = await stores[0].autonomous_spend("alice", since=Policy.day_start(agent.clock.now()))
     assert spent == FIRST
+
+
+# --- a crash between the reservation and the end of the write --------------------------------
+class Crash(BaseException):
+    """The process dies inside the handler (nothing below catches a BaseException)."""
+
+
+def crashing_agent(
+    store: Store, clock: ManualClock, sent: list[Decimal], crashes: list[bool], replay: str
+) -> Agent:
+    @capability(
+        kind="execute",
+        operation="send",
+        replay=replay,
+        amount_usd=lambda a, c: Decimal(a.amount),
+    )
+    async def send(to: str, amount: str, ctx: CallContext) -> dict[str, str]:
+        """Send money."""
+        sent.append(Decimal(amount))
+        if crashes and crashes.pop():
+            raise Crash
+        return {"to": to}
+
+    def pay(amount: Decimal) -> Script:
+        steps: list[ToolCalls | Reply] = [
+            ToolCalls([Call("send", {"to": "bob", "amount": str(amount)})]),
+            Reply("done"),
+        ]
+        return Script(f"pay {amount}", steps)
+
+    return Agent(
+        model=ScriptedModel([pay(FIRST), pay(EACH)]),
+        capabilities=[send],
+        store=store,
+        clock=clock,
+        lease_seconds=5,
+        policy=Policy(
+            thresholds={"send": Threshold(auto_below=Decimal(70), confirm_below=Decimal(1000))},
+            daily_autonomous_limit_usd=LIMIT,
+        ),
+        authorize=allow_all,
+    )
+
+
+async def crash_then_resume(store: Store, replay: str) -> tuple[Agent, list[Decimal], Any]:
+    clock = ManualClock(datetime(2026, 3, 2, 12, 0, tzinfo=UTC))
+    sent: list[Decimal] = []
+    crashes = [True]  # the first payment's process dies inside the handler
+    first = crashing_agent(store, clock, sent, crashes, replay)
+    run_ids: list[Any] = []
+
+    async def drive() -> None:
+        async for event in first.run(f"pay {FIRST}", principal="alice"):
+            run_ids.append(event.run_id)
+
+    with pytest.raises(Crash):
+        await drive()
+    clock.advance(10)  # the dead process's lease has lapsed
+    second = crashing_agent(store, clock, sent, crashes, replay)
+    resumed = [e async for e in second.resume(run_ids[0])]
+    return second, sent, resumed
+
+
+async def test_a_write_replayed_after_a_crash_is_counted_once(stores: list[Store]) -> None:
+    agent, sent, resumed = await crash_then_resume(stores[0], "safe")
+
+    assert sent == [FIRST, FIRST]  # a safe write runs again, under its first reservation
+    assert not [e for e in resumed if isinstance(e, PendingAction)]
+    since = Policy.day_start(agent.clock.now())
+    assert await stores[0].autonomous_spend("alice", since=since) == FIRST
+
+
+async def test_a_write_whose_outcome_a_crash_made_unknown_keeps_counting(
+    stores: list[Store],
+) -> None:
+    agent, sent, resumed = await crash_then_resume(stores[0], "never")
+    assert sent == [FIRST]  # never run twice: the model is told the outcome is unknown
+    assert [e.recovery for e in resumed if isinstance(e, ToolCallEnd)] == ["unknown"]
+
+    # it may have paid: the rest of the day's limit is what is left after it (60 + 60 > 100)
+    events = [e async for e in agent.run(f"pay {FIRST}", principal="alice")]
+    (waiting,) = [e for e in events if isinstance(e, PendingAction)]
+    assert any("daily autonomous limit" in note.message for note in waiting.guard_notes)
+    assert sent == [FIRST]
