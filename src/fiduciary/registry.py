@@ -345,14 +345,14 @@ class Registry:
         # the tier before the day's spend; the store then checks the spend, this call's own
         # reservation (a replay after a crash) not counted twice
         decision = self.policy.decide(cap, amount)
-        if decision.tier != "auto":
+        if decision.tier != "auto" and not decision.limited:
             return decision
         key, now = ctx.idempotency_key, self.clock.now()
-        if await self.store.reserve_autonomous(
+        if decision.tier == "auto" and await self.store.reserve_autonomous(
             principal, amount, limit=limit, since=since, key=key, at=now
         ):
             return decision
-        spent = await self.store.autonomous_spend(principal, since=since)
+        spent = await self.store.autonomous_spend(principal, since=since)  # for the reason
         return self.policy.over_limit(amount, spent)
 
     def context(
