@@ -84,6 +84,7 @@ class PolicyDecision:
     tier: TierName
     reason: str
     amount_usd: Decimal | None
+    limited: bool = False  # the daily autonomous limit sent it to a person
 
     def at_least(self, other: TierName) -> bool:
         return _ORDER[self.tier] >= _ORDER[other]
@@ -159,13 +160,18 @@ class Policy:
         limit = self.daily_autonomous_limit_usd
         over = limit is not None and amount_usd is not None and spent_today + amount_usd > limit
         if decision.tier == "auto" and over:
-            return PolicyDecision(
-                "confirm",
-                f"the daily autonomous limit of ${limit} would be exceeded "
-                f"(${spent_today} already today)",
-                amount_usd,
-            )
+            return self.over_limit(amount_usd, spent_today)
         return decision
+
+    def over_limit(self, amount_usd: Decimal | None, spent_today: Decimal) -> PolicyDecision:
+        """The decision for an auto call that the daily autonomous limit sends to a person."""
+        return PolicyDecision(
+            "confirm",
+            f"the daily autonomous limit of ${self.daily_autonomous_limit_usd} would be exceeded "
+            f"(${spent_today} already today)",
+            amount_usd,
+            limited=True,
+        )
 
     @staticmethod
     def day_start(now: datetime) -> datetime:

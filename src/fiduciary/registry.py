@@ -26,6 +26,7 @@ from ._text import NOTES_MARKER, TRUNCATION_MARKER
 from .capabilities import (
     CallContext,
     Capability,
+    Executor,
     Kind,
     Principal,
     Replay,
@@ -260,15 +261,17 @@ class Registry:
                 f"{scope.principal.actor_id} is not authorized to use {cap.name}. "
                 "Do not retry; tell the person it is not permitted.",
             )
-        # 6 policy
+        # 6 policy (an auto write's spend is reserved here, in the store)
         try:
             decision = await self.decide(
-                scope, cap, args, call.tool_use_id, held_by=outcome.needs_person
+                scope, cap, args, call.tool_use_id, held_by=outcome.needs_person, reserve=True
             )
         except CapabilityError as exc:  # an amount beyond any sane range
             return Refused("invalid_input", f"Invalid arguments for {cap.name}: {exc.message}.")
         if decision.tier == "deny":
             return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
+        if decision.limited:  # the card says why this call waits for a person
+            notes += (GuardNote(guard="daily_limit", verdict="warn", message=decision.reason),)
         return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
 
     async def run_guards(
@@ -341,17 +344,37 @@ class Registry:
         tool_use_id: str,
         *,
         held_by: Sequence[str] = (),
+        reserve: bool = False,
     ) -> PolicyDecision:
-        """Step 6. ``held_by``: the guards that hold the call for a person (``Verdict.confirm``)."""
+        """Step 6. ``held_by``: the guards that hold the call for a person (``Verdict.confirm``).
+        ``reserve``: the call runs now if it is auto, so an auto write that counts toward the
+        daily limit reserves its amount in the store (checked and reserved in one transaction:
+        the limit holds for every agent and process sharing the store); refused, it goes to a
+        person like any call over the limit."""
         if not cap.is_write:
             return PolicyDecision("auto", "reads and previews run on their own", None)
         ctx = self.context(scope, cap, args, tool_use_id)
         amount = await cap.amount(args, ctx)
-        spent = Decimal(0)
-        if self.policy.daily_autonomous_limit_usd is not None and amount is not None:
-            since = self.policy.day_start(self.clock.now())
-            spent = await self.store.autonomous_spend(scope.principal.actor_id, since=since)
-        return self.policy.decide(cap, amount, spent_today=spent, held_by=held_by)
+        limit = self.policy.daily_autonomous_limit_usd
+        if limit is None or amount is None:
+            return self.policy.decide(cap, amount, held_by=held_by)
+        principal = scope.principal.actor_id
+        since = self.policy.day_start(self.clock.now())
+        if not (reserve and cap.executor is Executor.SERVER):
+            spent = await self.store.autonomous_spend(principal, since=since)
+            return self.policy.decide(cap, amount, spent_today=spent, held_by=held_by)
+        # the tier before the day's spend; the store then checks the spend, this call's own
+        # reservation (a replay after a crash) not counted twice
+        decision = self.policy.decide(cap, amount, held_by=held_by)
+        if decision.tier != "auto" and not decision.limited:
+            return decision
+        key, now = ctx.idempotency_key, self.clock.now()
+        if decision.tier == "auto" and await self.store.reserve_autonomous(
+            principal, amount, limit=limit, since=since, key=key, at=now
+        ):
+            return decision
+        spent = await self.store.autonomous_spend(principal, since=since)  # for the reason
+        return self.policy.over_limit(amount, spent)
 
     def context(
         self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
@@ -418,6 +441,10 @@ class Registry:
             # 9 validate output (extra fields dropped)
             output = cap.dump_output(raw)
         except CapabilityError as exc:
+            if tier == "auto" and cap.is_write and recovery is None:
+                # refused before any effect: its reservation no longer counts (a replayed call
+                # keeps it: the attempt before the crash may have acted)
+                await self.store.release_autonomous(ctx.idempotency_key)
             return await self._failed(
                 scope,
                 cap,

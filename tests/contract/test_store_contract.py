@@ -659,6 +659,65 @@ async def test_autonomous_spend_sums_auto_ok_amounts_exactly_since_a_time(
     assert await store.autonomous_spend("nobody", since=at(0)) == 0
 
 
+# --- reservations of the daily autonomous spend ----------------------------------------------
+D = Decimal
+
+
+async def reserve(
+    store: Store, key: str, amount: str, *, when: float = 10, who: str = "alice"
+) -> bool:
+    return await store.reserve_autonomous(
+        who, D(amount), limit=D("100"), since=at(0), key=key, at=at(when)
+    )
+
+
+async def test_a_reservation_is_granted_up_to_the_limit_and_counts_as_spend(store: Store) -> None:
+    assert await reserve(store, "k1", "60.005") is True
+    assert await reserve(store, "k2", "39.995") is True  # exactly at the limit
+    assert await reserve(store, "k3", "0.01") is False  # over: nothing reserved
+    assert await store.autonomous_spend("alice", since=at(0)) == D("100.000")
+    assert await store.autonomous_spend("alice", since=at(10.000001)) == 0  # before `since`
+    assert await reserve(store, "k4", "50", who="bob") is True  # per principal
+    assert await store.autonomous_spend("bob", since=at(0)) == D("50")
+
+
+async def test_a_reservation_counts_with_committed_spend_and_once_per_key(store: Store) -> None:
+    run = await new_run(store, principal="alice")
+    await store.commit(run.run_id, epoch=0, audit=[make_audit(run.run_id, amount_usd=D("70"))])
+    assert await reserve(store, "k1", "40") is False  # 70 committed + 40 > 100
+    assert await reserve(store, "k1b", "30") is True
+    # the same call again (a replay after a crash): granted, counted once
+    assert await reserve(store, "k1b", "30") is True
+    assert await store.autonomous_spend("alice", since=at(0)) == D("100")
+
+
+async def test_a_reservation_becomes_its_audit_row_and_is_not_counted_twice(store: Store) -> None:
+    run = await new_run(store, principal="alice")
+    done = make_audit(run.run_id, amount_usd=D("30"), tool_use_id="toolu_done")
+    failed = make_audit(run.run_id, amount_usd=D("20"), tool_use_id="toolu_failed")
+    assert done.idempotency_key
+    assert failed.idempotency_key
+    assert await reserve(store, done.idempotency_key, "30") is True
+    assert await reserve(store, failed.idempotency_key, "20") is True
+    # the write that completed: its audit row counts instead of its reservation
+    await store.commit(run.run_id, epoch=0, audit=[done])
+    assert await store.autonomous_spend("alice", since=at(0)) == D("50")
+    # one whose audit row does not count (an error) keeps counting until it is released
+    await store.commit(run.run_id, epoch=0, audit=[replace(failed, outcome="error")])
+    assert await store.autonomous_spend("alice", since=at(0)) == D("50")
+    await store.release_autonomous(failed.idempotency_key)
+    await store.release_autonomous("no such key")
+    assert await store.autonomous_spend("alice", since=at(0)) == D("30")
+    assert await reserve(store, "k2", "70") is True
+    assert await reserve(store, "k3", "0.01") is False
+
+
+async def test_concurrent_reservations_never_pass_the_limit(store: Store) -> None:
+    granted = await asyncio.gather(*(reserve(store, f"k{i}", "7") for i in range(40)))
+    assert granted.count(True) == 14  # 14 x 7 = 98; a 15th would pass 100
+    assert await store.autonomous_spend("alice", since=at(0)) == D("98")
+
+
 # --- live events ------------------------------------------------------------------------
 
 

@@ -186,6 +186,23 @@ class FaultyStore:
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         return await self.inner.autonomous_spend(principal, since=since)
 
+    async def reserve_autonomous(
+        self,
+        principal: str,
+        amount_usd: Decimal,
+        *,
+        limit: Decimal,
+        since: datetime,
+        key: str,
+        at: datetime,
+    ) -> bool:
+        return await self.inner.reserve_autonomous(
+            principal, amount_usd, limit=limit, since=since, key=key, at=at
+        )
+
+    async def release_autonomous(self, key: str) -> None:
+        await self.inner.release_autonomous(key)
+
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:
         return self.inner.subscribe(run_id, buffer=buffer)
 

@@ -6,9 +6,11 @@ Imported only by ``fiduciary.stores.postgres``, after it checked that psycopg is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, LiteralString
 
@@ -386,3 +388,58 @@ def _configure_types(conn: _Conn) -> None:
     # json comes back as text: events are decoded by pydantic, other values by json.loads,
     # exactly as the SQLite store does
     conn.adapters.register_loader("json", TextLoader)
+
+
+# --- the daily autonomous spend ------------------------------------------------------------
+# audit rows that count, then reservations whose call has no such row yet
+_AUTONOMOUS_SPEND = """
+SELECT COALESCE(sum(amount_usd), 0) FROM (
+    SELECT amount_usd FROM audit
+    WHERE principal = %(principal)s AND at >= %(since)s AND tier = 'auto'
+        AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL
+    UNION ALL
+    SELECT r.amount_usd FROM spend_reservations AS r
+    WHERE r.principal = %(principal)s AND r.at >= %(since)s AND NOT EXISTS (
+        SELECT 1 FROM audit AS a
+        WHERE a.idempotency_key = r.key AND a.principal = r.principal AND a.tier = 'auto'
+            AND a.outcome IN ('ok', 'unknown') AND a.amount_usd IS NOT NULL)
+) AS spent
+"""
+
+
+def spend_lock_key(principal: str) -> int:
+    """The transaction-level advisory-lock key of a principal's spend (a signed bigint), not
+    the key of its principal lock: a section holding that one reserves under this one."""
+    digest = hashlib.sha256(b"fiduciary:spend:" + principal.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+async def reserve_spend(
+    conn: _Conn,
+    *,
+    principal: str,
+    amount_usd: Decimal,
+    limit: Decimal,
+    since: datetime,
+    key: str,
+    at: datetime,
+) -> bool:
+    """``PostgresStore.reserve_autonomous`` on a connection: one transaction, the principal's
+    reservations serialised by an advisory lock; each statement after it reads a new snapshot
+    (READ COMMITTED), so it sees every reservation committed before the lock was granted."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (spend_lock_key(principal),))
+        cur = await conn.execute("SELECT 1 FROM spend_reservations WHERE key = %s", (key,))
+        if await cur.fetchone() is not None:
+            return True
+        cur = await conn.execute(_AUTONOMOUS_SPEND, {"principal": principal, "since": since})
+        row = await cur.fetchone()
+        spent: Decimal = row[0] if row is not None else Decimal(0)
+        if spent + amount_usd > limit:
+            return False
+        await conn.execute(
+            "INSERT INTO spend_reservations (key, principal, amount_usd, at) "
+            "VALUES (%s, %s, %s, %s)",
+            (key, principal, amount_usd, at),
+        )
+        return True

@@ -245,8 +245,31 @@ class Store(Protocol):
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]: ...
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
-        """USD auto-executed for a principal since a time: tier auto, outcome ok or unknown
-        (a call that may have acted counts)."""
+        """USD auto-executed for a principal since a time: audit rows of tier auto, outcome ok
+        or unknown (a call that may have acted counts), plus the reservations made since then
+        whose call has no such audit row yet (it runs, or its outcome was lost in a crash)."""
+
+    async def reserve_autonomous(
+        self,
+        principal: str,
+        amount_usd: Decimal,
+        *,
+        limit: Decimal,
+        since: datetime,
+        key: str,
+        at: datetime,
+    ) -> bool:
+        """Reserve ``amount_usd`` of the principal's autonomous spend for the call ``key``.
+
+        The check (``autonomous_spend(since) + amount_usd <= limit``) and the insert are one
+        transaction, so the limit holds for any number of agents and processes on the store.
+        True if reserved, or if ``key`` holds a reservation already (the same call replayed
+        after a crash: counted once); False if it would pass the limit (nothing reserved).
+        """
+
+    async def release_autonomous(self, key: str) -> None:
+        """Delete the reservation of ``key`` (none: nothing happens). Only for a call that
+        failed before any effect: any other reservation keeps counting."""
 
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:

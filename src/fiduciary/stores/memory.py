@@ -37,6 +37,8 @@ class MemoryStore:
         self._approvals: dict[UUID, ApprovalRecord] = {}
         self._ledger: dict[str, LedgerEntry] = {}
         self._audit: list[AuditRecord] = []
+        # key -> (principal, amount, at): reservations of the daily autonomous spend
+        self._reserved: dict[str, tuple[str, Decimal, datetime]] = {}
         self._broadcaster = Broadcaster()
         self._closed = False
 
@@ -244,17 +246,48 @@ class MemoryStore:
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         self._check_open()
+        return self._spend(principal, since)
+
+    def _spend(self, principal: str, since: datetime) -> Decimal:
         total = Decimal(0)
+        spent_keys: set[str | None] = set()
         for a in self._audit:
             if (
                 a.principal == principal
                 and a.tier == "auto"
                 and a.outcome in ("ok", "unknown")
                 and a.amount_usd is not None
-                and a.at >= since
             ):
-                total += a.amount_usd
+                spent_keys.add(a.idempotency_key)
+                if a.at >= since:
+                    total += a.amount_usd
+        for key, (who, amount, at) in self._reserved.items():
+            if who == principal and at >= since and key not in spent_keys:
+                total += amount
         return total
+
+    async def reserve_autonomous(
+        self,
+        principal: str,
+        amount_usd: Decimal,
+        *,
+        limit: Decimal,
+        since: datetime,
+        key: str,
+        at: datetime,
+    ) -> bool:
+        self._check_open()
+        # no await between the check and the insert: one transaction on one event loop
+        if key in self._reserved:
+            return True
+        if self._spend(principal, since) + amount_usd > limit:
+            return False
+        self._reserved[key] = (principal, amount_usd, at)
+        return True
+
+    async def release_autonomous(self, key: str) -> None:
+        self._check_open()
+        self._reserved.pop(key, None)
 
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:

@@ -127,6 +127,7 @@ from ..exceptions import ConflictError, FiduciaryError, StaleEpochError, StoreEr
 from ._postgres_listen import Listener
 from ._postgres_locks import HeldLock, PrincipalLocks
 from ._postgres_sql import (
+    _AUTONOMOUS_SPEND,
     _CLAIM,
     _INSERT_APPROVALS,
     _INSERT_AUDIT,
@@ -158,6 +159,7 @@ from ._postgres_sql import (
     _utc,
     _utc_or_none,
     apply_migrations,
+    reserve_spend,
 )
 from ._rows import (
     _APPROVAL_COLUMNS,
@@ -886,13 +888,37 @@ class PostgresStore:
         return [_audit_from_row(row) for row in rows]
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
-        rows = await self._fetch(
-            "SELECT COALESCE(sum(amount_usd), 0) FROM audit WHERE principal = %s AND at >= %s "
-            "AND tier = 'auto' AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL",
-            (principal, _utc(since)),
-        )
+        rows = await self._fetch(_AUTONOMOUS_SPEND, {"principal": principal, "since": _utc(since)})
         total: Decimal = rows[0][0]
         return total
+
+    async def reserve_autonomous(
+        self,
+        principal: str,
+        amount_usd: Decimal,
+        *,
+        limit: Decimal,
+        since: datetime,
+        key: str,
+        at: datetime,
+    ) -> bool:
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn:
+                return await reserve_spend(
+                    conn,
+                    principal=principal,
+                    amount_usd=amount_usd,
+                    limit=limit,
+                    since=_utc(since),
+                    key=key,
+                    at=_utc(at),
+                )
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+    async def release_autonomous(self, key: str) -> None:
+        await self._rowcount("DELETE FROM spend_reservations WHERE key = %s", (key,))
 
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:

@@ -292,6 +292,25 @@ _INSERT_APPROVAL = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # A decision replaces the whole record (as the memory store does), if the status is as expected.
+# The day's autonomous spend: audit rows that count, then reservations whose call has no such
+# row yet (params: principal, since, twice).
+_AUTONOMOUS_SPEND = (
+    "SELECT amount_usd FROM audit WHERE principal = ? AND at >= ? AND tier = 'auto' "
+    "AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL "
+    "UNION ALL SELECT r.amount_usd FROM spend_reservations AS r "
+    "WHERE r.principal = ? AND r.at >= ? AND NOT EXISTS (SELECT 1 FROM audit AS a "
+    "WHERE a.idempotency_key = r.key AND a.principal = r.principal AND a.tier = 'auto' "
+    "AND a.outcome IN ('ok', 'unknown') AND a.amount_usd IS NOT NULL)"
+)
+
+
+def _sum(rows: list[Any]) -> Decimal:
+    total = Decimal(0)
+    for (amount,) in rows:
+        total += Decimal(amount)
+    return total
+
+
 _DECIDE_APPROVAL = (
     "UPDATE approvals SET "
     + ", ".join(f"{column.strip()} = ?" for column in _APPROVAL_COLUMNS.split(",")[1:])
@@ -1160,15 +1179,47 @@ class SQLiteStore:
         return [_audit_from_row(row) for row in rows]
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
-        rows = self._read(
-            "SELECT amount_usd FROM audit WHERE principal = ? AND at >= ? AND tier = 'auto' "
-            "AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL",
-            (principal, _ts(since)),
-        )
-        total = Decimal(0)
-        for (amount,) in rows:
-            total += Decimal(amount)
-        return total
+        return _sum(self._read(_AUTONOMOUS_SPEND, (principal, _ts(since)) * 2))
+
+    async def reserve_autonomous(
+        self,
+        principal: str,
+        amount_usd: Decimal,
+        *,
+        limit: Decimal,
+        since: datetime,
+        key: str,
+        at: datetime,
+    ) -> bool:
+        self._connection()
+        spend_params = (principal, _ts(since)) * 2
+        insert = (key, principal, str(amount_usd), _ts(at))
+
+        def apply(conn: sqlite3.Connection) -> bool:
+            # inside the batch's BEGIN IMMEDIATE: no other connection writes between the sum
+            # and the insert, and earlier requests of this batch are visible
+            if conn.execute("SELECT 1 FROM spend_reservations WHERE key = ?", (key,)).fetchone():
+                return True
+            if _sum(conn.execute(_AUTONOMOUS_SPEND, spend_params).fetchall()) + amount_usd > limit:
+                return False
+            conn.execute(
+                "INSERT INTO spend_reservations (key, principal, amount_usd, at) "
+                "VALUES (?, ?, ?, ?)",
+                insert,
+            )
+            return True
+
+        # as durable as the audit rows it stands for (a ledger row's full sync, written next for
+        # a write that goes through the ledger, makes it durable too: one WAL, in order)
+        return await self._submit(_Call(apply))
+
+    async def release_autonomous(self, key: str) -> None:
+        self._connection()
+
+        def apply(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM spend_reservations WHERE key = ?", (key,))
+
+        await self._submit(_Call(apply, always=True))
 
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:

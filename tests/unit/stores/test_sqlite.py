@@ -98,7 +98,8 @@ async def test_a_fresh_file_works_on_first_use_in_wal_mode(db_path: Path) -> Non
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
-            (1, "initial")
+            (1, "initial"),
+            (2, "spend_reservations"),
         ]
 
 

@@ -110,3 +110,16 @@ CREATE TABLE audit (
 CREATE INDEX audit_by_run ON audit (run_id, id);
 
 CREATE INDEX audit_by_principal_at ON audit (principal, at);
+
+-- Reservations of the daily autonomous spend (migration 0002; Store.reserve_autonomous): one
+-- per auto write, counted until the write's audit row (same idempotency_key) counts instead.
+CREATE TABLE spend_reservations (
+    key        TEXT PRIMARY KEY,
+    principal  TEXT NOT NULL,
+    amount_usd TEXT NOT NULL,
+    at         TEXT NOT NULL
+);
+
+CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal, at);
+
+CREATE INDEX audit_by_key ON audit (idempotency_key);

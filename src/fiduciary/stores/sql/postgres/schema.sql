@@ -164,3 +164,16 @@ CREATE TABLE cancel_requests (
 );
 
 CREATE INDEX cancel_requests_by_time ON cancel_requests (requested_at);
+
+-- Reservations of the daily autonomous spend (migration 0003; Store.reserve_autonomous): one
+-- per auto write, counted until the write's audit row (same idempotency_key) counts instead.
+CREATE TABLE spend_reservations (
+    key        text PRIMARY KEY,
+    principal  text NOT NULL,
+    amount_usd numeric NOT NULL,
+    at         timestamptz NOT NULL
+);
+
+CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal, at);
+
+CREATE INDEX audit_by_key ON audit (idempotency_key);
