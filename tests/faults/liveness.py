@@ -14,14 +14,15 @@ and under which name). The people are one more process, which opens the store it
     python -m tests.faults.liveness people sqlite PATH DIR RUNS | postgres DSN DIR RUNS
 
 It submits RUNS runs (``Agent.submit``: recorded, driven by nobody here), one every
-``SUBMIT_SECONDS``, and approves every pending approval it sees until SIGTERM.
+``SUBMIT_SECONDS``, for ``PEOPLE`` principals in turn, and approves every pending approval it
+sees until SIGTERM.
 
 Every run reads a balance (slowly: a window in which its driver is mid-run), then pays its own
 payee 150 USD (tier ``confirm``: the people approve it), then replies. Effects land in a SQLite
 file of their own (``effects.sqlite3`` in DIR), shared by every process: one row per handler
 entry, one row per effect (keyed by the idempotency key: a second one would be refused, and
-the entries table would show it). ``reads`` in DIR gets a line at each balance read, so that
-the parent can strike while runs are in flight.
+the entries table would show it). ``reads`` in DIR gets a line at each balance read, and
+``approved`` one at each approval, so that the parent can strike while runs are in flight.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ from fiduciary.testing import ScriptedModel, allow_all
 
 from .cluster import script
 
-PRINCIPAL = "alice"
+PEOPLE = 6  # runs are spread over so many principals (whose writes run one at a time each)
 LEASE_SECONDS = 2.0
 READ_SECONDS = 0.1
-SUBMIT_SECONDS = 0.5
+SUBMIT_SECONDS = 0.35
 
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, payee TEXT NOT NULL,
@@ -99,7 +100,7 @@ def liveness_agent(store: Store) -> Agent:
     """The agent factory of every process of the test (``--agent``)."""
     files = Path(os.environ["FIDUCIARY_LIVENESS_DIR"])
     name = os.environ["FIDUCIARY_LIVENESS_NAME"]
-    return Agent(
+    agent = Agent(
         model=ScriptedModel([script()], keep_requests=0),
         capabilities=capabilities(files, name),
         store=store,
@@ -107,6 +108,8 @@ def liveness_agent(store: Store) -> Agent:
         authorize=allow_all,
         lease_seconds=LEASE_SECONDS,
     )
+    (files / f"owner-{name}").write_text(agent.owner)
+    return agent
 
 
 async def people(backend: str, target: str, files: Path, runs: int) -> None:
@@ -124,12 +127,13 @@ async def people(backend: str, target: str, files: Path, runs: int) -> None:
         store = await PostgresStore.open(target)
     agent = liveness_agent(store)
     submitted = files / "submitted"
+    approved = os.open(files / "approved", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     async def submit() -> None:
         for i in range(runs):
             while True:
                 try:
-                    await agent.submit(f"pay payee-{i:03d}", principal=PRINCIPAL)
+                    await agent.submit(f"pay payee-{i:03d}", principal=f"person-{i % PEOPLE}")
                     break
                 except FiduciaryError as exc:  # a refused write did not happen: again
                     logging.getLogger("people").warning("could not submit now: %s", exc)
@@ -145,8 +149,11 @@ async def people(backend: str, target: str, files: Path, runs: int) -> None:
                 for record in pending:
                     try:
                         await agent.approve(
-                            record.approval_id, by=PRINCIPAL, confirm_amount=record.amount_usd
+                            record.approval_id,
+                            by=record.principal,
+                            confirm_amount=record.amount_usd,
                         )
+                        os.write(approved, b"approved\n")
                     except FiduciaryError as exc:  # decided or expired meanwhile, or busy
                         logging.getLogger("people").info("not approved: %s", exc)
             except FiduciaryError as exc:  # the file is locked by a frozen driver: later

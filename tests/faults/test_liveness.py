@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ import pytest
 
 from fiduciary.events import decode_event
 
-from .liveness import LEASE_SECONDS, PRINCIPAL
+from .liveness import LEASE_SECONDS
 
 RUNS = 60
 STRIKES = 12  # per backend, at most (fewer if the runs end first; at least MIN_STRIKES)
@@ -93,15 +94,22 @@ class Fleet:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         self.figures["sigkill"] += 1
+        self.note(f"SIGKILL {name}, restarted")
         self.spawn(name)  # a supervisor restarts it at once: its old leases are still live
 
     def freeze(self, name: str, seconds: float) -> None:
         process = self.processes[name]
         process.send_signal(signal.SIGSTOP)
         self.figures["sigstop"] += 1
+        self.note(f"SIGSTOP {name} for {seconds:.1f} s")
         # the fault itself lasts a while (past the lease, half the time); nothing is awaited
         time.sleep(seconds)
         process.send_signal(signal.SIGCONT)
+
+    def note(self, line: str) -> None:
+        """The strikes, timed, in ``strikes`` (to read a failure by)."""
+        with (self.files / "strikes").open("a") as strikes:
+            strikes.write(f"{datetime.now(UTC).isoformat()} {line}\n")
 
     def stop_all(self) -> None:
         for process in self.processes.values():
@@ -122,7 +130,7 @@ def fleet(files: Path, commands: dict[str, list[str]], target: str) -> Iterator[
         **os.environ,
         "FIDUCIARY_LIVENESS_DIR": str(files),
         "FIDUCIARY_POSTGRES": target if target.startswith("postgres") else "",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     made = Fleet(files, commands, env)
     try:
@@ -131,6 +139,22 @@ def fleet(files: Path, commands: dict[str, list[str]], target: str) -> Iterator[
         yield made
     finally:
         made.stop_all()
+
+
+def taker(files: Path, names: list[str], holders: Callable[[], list[str]]) -> str | None:
+    """The driver that holds a suspended run (it claimed it to take a decision up and has not
+    written yet), if one is seen within half a second."""
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        owners = {}
+        for name in names:
+            owner = files / f"owner-{name}"
+            if owner.exists():
+                owners[owner.read_text()] = name
+        for owner in holders():
+            if owner in owners:
+                return owners[owner]
+    return None
 
 
 @dataclass
@@ -146,11 +170,13 @@ def strike_and_settle(
     target: str,
     drivers: dict[str, list[str]],
     read: Callable[[], Outcome],
+    holders: Callable[[], list[str]],
 ) -> tuple[Counter[str], Outcome]:
     """Run the drivers and the people, strike STRIKES times, let it settle; the outcome."""
     seed = int(os.environ.get("LIVENESS_SEED", random.randrange(2**32)))
     rng = random.Random(seed)
     (files / "seed").write_text(str(seed))
+    began = time.monotonic()
     with fleet(files, drivers, target) as drivers_fleet:
         drivers_fleet.spawn(
             "people",
@@ -158,34 +184,34 @@ def strike_and_settle(
             module="tests.faults.liveness",
         )
         names = sorted(drivers)
-        reads = files / "reads"
         submitted = files / "submitted"
 
         def all_submitted() -> bool:
             return submitted.exists() and int(submitted.read_text() or 0) == RUNS
 
-        def in_flight(target: int) -> bool:
-            return lines(reads) >= target or (all_submitted() and lines(reads) >= RUNS)
+        def reached(counter: Path, target: int) -> bool:
+            return lines(counter) >= target or (all_submitted() and lines(counter) >= RUNS)
 
         for _ in range(STRIKES):
-            # strike while runs are in flight: after a few more balance reads (a run reads
-            # once, or again after a crash), unless the runs are all submitted and read
-            target = lines(reads) + rng.randint(1, 3)
-            wait_for(
-                partial(in_flight, target),
-                "runs in flight",
-                120.0,
-                lambda: (lines(reads), submitted.read_text()),
-            )
-            if lines(reads) < target:
+            # strike while runs are in flight: after a few more balance reads (mid-run), or
+            # just after a decision (as a driver takes it up) — unless every run is past it
+            counter = files / rng.choice(["reads", "approved"])
+            target = lines(counter) + rng.randint(1, 3)
+            wait_for(partial(reached, counter, target), f"more {counter.name}", SETTLE_SECONDS)
+            if lines(counter) < target:
                 break  # no run left to strike in
             victim = rng.choice(names)
-            if rng.random() < 0.5:
+            taking = taker(files, names, holders) if counter.name == "approved" else None
+            if taking is not None:  # a driver taking a decision up, before it wrote anything
+                drivers_fleet.figures["sigkill_taking_up_a_decision"] += 1
+                drivers_fleet.kill_and_restart(taking)
+            elif rng.random() < 0.5:
                 drivers_fleet.kill_and_restart(victim)
             else:
                 drivers_fleet.freeze(victim, rng.uniform(0.2, 2 * LEASE_SECONDS))
         # every driver alive and running: the rest must happen without anyone acting
         wait_for(all_submitted, "every run submitted", 120.0)
+        calm = time.monotonic()
 
         def settled() -> bool:
             outcome = read()
@@ -196,6 +222,8 @@ def strike_and_settle(
 
         wait_for(settled, f"every run to end (seed {seed})", SETTLE_SECONDS, stranded)
         figures = drivers_fleet.figures
+        figures["struck_seconds"] = round(calm - began)
+        figures["settle_seconds"] = round(time.monotonic() - calm)
     figures["runs"] = RUNS
     figures["seed"] = seed
     assert figures["sigkill"] + figures["sigstop"] >= MIN_STRIKES, figures
@@ -237,7 +265,7 @@ def report(figures: Counter[str], backend: str, files: Path) -> None:
 
 def read_sqlite(path: Path) -> Outcome:
     with sqlite3.connect(path, timeout=60) as conn:
-        runs = conn.execute("SELECT run_id, status FROM runs WHERE principal = ?", (PRINCIPAL,))
+        runs = conn.execute("SELECT run_id, status FROM runs")
         listed = [(str(r), str(s)) for r, s in runs.fetchall()]
         logs: dict[str, list[Any]] = {r: [] for r, _ in listed}
         for run_id, payload in conn.execute("SELECT run_id, payload FROM events ORDER BY seq"):
@@ -249,6 +277,18 @@ def read_sqlite(path: Path) -> Outcome:
             )
         }
     return Outcome(listed, logs, approved)
+
+
+# a suspended run with a lease: a driver has taken it up and not written yet
+HOLDERS = (
+    "SELECT lease_owner FROM runs WHERE lease_owner IS NOT NULL "
+    "AND status IN ('awaiting_approval', 'awaiting_client_result')"
+)
+
+
+def holders_sqlite(path: Path) -> list[str]:
+    with sqlite3.connect(path, timeout=60) as conn:
+        return [str(o) for (o,) in conn.execute(HOLDERS)]
 
 
 def test_sqlite_servers_struck_at_random_leave_no_run_stranded(tmp_path: Path) -> None:
@@ -266,7 +306,7 @@ def test_sqlite_servers_struck_at_random_leave_no_run_stranded(tmp_path: Path) -
     ]
     drivers = {f"serve-{n}": [*serve, "--port", str(free_port())] for n in "12"}
     figures, outcome = strike_and_settle(
-        tmp_path, "sqlite", str(db), drivers, lambda: read_sqlite(db)
+        tmp_path, "sqlite", str(db), drivers, lambda: read_sqlite(db), lambda: holders_sqlite(db)
     )
     check_invariants(tmp_path, outcome)
     report(figures, "sqlite", tmp_path)
@@ -280,10 +320,7 @@ def read_postgres(dsn: str) -> Outcome:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         listed = [
-            (str(r), str(s))
-            for r, s in conn.execute(
-                "SELECT run_id, status FROM runs WHERE principal = %s", (PRINCIPAL,)
-            ).fetchall()
+            (str(r), str(s)) for r, s in conn.execute("SELECT run_id, status FROM runs").fetchall()
         ]
         logs: dict[str, list[Any]] = {r: [] for r, _ in listed}
         for run_id, payload in conn.execute(
@@ -297,6 +334,13 @@ def read_postgres(dsn: str) -> Outcome:
             )
         }
     return Outcome(listed, logs, approved)
+
+
+def holders_pg(dsn: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [str(o) for (o,) in conn.execute(HOLDERS)]
 
 
 @pytest.mark.postgres
@@ -324,7 +368,7 @@ def test_postgres_workers_and_a_server_struck_at_random_leave_no_run_stranded(
     ]
     drivers = {"worker-1": worker, "worker-2": worker, "serve-1": serve}
     figures, outcome = strike_and_settle(
-        tmp_path, "postgres", dsn, drivers, lambda: read_postgres(dsn)
+        tmp_path, "postgres", dsn, drivers, lambda: read_postgres(dsn), lambda: holders_pg(dsn)
     )
     check_invariants(tmp_path, outcome)
     report(figures, "postgres", tmp_path)
