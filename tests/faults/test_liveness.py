@@ -3,9 +3,11 @@ happens to the processes driving it.
 
 On each backend, real driver processes run while another process (the people) submits runs and
 approves their payments: on SQLite two ``fiduciary serve`` on one file; on PostgreSQL two
-``fiduciary worker`` and one ``fiduciary serve``. Drivers are struck at random (seeded): a
-SIGKILL followed at once by a restart, as a supervisor would (before the dead process's leases
-lapse), or a SIGSTOP for up to twice the lease, then SIGCONT. Then every driver is left alone,
+``fiduciary worker`` and one ``fiduciary serve``. Drivers are struck at random (seeded, the
+seed in the failure message; ``LIVENESS_SEED`` replays it) while runs are in flight: a SIGKILL
+followed at once by a restart, as a supervisor would (before the dead process's leases lapse),
+or a SIGSTOP for up to twice the lease, then SIGCONT; and just after an approval, a SIGKILL of
+the driver seen taking it up before it wrote anything. Then every driver is left alone,
 and within a bound (the lease, a sweep period and the work left; the timeout only catches a
 hang) every run must be terminal: **zero stranded runs**. Besides: no handler entered twice for
 one key, no payee paid twice, nothing paid that the person did not approve, gapless logs.
