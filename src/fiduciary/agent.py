@@ -521,12 +521,18 @@ class Agent:
         leases and are never taken."""
         if every <= 0:
             raise ConfigurationError("every must be positive")
-        drives: dict[UUID, asyncio.Task[bool]] = {}
+        drives: dict[UUID, asyncio.Task[None]] = {}
+
+        async def drive(run_id: UUID) -> None:
+            try:
+                await self._resume_quietly(run_id)
+            except Exception:  # never the sweep's end: the run is tried again later
+                log.exception("run %s: resuming it failed", run_id)
 
         def start(run: RunRecord) -> None:
             if run.run_id in drives:
                 return
-            task = asyncio.create_task(self._resume_quietly(run.run_id))
+            task = asyncio.create_task(drive(run.run_id))
             drives[run.run_id] = task
             task.add_done_callback(lambda _: drives.pop(run.run_id, None))
 

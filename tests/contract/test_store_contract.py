@@ -419,7 +419,7 @@ async def test_a_decided_approval_makes_its_suspended_run_resumable(
     if decision == "result":
         decided = approval.with_(status="client_result", decided_at=at(8), client_result={"ok": 1})
     else:
-        decided = approval.with_(status=decision, decided_by="alice", decided_at=at(8))  # type: ignore[arg-type]
+        decided = approval.with_(status=decision, decided_by="alice", decided_at=at(8))
     assert await store.decide_approval(decided)
 
     assert await resumable(store, 10) == [run.run_id]

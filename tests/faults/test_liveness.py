@@ -150,9 +150,9 @@ def taker(files: Path, names: list[str], holders: Callable[[], list[str]]) -> st
     while time.monotonic() < deadline:
         owners = {}
         for name in names:
-            owner = files / f"owner-{name}"
-            if owner.exists():
-                owners[owner.read_text()] = name
+            path = files / f"owner-{name}"
+            if path.exists():
+                owners[path.read_text()] = name
         for owner in holders():
             if owner in owners:
                 return owners[owner]
@@ -191,16 +191,16 @@ def strike_and_settle(
         def all_submitted() -> bool:
             return submitted.exists() and int(submitted.read_text() or 0) == RUNS
 
-        def reached(counter: Path, target: int) -> bool:
-            return lines(counter) >= target or (all_submitted() and lines(counter) >= RUNS)
+        def reached(counter: Path, goal: int) -> bool:
+            return lines(counter) >= goal or (all_submitted() and lines(counter) >= RUNS)
 
         for _ in range(STRIKES):
             # strike while runs are in flight: after a few more balance reads (mid-run), or
             # just after a decision (as a driver takes it up) — unless every run is past it
             counter = files / rng.choice(["reads", "approved"])
-            target = lines(counter) + rng.randint(1, 3)
-            wait_for(partial(reached, counter, target), f"more {counter.name}", SETTLE_SECONDS)
-            if lines(counter) < target:
+            goal = lines(counter) + rng.randint(1, 3)
+            wait_for(partial(reached, counter, goal), f"more {counter.name}", SETTLE_SECONDS)
+            if lines(counter) < goal:
                 break  # no run left to strike in
             victim = rng.choice(names)
             taking = taker(files, names, holders) if counter.name == "approved" else None
