@@ -378,21 +378,27 @@ class Driver:
 
     # --- the run -------------------------------------------------------------------------
     async def drive(self) -> None:
-        """Continue the run from wherever its log stands; always releases the lease."""
+        """Continue the run from wherever its log stands; always releases the lease.
+
+        A failing store (a commit or a read refused for any reason but a takeover) is raised
+        once the lease is released: nothing more is written, everything committed stays, and
+        the run — left ``running`` or woken — is found again by ``runs_to_resume``.
+        """
         loop = asyncio.get_running_loop()
         self._renewal = loop.call_later(self.agent.lease_seconds / 3, self._renew_soon)
+        failure: StoreError | None = None
         try:
             await self._drive()
             await self.barrier()
         except StaleEpochError:  # a commit or a ledger_begin refused: nothing was written
             log.warning("run %s was taken over by another worker; stopping", self.run_id)
-        except StoreError:
-            log.exception("run %s stopped: the store failed; it can be resumed", self.run_id)
+        except StoreError as exc:
+            failure = exc
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
-            with contextlib.suppress(Exception):
+            try:
                 await self.emit(
                     (
                         RunFailed,
@@ -401,6 +407,12 @@ class Driver:
                     status="failed",
                 )
                 await self.barrier()
+            except StaleEpochError:
+                pass
+            except StoreError as store_exc:
+                failure = store_exc
+            except Exception:
+                log.exception("run %s: its failure could not be recorded", self.run_id)
         finally:
             with contextlib.suppress(BaseException):
                 await self.barrier()
@@ -409,6 +421,11 @@ class Driver:
                 await self.agent.store.release(self.run_id, epoch=self.epoch)
             if self.out is not None:
                 self.out.put_nowait(DONE)
+        if failure is not None:
+            log.warning(
+                "run %s stopped: the store failed (%s); it can be resumed", self.run_id, failure
+            )
+            raise failure
 
     # The lease is renewed every third of its length while the run is driven. A timer, not a
     # task, waits for it: most drives end long before the first renewal.
@@ -436,8 +453,11 @@ class Driver:
 
     async def _drive(self) -> None:
         if self.run.status != "running":
-            # while driven the run is "running": a crash now leaves it for resume_all to find
+            # while driven the run is "running": a crash now leaves it for resume_all to find.
+            # This commit also clears the run's wake marker; it is committed before the
+            # decisions are read, so a decision made after it marks the run again.
             await self.emit(status="running")
+            await self.barrier()
         if self.t.partial_from is not None:
             await self.emit((TurnRetracted, {"from_seq": self.t.partial_from}))
         if self.t.unresolved:
@@ -630,7 +650,7 @@ class Driver:
                         # the model is asked again: what this turn streamed so far is void
                         if self.t.partial_from is not None:
                             await self.emit((TurnRetracted, {"from_seq": self.t.partial_from}))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, StoreError):  # a failing store is not the model's
             for task in reads:
                 task.cancel()
             raise

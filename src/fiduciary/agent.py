@@ -7,6 +7,7 @@ store can continue it, decide its approvals or follow its events.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import weakref
@@ -27,10 +28,11 @@ from pydantic import ValidationError
 from ._binding import logged_action, mismatch
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Transcript
+from ._sweep import SWEEP_SECONDS, sweep_forever
 from .capabilities import Capability, Executor, Kind, Principal, args_digest, out_of_range
 from .clock import Clock, SystemClock
 from .events import Event, RunStarted, UserMessage
-from .exceptions import ApprovalError, CapabilityError, ConfigurationError, RunError
+from .exceptions import ApprovalError, CapabilityError, ConfigurationError, RunError, StoreError
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable
@@ -67,6 +69,8 @@ DEFAULT_SYSTEM = (
     "Read before you write. Never claim an action happened unless a tool result says so. "
     "When a tool reports an error, a refusal or an unknown outcome, tell the person plainly."
 )
+
+log = logging.getLogger("fiduciary.agent")
 
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 _IDLE: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
@@ -150,7 +154,9 @@ class Agent:
         """Start a run (or continue the conversation of an idle one) and stream its events.
 
         The run is recorded durably before the first event is yielded. The stream ends when the
-        run completes, fails, or waits for a person (status ``awaiting_approval``).
+        run completes, fails, or waits for a person (status ``awaiting_approval``). If the store
+        fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
+        every event yielded is committed, and the run can be resumed (a sweep does it).
         """
         who = _principal(principal)
         if not isinstance(message, str) or not message.strip():
@@ -271,7 +277,7 @@ class Agent:
         epoch instead of leasing it again (and released if this agent may not drive it).
         Raises ``RunError("agent_mismatch")``, touching nothing, when this agent lacks one of the
         run's capabilities or has another model than the run recorded (unless ``any_model``):
-        see ``check_resumable``.
+        see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         """
         if claimed is None:
             existing = await self.store.get_run(run_id)
@@ -519,23 +525,18 @@ class Agent:
                 )
 
     async def resume_all(self) -> list[UUID]:
-        """Resume every run left ``running`` by a dead process; returns their ids.
-
-        A run this agent may not drive (``check_resumable``) is left as it is, for an agent that
-        may; it is logged once.
-        """
+        """Resume, once, every run that can make progress and that nobody drives (left
+        ``running`` by a dead process, or suspended with a decision or an expired approval);
+        returns the ids of those driven to their next stop. A run whose store failed is left
+        for a later attempt (logged). A run this agent may not drive (``check_resumable``) is
+        left as it is, for an agent that may; it is logged once. To keep doing it, use
+        ``keep_runs_moving``."""
         runs = await self.store.runs_to_resume(now=self.clock.now())
         done: list[UUID] = []
 
         async def one(rid: UUID) -> None:
-            try:
-                async for _ in self.resume(rid):
-                    pass
+            if await self._resume_quietly(rid):
                 done.append(rid)
-            except RunError as exc:
-                if exc.code == "agent_mismatch" and rid not in self._mismatched:
-                    self._mismatched.add(rid)
-                    log.warning("run %s is left for another agent: %s", rid, exc.message)
 
         await asyncio.gather(*(one(r.run_id) for r in runs))
         return done
@@ -564,6 +565,57 @@ class Agent:
                 f"run {run_id} was started with the model {started.model}, and this agent's is "
                 f"{self.model.name}",
             )
+
+    async def keep_runs_moving(self, *, every: float = SWEEP_SECONDS) -> None:
+        """Resume every run that can make progress and that nobody drives, now and every
+        ``every`` seconds, until cancelled (then the drives started here stop, releasing their
+        leases). Run it as a task beside an application that embeds the agent: a run whose
+        process died, or whose approval was decided in another process, is then driven again
+        within its lease time (``lease_seconds``) plus ``every``. ``fiduciary serve`` and
+        ``fiduciary worker`` do this themselves. Runs this agent drives elsewhere hold live
+        leases and are never taken."""
+        if every <= 0:
+            raise ConfigurationError("every must be positive")
+        drives: dict[UUID, asyncio.Task[None]] = {}
+
+        async def drive(run_id: UUID) -> None:
+            try:
+                await self._resume_quietly(run_id)
+            except Exception:  # never the sweep's end: the run is tried again later
+                log.exception("run %s: resuming it failed", run_id)
+
+        def start(run: RunRecord) -> None:
+            if run.run_id in drives or run.run_id in self._mismatched:
+                return
+            task = asyncio.create_task(drive(run.run_id))
+            drives[run.run_id] = task
+            task.add_done_callback(lambda _: drives.pop(run.run_id, None))
+
+        async def find() -> list[RunRecord]:
+            return await self.store.runs_to_resume(now=self.clock.now())
+
+        try:
+            await sweep_forever(find, start, every=every)
+        finally:
+            for task in list(drives.values()):
+                task.cancel()
+            await asyncio.gather(*drives.values(), return_exceptions=True)
+
+    async def _resume_quietly(self, run_id: UUID) -> bool:
+        """Drive the run to its next stop; False if it could not be (busy, or the store
+        failed: logged, and left for a later sweep)."""
+        try:
+            async for _ in self.resume(run_id):
+                pass
+        except RunError as exc:
+            if exc.code == "agent_mismatch" and run_id not in self._mismatched:
+                self._mismatched.add(run_id)
+                log.warning("run %s is left for another agent: %s", run_id, exc.message)
+            return False
+        except StoreError as exc:
+            log.warning("run %s could not be resumed (%s); it will be tried again", run_id, exc)
+            return False
+        return True
 
     async def _lease(self, run_id: UUID) -> tuple[RunRecord, Transcript]:
         run = await self.store.acquire(

@@ -22,7 +22,7 @@ from uuid import UUID
 from ._logs import logger
 from .agent import Agent
 from .capabilities import Principal
-from .exceptions import ConfigurationError, FiduciaryError, RunError
+from .exceptions import ConfigurationError, FiduciaryError, RunError, StoreError
 from .stores.base import CancelChannel, CancelRequest, RunRecord
 
 __all__ = ["WorkQueue", "run_worker", "submit"]
@@ -68,8 +68,11 @@ async def run_worker(
     ``owner`` is the lease owner; it must be ``agent.owner`` (the default), since
     ``Agent.resume`` re-takes the claimed lease under that name. At most ``concurrency`` runs
     are driven at once. When idle, the worker waits for a notification from the store, for a
-    run to finish, or ``poll_interval`` seconds — the poll catches what nobody notifies: a lease
-    that lapsed, an approval that expired. Once ``stop`` is set it claims nothing more, lets the
+    run to finish, or ``poll_interval`` seconds — the poll is the worker's sweep: it catches
+    what nobody notifies, a lease that lapsed (its holder died or froze), an approval that
+    expired, a notification lost with a connection. A claim leaves a decision's wake marker
+    until the drive's first commit, so a run claimed by a worker that dies at once is claimed
+    again once that lease lapses. Once ``stop`` is set it claims nothing more, lets the
     runs it drives go on for up to ``drain_seconds``, then cancels them (their leases are
     released; another worker continues them).
     """
@@ -218,6 +221,10 @@ async def _drive(agent: Agent, run: RunRecord, refused: set[UUID] | None = None)
             log.warning("run %s is left for another worker's agent: %s", run.run_id, exc)
         else:
             log.info("run %s was not driven: %s", run.run_id, exc)
+    except StoreError as exc:  # the lease is released; the run is claimable again
+        log.warning(
+            "run %s stopped: the store failed (%s); it will be claimed again", run.run_id, exc
+        )
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await agent.store.release(run.run_id, epoch=run.epoch)

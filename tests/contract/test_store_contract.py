@@ -387,6 +387,95 @@ async def test_runs_to_resume_are_running_runs_without_a_live_lease(store: Store
     assert live.run_id in [r.run_id for r in later]
 
 
+async def suspended_run(
+    store: Store, *, executor: str = "server", created: float = 0.0
+) -> tuple[RunRecord, ApprovalRecord]:
+    """A run suspended on one pending approval, as a drive leaves it: committed, released."""
+    run = await new_run(store, created=created)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(1), ttl_seconds=30)
+    assert lease is not None
+    approval = make_approval(run.run_id, executor=executor)
+    status: typing.Literal["awaiting_approval", "awaiting_client_result"] = (
+        "awaiting_client_result" if executor == "client" else "awaiting_approval"
+    )
+    await store.commit(run.run_id, epoch=lease.epoch, status=status, approvals=[approval])
+    await store.release(run.run_id, epoch=lease.epoch)
+    return run, approval
+
+
+async def resumable(store: Store, now: float) -> list[UUID]:
+    return [r.run_id for r in await store.runs_to_resume(now=at(now))]
+
+
+@pytest.mark.parametrize(
+    ("executor", "decision"), [("server", "approved"), ("server", "denied"), ("client", "result")]
+)
+async def test_a_decided_approval_makes_its_suspended_run_resumable(
+    store: Store, executor: str, decision: str
+) -> None:
+    run, approval = await suspended_run(store, executor=executor)
+    assert await resumable(store, 10) == []  # waiting on a person: nothing to do
+
+    if decision == "result":
+        decided = approval.with_(status="client_result", decided_at=at(8), client_result={"ok": 1})
+    else:
+        decided = approval.with_(status=decision, decided_by="alice", decided_at=at(8))
+    assert await store.decide_approval(decided)
+
+    assert await resumable(store, 10) == [run.run_id]
+
+
+async def test_a_decision_stays_findable_until_a_drive_takes_it_up(store: Store) -> None:
+    """A drive that leases the run and dies before writing leaves the decision to another."""
+    run, approval = await suspended_run(store)
+    assert await store.decide_approval(approval.with_(status="approved", decided_at=at(8)))
+    dead = await store.acquire(run.run_id, owner="w2", now=at(10), ttl_seconds=30)
+    assert dead is not None
+
+    assert await resumable(store, 20) == []  # its lease is live: never stolen
+    assert await resumable(store, 40) == [run.run_id]  # the lease lapsed: found again
+
+    taken = await store.acquire(run.run_id, owner="w3", now=at(40), ttl_seconds=30)
+    assert taken is not None
+    await store.commit(run.run_id, epoch=taken.epoch, status="running")  # the decision taken up
+    await store.commit(run.run_id, epoch=taken.epoch, status="awaiting_approval")  # waits again
+    await store.release(run.run_id, epoch=taken.epoch)
+    assert await resumable(store, 80) == []
+
+
+async def test_a_decision_made_while_the_run_is_driven_is_found_after_it_suspends(
+    store: Store,
+) -> None:
+    run, approval = await suspended_run(store)
+    lease = await store.acquire(run.run_id, owner="w2", now=at(10), ttl_seconds=30)
+    assert lease is not None
+    await store.commit(run.run_id, epoch=lease.epoch, status="running")
+    assert await store.decide_approval(approval.with_(status="approved", decided_at=at(12)))
+    await store.commit(run.run_id, epoch=lease.epoch, status="awaiting_approval")
+    assert await resumable(store, 15) == []  # still leased
+    await store.release(run.run_id, epoch=lease.epoch)
+
+    assert await resumable(store, 15) == [run.run_id]
+
+
+async def test_an_expired_approval_makes_its_suspended_run_resumable(store: Store) -> None:
+    run, _ = await suspended_run(store)
+
+    assert await resumable(store, 3604) == []
+    assert await resumable(store, 3605) == [run.run_id]  # it expires at 5 + 3600
+
+
+async def test_an_ended_run_is_never_resumable(store: Store) -> None:
+    run, approval = await suspended_run(store)
+    assert await store.decide_approval(approval.with_(status="denied", decided_at=at(8)))
+    lease = await store.acquire(run.run_id, owner="w2", now=at(10), ttl_seconds=30)
+    assert lease is not None
+    await store.commit(run.run_id, epoch=lease.epoch, status="completed")
+    await store.release(run.run_id, epoch=lease.epoch)
+
+    assert await resumable(store, 4000) == []
+
+
 # --- approvals --------------------------------------------------------------------------
 
 

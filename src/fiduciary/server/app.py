@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from .._logs import logger
+from .._sweep import SWEEP_SECONDS, sweep_forever
 from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event, GuardNote, PendingAction
@@ -793,18 +794,24 @@ def create_app(
     coalesce_seconds: float = 0.01,
     resume_on_start: bool = True,
     drive: bool = True,
+    sweep_seconds: float = SWEEP_SECONDS,
 ) -> Starlette:
     """The ASGI app serving ``agent``: the API, live events, webhooks and the console.
 
-    ``app.state.server`` is the ``Server`` behind it. On startup (with a lifespan), runs left
-    ``running`` by a process that died are resumed in the background; on shutdown, drives stop
-    (runs resume from the store later) and streams close.
+    ``app.state.server`` is the ``Server`` behind it. While it runs (with a lifespan), every
+    ``sweep_seconds`` from start-up on, the runs that can make progress and that nobody drives
+    are resumed in the background (``resume_on_start=False``: never): runs left ``running`` by
+    a process that died or froze past its lease, runs whose store failed, runs whose approval
+    was decided in another process. On shutdown, drives stop (runs resume from the store later)
+    and streams close.
 
     ``drive=False`` (PostgreSQL, with ``fiduciary worker`` processes): this process drives no
     run. A new run or message is recorded for the workers (``Agent.submit``), a decision only
     makes the run claimable again, and nothing is resumed on startup; the API, the approvals
     and the live events (LISTEN/NOTIFY) work as when driving, whichever process drives the run.
     """
+    if sweep_seconds <= 0:
+        raise ConfigurationError("sweep_seconds must be positive")
     server = Server(
         agent,
         keys=keys,
@@ -832,7 +839,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        resumer = asyncio.create_task(_resume_all(server)) if resume_on_start and drive else None
+        resumer = (
+            asyncio.create_task(_keep_runs_moving(server, sweep_seconds))
+            if resume_on_start and drive
+            else None
+        )
         try:
             yield
         finally:
@@ -852,12 +863,16 @@ def create_app(
     return app
 
 
-async def _resume_all(server: Server) -> None:
-    try:
-        runs = await server.agent.store.runs_to_resume(now=server.agent.clock.now())
-    except FiduciaryError as exc:
-        log.warning("could not list the runs to resume: %s", exc)
-        return
-    for run in runs:
-        server._remember(run.principal)(run.run_id)
-        server.drives.resume(run.run_id)
+async def _keep_runs_moving(server: Server, every: float) -> None:
+    """The sweep (``fiduciary._sweep``): resume what can make progress, unless driven here."""
+    agent = server.agent
+
+    async def find() -> list[RunRecord]:
+        return await agent.store.runs_to_resume(now=agent.clock.now())
+
+    def start(run: RunRecord) -> None:
+        if not server.drives.is_driving(run.run_id):
+            server._remember(run.principal)(run.run_id)
+            server.drives.resume(run.run_id)
+
+    await sweep_forever(find, start, every=every)

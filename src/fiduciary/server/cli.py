@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .._sweep import SWEEP_SECONDS
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
 from .auth import (
@@ -199,10 +200,19 @@ def serve(
     rate_limit: Annotated[
         str | None, typer.Option(help="Messages per principal, N/SECONDS (default 10/60).")
     ] = None,
+    sweep_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Seconds between sweeps for runs that can make progress and nobody drives "
+            "(a dead process's, or decided in another process)."
+        ),
+    ] = SWEEP_SECONDS,
 ) -> None:
     """Serve the HTTP API, live events and the web console (SQLite or PostgreSQL)."""
     if not drive and postgres is None:
         raise _fail("--no-drive leaves runs to workers, which need --postgres")
+    if not sweep_seconds > 0:
+        raise _fail("--sweep-seconds must be positive")
     try:
         settings = ServerConfig.load(config)
         limit = RateLimit.parse(rate_limit or settings.rate_limit)
@@ -217,7 +227,9 @@ def serve(
     where = _Where(db, postgres)
     try:
         code = asyncio.run(
-            _serve(where, host, port, agent, drive, settings, limit, channels, targets)
+            _serve(
+                where, host, port, agent, drive, settings, limit, channels, targets, sweep_seconds
+            )
         )
     except KeyboardInterrupt:
         code = 130
@@ -266,6 +278,7 @@ async def _serve(
     limit: RateLimit,
     channels: list[InboundChannel],
     targets: list[WebhookTarget],
+    sweep_seconds: float,
 ) -> int:
     import uvicorn
 
@@ -298,6 +311,7 @@ async def _serve(
             notifier=notifier,
             heartbeat_seconds=settings.heartbeat_seconds,
             drive=drive,
+            sweep_seconds=sweep_seconds,
         )
         if not await keys.list():
             console.print(

@@ -181,21 +181,37 @@ _INSERT_AUDIT = (
     "AS a(run_id, at, principal, capability, kind, tool_use_id, outcome, tier, amount_usd, "
     "input, output, idempotency_key, duration_ms, ord) ORDER BY ord"
 )
+# A status other than suspended (running again, or ended) clears the wake marker: the drive
+# that took the decision up is past it. The claim leaves the marker, so a drive that dies
+# before this commit leaves the run claimable once its lease lapses.
 _UPDATE_RUNS = (
     "UPDATE runs SET last_seq = v.last_seq, status = COALESCE(v.status, runs.status), "
-    "updated_at = COALESCE(v.updated_at, runs.updated_at) "
+    "updated_at = COALESCE(v.updated_at, runs.updated_at), "
+    "wake_at = CASE WHEN v.status IS NULL "
+    "OR v.status IN ('awaiting_approval', 'awaiting_client_result') THEN runs.wake_at END "
     "FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::timestamptz[]) "
     "AS v(run_id, last_seq, status, updated_at) WHERE runs.run_id = v.run_id"
 )
 _NOTIFY = f"SELECT pg_notify('{EVENTS_CHANNEL}', p) FROM unnest(%b::text[]) AS p"
-_CLAIM = f"""
-WITH candidates AS (
+# Runs that can make progress: running (new, or left by a dead process), suspended with a
+# decision no drive has taken up yet (wake_at), suspended with an expired approval.
+_RUNNABLE = """
     SELECT run_id FROM runs
     WHERE (status = 'running' OR wake_at IS NOT NULL)
       AND (lease_until IS NULL OR lease_until <= %(now)s)
     UNION
     SELECT run_id FROM approvals WHERE status = 'pending' AND expires_at <= %(now)s
-), picked AS (
+"""
+_RUNS_TO_RESUME = f"""
+SELECT {", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))}
+FROM runs r WHERE r.run_id IN ({_RUNNABLE})
+  AND r.status IN ('running', 'awaiting_approval', 'awaiting_client_result')
+  AND (r.lease_until IS NULL OR r.lease_until <= %(now)s)
+ORDER BY r.created_at, r.run_id
+LIMIT %(limit)s
+"""
+_CLAIM = f"""
+WITH candidates AS ({_RUNNABLE}), picked AS (
     SELECT r.run_id FROM runs r JOIN candidates c ON c.run_id = r.run_id
     WHERE r.status IN ('running', 'awaiting_approval', 'awaiting_client_result')
       AND (r.lease_until IS NULL OR r.lease_until <= %(now)s)
@@ -204,8 +220,7 @@ WITH candidates AS (
     LIMIT %(limit)s
     FOR NO KEY UPDATE OF r SKIP LOCKED
 )
-UPDATE runs SET lease_owner = %(owner)s, lease_until = %(until)s, epoch = runs.epoch + 1,
-    wake_at = NULL
+UPDATE runs SET lease_owner = %(owner)s, lease_until = %(until)s, epoch = runs.epoch + 1
 FROM picked WHERE runs.run_id = picked.run_id
 RETURNING {", ".join("runs." + c.strip() for c in _RUN_COLUMNS.split(","))}
 """

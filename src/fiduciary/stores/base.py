@@ -192,7 +192,11 @@ class Store(Protocol):
     async def release(self, run_id: UUID, *, epoch: int) -> None: ...
 
     async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
-        """Runs that are ``running`` with no live lease (their worker died)."""
+        """Runs that can make progress and that nobody leases (no live lease), oldest first:
+        ``running`` (new, or its process died); suspended with a decision no drive has taken
+        up yet (an approval left ``pending`` — decided, expired, or a client's result — in any
+        process: the run's wake marker, cleared by the commit that sets it ``running`` again or
+        ends it); suspended with a pending approval that has expired by ``now``."""
 
     # --- approvals ------------------------------------------------------------------------
     async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None: ...

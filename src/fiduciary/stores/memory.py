@@ -29,6 +29,8 @@ from .base import (
 
 __all__ = ["MemoryStore"]
 
+_SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+
 
 class MemoryStore:
     def __init__(self) -> None:
@@ -39,6 +41,9 @@ class MemoryStore:
         self._audit: list[AuditRecord] = []
         # key -> (principal, amount, at): reservations of the daily autonomous spend
         self._reserved: dict[str, tuple[str, Decimal, datetime]] = {}
+        # the wake marker: runs with a decision that no drive has taken up yet (set when an
+        # approval leaves pending, cleared by the commit that sets the run running or ends it)
+        self._woken: set[UUID] = set()
         self._broadcaster = Broadcaster()
         self._closed = False
 
@@ -105,6 +110,8 @@ class MemoryStore:
         changes: dict[str, Any] = {"last_seq": run.last_seq + len(events)}
         if status is not None:
             changes["status"] = status
+            if status not in _SUSPENDED:
+                self._woken.discard(run_id)
         if events:
             changes["updated_at"] = events[-1].at
         self._runs[run_id] = replace(run, **changes)
@@ -157,12 +164,21 @@ class MemoryStore:
 
     async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
         self._check_open()
+        expired = {
+            a.run_id
+            for a in self._approvals.values()
+            if a.status == "pending" and a.expires_at <= now
+        }
         out = [
             r
             for r in self._runs.values()
-            if r.status == "running" and (r.lease_until is None or r.lease_until <= now)
+            if (r.lease_until is None or r.lease_until <= now)
+            and (
+                r.status == "running"
+                or (r.status in _SUSPENDED and (r.run_id in self._woken or r.run_id in expired))
+            )
         ]
-        out.sort(key=lambda r: r.created_at)
+        out.sort(key=lambda r: (r.created_at, str(r.run_id)))
         return out[:limit]
 
     # --- approvals ------------------------------------------------------------------------
@@ -196,6 +212,14 @@ class MemoryStore:
         if current is None or current.status != expected_status:
             return False
         self._approvals[approval.approval_id] = approval
+        run = self._runs.get(approval.run_id)
+        if (
+            current.status == "pending"
+            and approval.status != "pending"
+            and run is not None
+            and (run.status == "running" or run.status in _SUSPENDED)
+        ):
+            self._woken.add(approval.run_id)
         return True
 
     # --- ledger ---------------------------------------------------------------------------

@@ -56,7 +56,10 @@ Workers
     run): runs ``running`` without a live lease (new, or left by a dead worker), suspended runs
     with a decision (``runs.wake_at``, set by a trigger when an approval leaves ``pending``, on
     whichever instance it is decided), and suspended runs whose pending approval expired. It
-    leases them with a new epoch, as ``acquire`` does. A trigger notifies
+    leases them with a new epoch, as ``acquire`` does. The claim does not clear ``wake_at``:
+    the drive's first commit (the run ``running`` again) does, so a worker that dies before it
+    leaves the run claimable once the lease lapses. ``runs_to_resume`` lists the same runs
+    without leasing them. A trigger notifies
     ``fiduciary_runnable`` whenever a run becomes claimable; ``wait_for_work`` wakes on it.
     ``fiduciary.worker.run_worker`` is the loop that uses both.
 
@@ -137,6 +140,7 @@ from ._postgres_sql import (
     _NOTIFY,
     _NOTIFY_LIMIT,
     _REQUEST_CANCEL,
+    _RUNS_TO_RESUME,
     _UPDATE_RUNS,
     EVENTS_CHANNEL,
     MIGRATIONS_DIR,
@@ -685,12 +689,7 @@ class PostgresStore:
         )
 
     async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
-        rows = await self._fetch(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running' "
-            "AND (lease_until IS NULL OR lease_until <= %s) "
-            "ORDER BY created_at, run_id LIMIT %s",
-            (_utc(now), limit),
-        )
+        rows = await self._fetch(_RUNS_TO_RESUME, {"now": _utc(now), "limit": limit})
         return [_run_from_row(row) for row in rows]
 
     # --- workers --------------------------------------------------------------------------
@@ -706,7 +705,7 @@ class PostgresStore:
         """Lease up to ``limit`` runs that can be driven now and that nobody leases.
 
         Claimable: ``running`` with no live lease (new, or its worker died); suspended with a
-        decision made since it was last claimed (``wake_at``); suspended with a pending
+        decision no drive has taken up yet (``wake_at``); suspended with a pending
         approval that expired. Each claimed run gets a new epoch, as with ``acquire``. Rows
         another worker is claiming at the same moment are skipped, not waited for. Oldest
         runs first. ``exclude``: runs the caller is driving itself (if their lease lapsed

@@ -515,11 +515,33 @@ T = TypeVar("T")
 _ADVANCE_RUN = (
     "UPDATE runs SET last_seq = ?, updated_at = ? WHERE run_id = ? AND epoch = ? AND last_seq = ?"
 )
-_ADVANCE_RUN_WITH_STATUS = (
-    "UPDATE runs SET last_seq = ?, updated_at = ?, status = ? "
-    "WHERE run_id = ? AND epoch = ? AND last_seq = ?"
+# A status other than suspended (running again, or ended) clears the wake marker: the drive
+# that took the decision up is past it (migrations/0003_wake_marker.sql).
+_WAKE_KEPT = (
+    "wake_at = CASE WHEN ?3 IN ('awaiting_approval', 'awaiting_client_result') THEN wake_at END"
 )
-_SET_STATUS = "UPDATE runs SET status = ? WHERE run_id = ? AND epoch = ?"
+_ADVANCE_RUN_WITH_STATUS = (
+    f"UPDATE runs SET last_seq = ?1, updated_at = ?2, status = ?3, {_WAKE_KEPT} "
+    "WHERE run_id = ?4 AND epoch = ?5 AND last_seq = ?6"
+)
+_SET_STATUS = f"UPDATE runs SET status = ?3, {_WAKE_KEPT} WHERE run_id = ?1 AND epoch = ?2"
+# Runs that can make progress and that nobody leases: running (new, or left by a dead process),
+# or suspended with a decision not taken up yet (the wake marker) — the runs_runnable index —
+# and suspended with an expired approval (approvals_by_status).
+_RUNS_TO_RESUME = f"""
+SELECT {_RUN_COLUMNS} FROM runs INDEXED BY runs_runnable
+WHERE (status = 'running' OR wake_at IS NOT NULL)
+  AND status IN ('running', 'awaiting_approval', 'awaiting_client_result')
+  AND (lease_until IS NULL OR lease_until <= ?1)
+ORDER BY created_at, run_id LIMIT ?2
+"""
+_RUNS_EXPIRED = f"""
+SELECT {", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))} FROM runs r
+WHERE r.run_id IN (SELECT run_id FROM approvals WHERE status = 'pending' AND expires_at <= ?1)
+  AND r.status IN ('awaiting_approval', 'awaiting_client_result')
+  AND (r.lease_until IS NULL OR r.lease_until <= ?1)
+LIMIT ?2
+"""
 _CHECK_EPOCH = "SELECT 1 FROM runs WHERE run_id = ? AND epoch = ?"
 _INSERT_LEDGER = (
     f"INSERT INTO ledger ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -650,7 +672,7 @@ class _Commit(_Op[None]):
             if cursor.rowcount != 1:
                 raise self._refusal(conn)
         elif self.status is not None:
-            if conn.execute(_SET_STATUS, (self.status, self.key, self.epoch)).rowcount != 1:
+            if conn.execute(_SET_STATUS, (self.key, self.epoch, self.status)).rowcount != 1:
                 raise self._refusal(conn)
         elif conn.execute(_CHECK_EPOCH, (self.key, self.epoch)).fetchone() is None:
             raise self._refusal(conn)
@@ -1039,13 +1061,10 @@ class SQLiteStore:
         await self._submit(_Call(apply, always=True))
 
     async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
-        rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running' "
-            "AND (lease_until IS NULL OR lease_until <= ?) "
-            "ORDER BY created_at, run_id LIMIT ?",
-            (_ts(now), limit),
-        )
-        return [_run_from_row(row) for row in rows]
+        params = (_ts(now), limit)
+        rows = self._read(_RUNS_TO_RESUME, params) + self._read(_RUNS_EXPIRED, params)
+        runs = {run.run_id: run for run in map(_run_from_row, rows)}
+        return sorted(runs.values(), key=lambda r: (r.created_at, str(r.run_id)))[:limit]
 
     # --- approvals ------------------------------------------------------------------------
     async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None:

@@ -541,8 +541,32 @@ async def test_what_is_claimable(store: PostgresStore) -> None:
         decided.run_id,
         expired.run_id,
     ]
-    # claimed: leased now, and the wake-up is consumed
-    assert await store.claim_runnable(owner="v", now=at(131), ttl_seconds=30, limit=10) != []
+    # claimed: leased now, nothing more to claim until the leases lapse
+    assert await store.claim_runnable(owner="v", now=at(101), ttl_seconds=30, limit=10) == []
+
+
+async def test_a_decision_claimed_by_a_worker_that_dies_before_writing_is_claimed_again(
+    store: PostgresStore,
+) -> None:
+    """The claim leaves the wake marker: only the drive's first commit (the run ``running``
+    again) takes the decision up. Before, the claim cleared it and the run was lost."""
+    run = await new_run(store, status="awaiting_approval")
+    approval = make_approval(run.run_id)
+    await store.commit(run.run_id, epoch=0, approvals=[approval])
+    assert await store.decide_approval(approval.with_(status="approved", decided_by="alice"))
+    first = await store.claim_runnable(owner="dead", now=at(10), ttl_seconds=30)
+    assert [r.run_id for r in first] == [run.run_id]
+    # ... and the worker dies here, having written nothing
+
+    assert await store.claim_runnable(owner="w", now=at(20), ttl_seconds=30) == []  # still leased
+    again = await store.claim_runnable(owner="w", now=at(41), ttl_seconds=30)
+    assert [r.run_id for r in again] == [run.run_id]
+    assert [r.run_id for r in await store.runs_to_resume(now=at(80))] == [run.run_id]
+
+    await store.commit(run.run_id, epoch=again[0].epoch, status="running")  # taken up
+    await store.commit(run.run_id, epoch=again[0].epoch, status="awaiting_approval")
+    await store.release(run.run_id, epoch=again[0].epoch)
+    assert await store.claim_runnable(owner="w", now=at(80), ttl_seconds=30) == []
     conn = await raw(store.dsn)
     try:
         cur = await conn.execute("SELECT count(*) FROM runs WHERE wake_at IS NOT NULL")

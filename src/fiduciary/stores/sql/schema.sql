@@ -29,7 +29,8 @@ CREATE TABLE runs (
     lease_owner TEXT,
     lease_until TEXT,
     title       TEXT NOT NULL DEFAULT '',
-    scopes      TEXT NOT NULL DEFAULT '[]'
+    scopes      TEXT NOT NULL DEFAULT '[]',
+    wake_at     TEXT  -- 0003: a decision not taken up yet (see migrations/0003_wake_marker.sql)
 );
 
 CREATE INDEX runs_by_created ON runs (created_at, run_id);
@@ -37,6 +38,9 @@ CREATE INDEX runs_by_created ON runs (created_at, run_id);
 CREATE INDEX runs_by_principal ON runs (principal, created_at, run_id);
 
 CREATE INDEX runs_by_status ON runs (status, created_at, run_id);
+
+CREATE INDEX runs_runnable ON runs (created_at, run_id)
+    WHERE status = 'running' OR wake_at IS NOT NULL;
 
 CREATE TABLE events (
     run_id  TEXT NOT NULL REFERENCES runs (run_id),
@@ -123,3 +127,12 @@ CREATE TABLE spend_reservations (
 CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal, at);
 
 CREATE INDEX audit_by_key ON audit (idempotency_key);
+
+-- A decision on a pending approval, made by any process, marks its run for resuming (0003).
+CREATE TRIGGER approvals_wake_run AFTER UPDATE OF status ON approvals
+    FOR EACH ROW WHEN OLD.status = 'pending' AND NEW.status <> 'pending'
+BEGIN
+    UPDATE runs SET wake_at = COALESCE(wake_at, NEW.decided_at, NEW.created_at)
+    WHERE run_id = NEW.run_id
+      AND status IN ('running', 'awaiting_approval', 'awaiting_client_result');
+END;
