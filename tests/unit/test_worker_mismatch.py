@@ -120,13 +120,6 @@ async def test_a_run_refused_by_a_workers_agent_is_left_for_its_own(
 BIG = Script("big", [ToolCalls([Call("send", {"to": "dave", "amount": "150"})]), Reply("paid")])
 
 
-@pytest.mark.slow  # while it fails, it waits out its timeout
-@pytest.mark.xfail(
-    strict=True,
-    reason="a claim clears the run's wake marker (runs.wake_at) and a release does not set it "
-    "again, so a decided run released untouched is never claimed again: issue 11's PostgreSQL "
-    "liveness fix (a claim must not lose the wake marker) makes this pass; remove this mark then",
-)
 async def test_a_decided_run_refused_by_one_worker_is_driven_by_its_own(
     stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
