@@ -439,6 +439,50 @@ async def test_a_worker_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
     assert bank.sent == []
 
 
+async def test_a_server_keeps_the_run_it_cancels_for_as_long_as_the_requester_waits(
+    stores: list[PostgresStore],
+) -> None:
+    """The same for a server driving the run: were the run released after one attempt, a
+    worker would claim it and run its read again."""
+    bank = Bank()
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("alice", ["runs:write", "runs:read"])
+    app = create_app(
+        make_agent(stores[0], bank, lease_seconds=LEASE), keys=keys, rate_limit=RateLimit(100, 60)
+    )
+    stop = asyncio.Event()
+    worker = make_agent(stores[2], bank, lease_seconds=LEASE)
+    working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=0.05))
+    other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
+    try:
+        async with client_for(app) as client:
+            started = await client.post("/runs", json={"message": "pay bob"}, headers=bearer(key))
+            assert started.status_code == 202, started.text
+            run_id = UUID(started.json()["run_id"])
+            async with asyncio.timeout(TIMEOUT):
+                await bank.reading.wait()
+            claim = await stores[1].get_run(run_id)
+            assert claim is not None
+            request = CancelRequest(run_id=run_id, by="alice", reason="stop")
+            async with asyncio.timeout(TIMEOUT):
+                async with other.principal_lock("alice"):
+                    await kept_for(stores[1], claim, LEASE + (LEASE + 1) + 0.5, request)
+                while (await stores[1].get_run(run_id)).status != "cancelled":
+                    if bank.reads > 1:
+                        break
+                    await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await working
+        await app.state.server.close()
+        await other.close()
+    assert bank.reads == 1  # nobody drove it again while the cancel waited
+    await ended_cancelled(stores[1], run_id)
+    assert bank.sent == []
+
+
 async def test_concurrent_cancels_through_one_server_share_one_outcome(
     stores: list[PostgresStore],
 ) -> None:
