@@ -338,6 +338,12 @@ async def test_a_cancel_that_may_not_wait_still_cancels_a_run_nobody_drives(
 LEASE = 2.0  # short, to keep these tests short; renewed every third, so a busy machine keeps it
 
 
+async def status_of(store: PostgresStore, run_id: UUID) -> str:
+    run = await store.get_run(run_id)
+    assert run is not None
+    return run.status
+
+
 async def kept_for(
     store: PostgresStore, claim: RunRecord, seconds: float, request: CancelRequest | None = None
 ) -> bool:
@@ -422,7 +428,7 @@ async def test_a_worker_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
                 await kept_for(stores[0], claim, LEASE + (LEASE + 1) + 0.5, request)
             # the lock is free: the holder cancels the run, or the worker that claimed it drives
             # it again (no request reaches that one)
-            while (await stores[0].get_run(run.run_id)).status != "cancelled":
+            while await status_of(stores[0], run.run_id) != "cancelled":
                 if bank.reads > 1:
                     break
                 await asyncio.sleep(0.05)
@@ -467,7 +473,7 @@ async def test_a_server_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
             async with asyncio.timeout(TIMEOUT):
                 async with other.principal_lock("alice"):
                     await kept_for(stores[1], claim, LEASE + (LEASE + 1) + 0.5, request)
-                while (await stores[1].get_run(run_id)).status != "cancelled":
+                while await status_of(stores[1], run_id) != "cancelled":
                     if bank.reads > 1:
                         break
                     await asyncio.sleep(0.05)
