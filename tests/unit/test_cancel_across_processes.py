@@ -179,6 +179,10 @@ async def test_a_run_a_server_drives_is_cancelled_through_another_server(
             response = await b.post(f"/runs/{run_id}/cancel", headers=bearer(key))
             assert response.status_code == 200, response.text
             assert response.json()["status"] == "cancelled"
+            # server A stops driving it (the answer may come between A's commit and its
+            # release: wait for A to let go, then check)
+            async with asyncio.timeout(TIMEOUT):
+                await apps[0].state.server.drives.wait_idle()
             assert not apps[0].state.server.drives.is_driving(UUID(run_id))
     finally:
         bank.release.set()
