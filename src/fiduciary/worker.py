@@ -90,13 +90,18 @@ async def run_worker(
     principals: dict[UUID, str] = {}  # of the runs driven here
     cancelling: dict[UUID, asyncio.Task[None]] = {}
     refused: set[UUID] = set()  # runs this agent may not drive: left for another worker's agent
+    asked: dict[UUID, float] = {}  # by request id: when a request being honoured last arrived
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
 
     def on_cancel(request: CancelRequest) -> None:
         """A cancel request for a run driven here: take the run over from the drive, stop the
         drive, record the cancellation — if the requester may cancel it."""
         drive = active.get(request.run_id)
-        if drive is None or request.run_id in cancelling:
+        if request.run_id in cancelling:
+            if request.request_id in asked:  # the same request again: its sender still waits
+                asked[request.request_id] = asyncio.get_running_loop().time()
+            return
+        if drive is None:
             return
         if not request.allowed_for(principals[request.run_id]):
             log.warning(
@@ -105,11 +110,14 @@ async def run_worker(
                 request.by,
             )
             return
+        asked[request.request_id] = asyncio.get_running_loop().time()
         task = asyncio.create_task(
-            _cancel_drive(agent, drive, request), name=f"fiduciary-cancel-{request.run_id}"
+            _cancel_drive(agent, drive, request, lambda: asked[request.request_id]),
+            name=f"fiduciary-cancel-{request.run_id}",
         )
         cancelling[request.run_id] = task
         task.add_done_callback(_forget(cancelling, request.run_id))
+        task.add_done_callback(_forget(asked, request.request_id))
 
     unlisten = queue.on_cancel_request(on_cancel) if isinstance(queue, CancelChannel) else None
     try:
@@ -157,17 +165,33 @@ async def run_worker(
         await asyncio.gather(*cancelling.values(), return_exceptions=True)
 
 
-async def _cancel_drive(agent: Agent, drive: asyncio.Task[None], request: CancelRequest) -> None:
+async def _cancel_drive(
+    agent: Agent, drive: asyncio.Task[None], request: CancelRequest, asked: Callable[[], float]
+) -> None:
     """Take the run over from our own drive (``Agent.taken_over``), stop the drive, then
-    record the cancellation under the new lease."""
+    record the cancellation under the new lease.
+
+    Each attempt waits ``lease_seconds`` + 1 for the principal's lock. While the requester
+    still waits (its request, resent every second, arrived again during the attempt) the run
+    is kept, renewed, and the lock is awaited again: releasing it would let another worker
+    claim the run and drive it again before it is cancelled. Once the requests stop, the run
+    is released and the requester (or a later request) finds it unleased."""
     by = Principal(request.by, frozenset(request.scopes))
+    loop = asyncio.get_running_loop()
     try:
         async with agent.taken_over(request.run_id) as taken:
             if taken is None:  # our claim lapsed and another process drives it: it is asked
                 return
             drive.cancel()
             await asyncio.wait({drive}, timeout=agent.lease_seconds)
-            await agent.cancel(request.run_id, by=by, reason=request.reason, claimed=taken)
+            while True:
+                attempt = loop.time()
+                try:
+                    await agent.cancel(request.run_id, by=by, reason=request.reason, claimed=taken)
+                    return
+                except RunError as exc:
+                    if exc.code != "busy" or asked() < attempt:
+                        raise
     except FiduciaryError as exc:  # e.g. state: it ended meanwhile
         log.info(
             "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc

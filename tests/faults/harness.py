@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import sqlite3
 import time
@@ -534,9 +535,11 @@ async def _play(phase: Phase, paths: Paths, kill: Kill | None, scenario: Scenari
 
 
 def run_phase(
-    phase: Phase, paths: Paths, kill: Kill | None, scenario: Scenario, timeout: float = 30.0
+    phase: Phase, paths: Paths, kill: Kill | None, scenario: Scenario, timeout: float = 120.0
 ) -> tuple[str, Counters]:
-    """Play one phase in a forked child. Returns ("ok" | "killed", the child's counters)."""
+    """Play one phase in a forked child. Returns ("ok" | "killed", the child's counters).
+
+    ``timeout`` only catches a hang: a phase takes well under a second on an idle machine."""
     paths.root.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -552,21 +555,23 @@ def run_phase(
         finally:
             os._exit(code)
     os.close(write_fd)
+    # the pipe reaches end of file when the child exits (or is killed): wait for that, not poll
     deadline = time.monotonic() + timeout
+    data = b""
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        readable, _, _ = select.select([read_fd], [], [], max(left, 0.0))
+        if not readable:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(read_fd)
-            raise AssertionError(f"phase {phase} hung (kill point {kill})")
-        time.sleep(0.002)
-    data = b""
-    while chunk := os.read(read_fd, 4096):
+            raise AssertionError(f"phase {phase} hung for {timeout} s (kill point {kill})")
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
         data += chunk
     os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         return "killed", Counters()
     code = os.waitstatus_to_exitcode(status)

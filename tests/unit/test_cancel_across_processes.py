@@ -22,7 +22,7 @@ from fiduciary.capabilities import Capability
 from fiduciary.events import RunCompleted, RunFailed
 from fiduciary.exceptions import RunError
 from fiduciary.server import MemoryKeyStore, RateLimit, create_app
-from fiduciary.stores.base import CancelRequest
+from fiduciary.stores.base import CancelRequest, RunRecord
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
 from tests.postgres_support import open_stores
@@ -128,12 +128,13 @@ async def test_a_run_a_worker_drives_is_cancelled_from_another_process(
             await working
 
     assert cancelled.status == "cancelled"
-    assert cancelled.lease_owner is None
     ended = await ended_cancelled(stores[0], run.run_id)
     assert "changed my mind" in ended.message
     assert bank.sent == []  # the write after the read never ran
-    # the worker did not take the run up again after it stopped its drive
-    assert (await front.get_run(run.run_id)).status == "cancelled"
+    # the worker released the run (the cancel may return between its commit and its release;
+    # the worker has stopped now) and did not take it up again after it stopped its drive
+    after = await front.get_run(run.run_id)
+    assert (after.status, after.lease_owner) == ("cancelled", None)
 
 
 async def test_a_dead_holders_lease_lapses_and_the_run_is_cancelled_here(
@@ -178,6 +179,10 @@ async def test_a_run_a_server_drives_is_cancelled_through_another_server(
             response = await b.post(f"/runs/{run_id}/cancel", headers=bearer(key))
             assert response.status_code == 200, response.text
             assert response.json()["status"] == "cancelled"
+            # server A stops driving it (the answer may come between A's commit and its
+            # release: wait for A to let go, then check)
+            async with asyncio.timeout(TIMEOUT):
+                await apps[0].state.server.drives.wait_idle()
             assert not apps[0].state.server.drives.is_driving(UUID(run_id))
     finally:
         bank.release.set()
@@ -334,6 +339,39 @@ async def test_a_cancel_that_may_not_wait_still_cancels_a_run_nobody_drives(
     assert rows[0][0] == 0  # nothing was asked of another process
 
 
+LEASE = 2.0  # short, to keep these tests short; renewed every third, so a busy machine keeps it
+
+
+async def status_of(store: PostgresStore, run_id: UUID) -> str:
+    run = await store.get_run(run_id)
+    assert run is not None
+    return run.status
+
+
+async def kept_for(
+    store: PostgresStore, claim: RunRecord, seconds: float, request: CancelRequest | None = None
+) -> bool:
+    """Wait until the holder of ``claim`` has taken its run over (the next epoch, its name) and
+    kept that lease renewed ``seconds`` past its first expiry (True), or the run has been
+    released and claimed again (False). ``request``: resent while the holder holds the run, as
+    a requester that waits does."""
+    first_until = None
+    while True:
+        now = await store.get_run(claim.run_id)
+        assert now is not None
+        assert now.status == "running"
+        if now.lease_owner == claim.lease_owner and now.epoch == claim.epoch + 1:
+            assert now.lease_until is not None
+            first_until = first_until or now.lease_until
+            if (now.lease_until - first_until).total_seconds() > seconds:
+                return True
+        elif now.epoch > claim.epoch and now.lease_owner is not None:
+            return False  # given up, and claimed again by a worker
+        if request is not None and now.lease_owner == claim.lease_owner:
+            await store.request_cancel(request)
+        await asyncio.sleep(0.1)
+
+
 async def test_a_run_stays_with_its_canceller_while_the_principal_is_busy_elsewhere(
     stores: list[PostgresStore],
 ) -> None:
@@ -341,41 +379,117 @@ async def test_a_run_stays_with_its_canceller_while_the_principal_is_busy_elsewh
     for the principal's lock (held here by another process for longer than a lease): no other
     worker claims the run and drives it again meanwhile."""
     bank = Bank()
-    workers = [make_agent(store, bank, lease_seconds=1.0) for store in stores[1:]]
-    front = make_agent(stores[0], bank, lease_seconds=1.0)
+    workers = [make_agent(store, bank, lease_seconds=LEASE) for store in stores[1:]]
+    front = make_agent(stores[0], bank, lease_seconds=LEASE)
     stop = asyncio.Event()
     working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
-    holding = asyncio.Event()
-    done_holding = asyncio.Event()
-
     other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
-
-    async def busy_elsewhere() -> None:
-        async with other.principal_lock("alice"):
-            holding.set()
-            await done_holding.wait()
-
     try:
         run = await submit(front, "pay bob", principal="alice")
         async with asyncio.timeout(TIMEOUT):
             await bank.reading.wait()
-        elsewhere = asyncio.create_task(busy_elsewhere())
-        await holding.wait()
-        cancelling = asyncio.create_task(front.cancel(run.run_id, by="alice", wait_seconds=10))
-        await asyncio.sleep(3.0)  # three leases long
-        done_holding.set()
-        await elsewhere
+        claim = await front.get_run(run.run_id)
         async with asyncio.timeout(TIMEOUT):
+            async with other.principal_lock("alice"):
+                cancelling = asyncio.create_task(
+                    front.cancel(run.run_id, by="alice", wait_seconds=TIMEOUT)
+                )
+                assert await kept_for(stores[0], claim, 1.5 * LEASE)  # renewed past its lease
             cancelled = await cancelling
     finally:
         stop.set()
         bank.release.set()
-        done_holding.set()
         async with asyncio.timeout(TIMEOUT):
             await asyncio.gather(*working)
         await other.close()
     assert cancelled.status == "cancelled"
     assert bank.reads == 1  # nobody drove it again while the cancel waited
+    assert bank.sent == []
+
+
+async def test_a_worker_keeps_the_run_it_cancels_for_as_long_as_the_requester_waits(
+    stores: list[PostgresStore],
+) -> None:
+    """One attempt of the holder waits ``lease_seconds`` + 1 for the principal's lock. While the
+    requester still waits (its request keeps arriving), the holder keeps the run leased and
+    tries again: were it released, the other worker would claim it and run its read again."""
+    bank = Bank()
+    workers = [make_agent(store, bank, lease_seconds=LEASE) for store in stores[1:]]
+    stop = asyncio.Event()
+    working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
+    other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
+    try:
+        run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
+        async with asyncio.timeout(TIMEOUT):
+            await bank.reading.wait()
+        claim = await stores[0].get_run(run.run_id)
+        assert claim is not None
+        request = CancelRequest(run_id=run.run_id, by="alice", reason="stop")
+        async with asyncio.timeout(TIMEOUT):
+            async with other.principal_lock("alice"):
+                # held until the holder has kept the run past the end of its first attempt (up
+                # to a lease for its drive to stop, then lease + 1 for the lock), or gave it up
+                await kept_for(stores[0], claim, LEASE + (LEASE + 1) + 0.5, request)
+            # the lock is free: the holder cancels the run, or the worker that claimed it drives
+            # it again (no request reaches that one)
+            while await status_of(stores[0], run.run_id) != "cancelled":
+                if bank.reads > 1:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await asyncio.gather(*working)
+        await other.close()
+    assert bank.reads == 1  # nobody drove it again while the cancel waited
+    ended = await stores[0].get_run(run.run_id)
+    assert ended is not None
+    assert (ended.status, ended.lease_owner) == ("cancelled", None)
+    assert bank.sent == []
+
+
+async def test_a_server_keeps_the_run_it_cancels_for_as_long_as_the_requester_waits(
+    stores: list[PostgresStore],
+) -> None:
+    """The same for a server driving the run: were the run released after one attempt, a
+    worker would claim it and run its read again."""
+    bank = Bank()
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("alice", ["runs:write", "runs:read"])
+    app = create_app(
+        make_agent(stores[0], bank, lease_seconds=LEASE), keys=keys, rate_limit=RateLimit(100, 60)
+    )
+    stop = asyncio.Event()
+    worker = make_agent(stores[2], bank, lease_seconds=LEASE)
+    working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=0.05))
+    other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
+    try:
+        async with client_for(app) as client:
+            started = await client.post("/runs", json={"message": "pay bob"}, headers=bearer(key))
+            assert started.status_code == 202, started.text
+            run_id = UUID(started.json()["run_id"])
+            async with asyncio.timeout(TIMEOUT):
+                await bank.reading.wait()
+            claim = await stores[1].get_run(run_id)
+            assert claim is not None
+            request = CancelRequest(run_id=run_id, by="alice", reason="stop")
+            async with asyncio.timeout(TIMEOUT):
+                async with other.principal_lock("alice"):
+                    await kept_for(stores[1], claim, LEASE + (LEASE + 1) + 0.5, request)
+                while await status_of(stores[1], run_id) != "cancelled":
+                    if bank.reads > 1:
+                        break
+                    await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        bank.release.set()
+        async with asyncio.timeout(TIMEOUT):
+            await working
+        await app.state.server.close()
+        await other.close()
+    assert bank.reads == 1  # nobody drove it again while the cancel waited
+    await ended_cancelled(stores[1], run_id)
     assert bank.sent == []
 
 

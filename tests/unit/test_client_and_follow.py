@@ -198,9 +198,13 @@ async def test_following_a_quiet_run_polls_gently_and_stops_when_cancelled(
     reads = 0
     original = store.read_events
 
+    ten_reads = asyncio.Event()
+
     async def counting(*args: object, **kwargs: object) -> list[Event]:
         nonlocal reads
         reads += 1
+        if reads == 10:
+            ten_reads.set()
         return await original(*args, **kwargs)  # type: ignore[arg-type]
 
     store.read_events = counting  # type: ignore[method-assign]
@@ -210,13 +214,19 @@ async def test_following_a_quiet_run_polls_gently_and_stops_when_cancelled(
         async for event in agent.events(first[0].run_id, poll_seconds=0.01):
             seen.append(event)
 
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.1)  # about ten quiet polls
+    async with asyncio.timeout(30):  # it polls: reads keep coming (however busy the machine)
+        await ten_reads.wait()
+    elapsed = loop.time() - started
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 1)
+        await asyncio.wait_for(task, 30)
     assert [e.seq for e in seen] == [e.seq for e in first]
-    assert 3 <= reads <= 30, reads  # it polls; it does not spin
+    # it does not spin: after the first read, each read waits poll_seconds (a lower bound,
+    # which no load can break)
+    assert elapsed >= (reads - 2) * 0.01, (reads, elapsed)
 
 
 async def test_the_lease_is_renewed_while_a_long_call_runs(clock: ManualClock) -> None:

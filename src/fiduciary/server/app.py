@@ -294,6 +294,7 @@ class Server:
         self._principals: dict[UUID, str] = {}
         # cancel requests from other processes (PostgreSQL) for the runs driven here
         self._cancelling: set[asyncio.Task[None]] = set()
+        self._asked: dict[UUID, float] = {}  # by request id: when one being honoured last arrived
         self._unlisten = (
             agent.store.on_cancel_request(self._on_cancel_request)
             if drive and isinstance(agent.store, CancelChannel)
@@ -308,11 +309,17 @@ class Server:
             self.notifier.notify(event, principal=principal)
 
     def _on_cancel_request(self, request: CancelRequest) -> None:
+        now = asyncio.get_running_loop().time()
+        if request.request_id in self._asked:  # the same request again: its sender still waits
+            self._asked[request.request_id] = now
+            return
         if not self.drives.has_drive(request.run_id):  # (this process's own request included)
             return
+        self._asked[request.request_id] = now
         task = asyncio.create_task(self._cancel_requested(request))
         self._cancelling.add(task)
         task.add_done_callback(self._cancelling.discard)
+        task.add_done_callback(lambda _: self._asked.pop(request.request_id, None))
 
     async def _cancel_requested(self, request: CancelRequest) -> None:
         by = Principal(request.by, frozenset(request.scopes))
@@ -325,7 +332,13 @@ class Server:
                     request.by,
                 )
                 return
-            await self.drives.cancel(request.run_id, by, request.reason)
+            # kept (and the principal's lock awaited again) while the request keeps arriving
+            await self.drives.cancel(
+                request.run_id,
+                by,
+                request.reason,
+                keep=lambda since: self._asked.get(request.request_id, since) > since,
+            )
         except FiduciaryError as exc:
             log.info(
                 "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc

@@ -118,18 +118,29 @@ class Drives:
         self._spawn(run_id, self.agent.resume(run_id))
 
     # --- cancelling -------------------------------------------------------------------------
-    async def cancel(self, run_id: UUID, by: Principal, reason: str = "") -> RunRecord:
+    async def cancel(
+        self,
+        run_id: UUID,
+        by: Principal,
+        reason: str = "",
+        keep: Callable[[float], bool] | None = None,
+    ) -> RunRecord:
         """Stop the drive here (if any), then have the core record the cancellation (which asks
         the process driving the run, when it is another one and the store carries requests).
-        Concurrent cancels of one run share the first one's work and outcome."""
+        Concurrent cancels of one run share the first one's work and outcome.
+        ``keep(since)``: when the principal's lock stays busy past an attempt that started at
+        ``since`` (loop time), whether to keep the run taken over from the drive here and try
+        again (a requester that still waits), rather than release it (``busy``)."""
         ongoing = self._cancelling.get(run_id)
         if ongoing is None:
-            ongoing = asyncio.create_task(self._cancel(run_id, by, reason))
+            ongoing = asyncio.create_task(self._cancel(run_id, by, reason, keep))
             self._cancelling[run_id] = ongoing
             ongoing.add_done_callback(lambda _: self._cancelling.pop(run_id, None))
         return await asyncio.shield(ongoing)
 
-    async def _cancel(self, run_id: UUID, by: Principal, reason: str) -> RunRecord:
+    async def _cancel(
+        self, run_id: UUID, by: Principal, reason: str, keep: Callable[[float], bool] | None
+    ) -> RunRecord:
         task = self._tasks.get(run_id)
         if run_id in self._claimed and task is None:
             raise RunError("busy", "the run is starting or being cancelled; retry")
@@ -144,7 +155,14 @@ class Drives:
                     await asyncio.wait_for(asyncio.shield(task), self._cancel_timeout)
             self._claim(run_id)  # no resume may start while the cancellation is written
             try:
-                await self.agent.cancel(run_id, by=by, reason=reason, claimed=taken)
+                while True:
+                    attempt = asyncio.get_running_loop().time()
+                    try:
+                        await self.agent.cancel(run_id, by=by, reason=reason, claimed=taken)
+                        break
+                    except RunError as exc:
+                        if exc.code != "busy" or taken is None or keep is None or not keep(attempt):
+                            raise
             finally:
                 self._again.discard(run_id)
                 self._release(run_id)
