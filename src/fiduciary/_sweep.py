@@ -16,9 +16,9 @@ one sweep period (plus the time a drive takes to start).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 
+from ._logs import logger
 from .exceptions import FiduciaryError
 from .stores.base import RunRecord
 
@@ -27,7 +27,7 @@ __all__ = ["SWEEP_SECONDS", "sweep_forever"]
 SWEEP_SECONDS = 5.0
 """The default period of the sweep (``Agent.keep_runs_moving``, ``fiduciary serve``)."""
 
-log = logging.getLogger("fiduciary.sweep")
+log = logger("fiduciary.sweep")
 
 
 async def sweep_forever(

@@ -7,7 +7,6 @@ store can continue it, decide its approvals or follow its events.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import weakref
@@ -69,8 +68,6 @@ DEFAULT_SYSTEM = (
     "Read before you write. Never claim an action happened unless a tool result says so. "
     "When a tool reports an error, a refusal or an unknown outcome, tell the person plainly."
 )
-
-log = logging.getLogger("fiduciary.agent")
 
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 _IDLE: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
