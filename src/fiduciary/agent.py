@@ -22,16 +22,14 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID, uuid4
 
-from pydantic import ValidationError
-
-from ._binding import logged_action, mismatch
+from . import _decisions
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Transcript
 from ._sweep import SWEEP_SECONDS, sweep_forever
-from .capabilities import Capability, Executor, Kind, Principal, args_digest, out_of_range
+from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
 from .events import Event, RunStarted, UserMessage
-from .exceptions import ApprovalError, CapabilityError, ConfigurationError, RunError, StoreError
+from .exceptions import ConfigurationError, RunError, StoreError
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable
@@ -42,7 +40,6 @@ from .registry import (
     DEFAULT_AUTHORIZE_TIMEOUT,
     PLAN_FIRST_KINDS,
     Authorize,
-    CallScope,
     Registry,
 )
 from .stores.base import (
@@ -155,7 +152,7 @@ class Agent:
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
-        who = _principal(principal)
+        who = principal_of(principal)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
@@ -318,7 +315,7 @@ class Agent:
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
-        who = _principal(principal)
+        who = principal_of(principal)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
@@ -371,7 +368,7 @@ class Agent:
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
         existing = await self.get_run(run_id)
-        who = _principal(by)
+        who = principal_of(by)
         if existing.principal != who.actor_id and "admin" not in who.scopes:
             raise RunError("forbidden", "this run belongs to another principal")
         if existing.status in _IDLE:
@@ -734,10 +731,10 @@ class Agent:
     async def pending_approvals(
         self, *, principal: Principal | str | None = None, run_id: UUID | None = None
     ) -> list[ApprovalRecord]:
-        who = None if principal is None else _principal(principal).actor_id
+        who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_approvals(principal=who, run_id=run_id, status="pending")
 
-    # --- decisions -------------------------------------------------------------------------
+    # --- decisions (_decisions.py) ---------------------------------------------------------
     async def approve(
         self,
         approval_id: UUID,
@@ -755,181 +752,36 @@ class Agent:
         someone else's, does not match ``args_digest``, edits a field that is not modifiable,
         or needs the amount re-typed (``confirm_amount``) and did not get it.
         """
-        record = await self._open_approval(approval_id, by, args_digest, bind=True)
-        cap = self.registry.get(record.capability)
-        if cap is None:
-            raise ApprovalError("unknown", f"{record.capability} is no longer available")
-        if cap.executor is Executor.CLIENT:
-            raise ApprovalError(
-                "client_executed",
-                "the client performs this action; report its result with submit_result",
-            )
-        new_args = dict(record.args)
-        if edits:
-            bad = sorted(set(edits) - set(record.modifiable_fields))
-            if bad:
-                raise ApprovalError(
-                    "field_not_modifiable", f"these fields cannot be edited: {', '.join(bad)}"
-                )
-            new_args.update(edits)
-        try:
-            model = cap.input_model.model_validate(new_args)
-        except ValidationError as exc:
-            raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {exc}") from exc
-        absurd = out_of_range(model.model_dump())
-        if absurd is not None:
-            raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {absurd}")
-        approved = model.model_dump(mode="json")
-        tier = record.tier
-        amount = record.amount_usd
-        # an edit that changes nothing is no edit (tier and amount stay as shown)
-        if edits and _digest(approved) != record.args_digest:
-            tier, amount = await self._recheck(record, cap, model)
-        if tier == "explicit":
-            _check_acknowledgement(confirm_amount, amount)
-        decided = record.with_(
-            status="approved",
-            decided_by=_principal(by).actor_id,
-            decided_at=self.clock.now(),
-            approved_args=approved,
-            approved_digest=_digest(approved),
-            tier=tier,
-            amount_usd=amount,
+        return await _decisions.approve(
+            self._deciding(),
+            approval_id,
+            by=by,
+            edits=edits,
+            confirm_amount=confirm_amount,
+            args_digest=args_digest,
         )
-        if not await self.store.decide_approval(decided):
-            raise ApprovalError("already_decided", "this approval was decided meanwhile")
-        return decided
-
-    async def _recheck(
-        self, record: ApprovalRecord, cap: Capability, model: Any
-    ) -> tuple[Any, Decimal | None]:
-        """Edited arguments go through validation, guards and policy again."""
-        events = await self.store.read_events(record.run_id)
-        transcript = self._transcript()
-        for event in events:
-            transcript.apply(event)
-        run = await self.get_run(record.run_id)
-
-        async def quiet(*_: Any) -> None:
-            return None
-
-        scope = CallScope(
-            run_id=record.run_id,
-            principal=Principal(run.principal, frozenset(run.scopes)),
-            allowed=frozenset(self.registry.names),
-            allowed_kinds=frozenset(Kind),
-            history=transcript.history,
-            report_guard=quiet,
-            report_progress=quiet,
-        )
-        call = self.registry.parse(record.tool_use_id, cap.name, model.model_dump(mode="json"))
-        outcome = await self.registry.run_guards(scope, call, model, "pre")
-        if outcome.block is not None:
-            raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
-        if not await self.registry.authorized(scope, call, cap, model):
-            raise ApprovalError("invalid_edit", "the edited call is not authorized")
-        try:
-            decision = await self.registry.decide(scope, cap, model, record.tool_use_id)
-        except CapabilityError as exc:  # an amount beyond any sane range
-            raise ApprovalError("invalid_edit", f"the edit is refused: {exc.message}") from exc
-        if decision.tier == "deny":
-            raise ApprovalError(
-                "invalid_edit", f"the edited call is not permitted: {decision.reason}"
-            )
-        tier = Policy.higher(record.tier, decision.tier)
-        return ("explicit" if tier == "explicit" else "confirm"), decision.amount_usd
 
     async def deny(
         self, approval_id: UUID, *, by: Principal | str, reason: str = ""
     ) -> ApprovalRecord:
         """Decline a pending action: it never executes; the model is told, with the reason."""
-        record = await self._open_approval(approval_id, by, None)
-        decided = record.with_(
-            status="denied",
-            decided_by=_principal(by).actor_id,
-            decided_at=self.clock.now(),
-            reason=self.redactor.redact_text(reason)[:500] or None,
-        )
-        if not await self.store.decide_approval(decided):
-            raise ApprovalError("already_decided", "this approval was decided meanwhile")
-        return decided
+        return await _decisions.deny(self._deciding(), approval_id, by=by, reason=reason)
 
     async def submit_result(
         self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
-        record = await self._open_approval(approval_id, by, None, bind=True)
-        if record.executor != "client":
-            raise ApprovalError("not_client_executed", "this action is executed by the server")
-        cap = self.registry.get(record.capability)
-        if cap is None:
-            raise ApprovalError("unknown", f"{record.capability} is no longer available")
-        try:
-            cap.dump_output(result)
-        except ValidationError as exc:
-            raise ApprovalError(
-                "invalid_edit",
-                f"the result does not match {cap.name}'s output: {exc.error_count()} error(s)",
-            ) from exc
-        decided = record.with_(
-            status="client_result",
-            decided_by=record.principal if by is None else _principal(by).actor_id,
-            decided_at=self.clock.now(),
-            approved_args=record.args,
-            approved_digest=record.args_digest,
-            client_result=result,
-        )
-        if not await self.store.decide_approval(decided):
-            raise ApprovalError("already_decided", "this approval was decided meanwhile")
-        return decided
+        return await _decisions.submit_result(self._deciding(), approval_id, result, by=by)
 
-    async def _open_approval(
-        self,
-        approval_id: UUID,
-        by: Principal | str | None,
-        digest: str | None,
-        *,
-        bind: bool = False,
-    ) -> ApprovalRecord:
-        """The pending approval a decision is about, or ``ApprovalError``. ``bind``: the row
-        must match the pending action in the run's log (what the person was shown); denying
-        needs no such check (nothing runs)."""
-        if not isinstance(approval_id, UUID):
-            try:
-                approval_id = UUID(str(approval_id))
-            except ValueError as exc:
-                raise ApprovalError("unknown", "no such approval") from exc
-        record = await self.store.get_approval(approval_id)
-        if record is None:
-            raise ApprovalError("unknown", "no such approval")
-        if by is not None:
-            who = _principal(by)
-            if who.actor_id != record.principal and "admin" not in who.scopes:
-                raise ApprovalError("forbidden", "this approval belongs to another principal")
-        if record.status != "pending":
-            raise ApprovalError(
-                "expired" if record.status == "expired" else "already_decided",
-                f"this approval is already {record.status}",
-            )
-        if self.clock.now() >= record.expires_at:
-            expired = record.with_(status="expired", decided_at=self.clock.now())
-            await self.store.decide_approval(expired)
-            raise ApprovalError("expired", "this approval has expired")
-        if digest is not None and digest != record.args_digest:
-            raise ApprovalError(
-                "digest_mismatch", "the arguments shown are not the ones awaiting approval"
-            )
-        if bind:
-            shown, principal = logged_action(await self.store.read_events(record.run_id), record)
-            why = mismatch(record, shown, principal)
-            if why is not None:
-                log.error("approval %s refused: its row was altered (%s)", approval_id, why)
-                raise ApprovalError(
-                    "tampered",
-                    f"this approval's stored record does not match the action the run recorded "
-                    f"({why}); it cannot be approved. Deny it and ask for the action again.",
-                )
-        return record
+    def _deciding(self) -> _decisions.Deciding:
+        # built per decision: the agent's attributes may be replaced after construction
+        return _decisions.Deciding(
+            store=self.store,
+            registry=self.registry,
+            clock=self.clock,
+            redactor=self.redactor,
+            transcript=self._transcript,
+        )
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[_Held]:
         """Writes of one principal run one at a time: in this process, and across processes
@@ -952,7 +804,7 @@ class Agent:
         status: RunStatus | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
-        who = None if principal is None else _principal(principal).actor_id
+        who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_runs(principal=who, status=status, limit=limit)
 
     async def list_approvals(
@@ -961,7 +813,7 @@ class Agent:
         principal: Principal | str | None = None,
         status: ApprovalStatus | None = "pending",
     ) -> list[ApprovalRecord]:
-        who = None if principal is None else _principal(principal).actor_id
+        who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_approvals(principal=who, status=status)
 
 
@@ -1001,10 +853,6 @@ class _Held:
             self._lock.release()
 
 
-def _principal(value: Principal | str) -> Principal:
-    return value if isinstance(value, Principal) else Principal(value)
-
-
 def _budget(value: Decimal | str | None) -> Decimal | None:
     if value is None:
         return None
@@ -1015,37 +863,3 @@ def _budget(value: Decimal | str | None) -> Decimal | None:
     if not budget.is_finite() or budget < 0:
         raise ConfigurationError("budget_usd must be a finite, non-negative amount")
     return budget
-
-
-def _digest(args: dict[str, Any]) -> str:
-    # ``approve`` has a parameter named ``args_digest``, which hides the function there
-    return args_digest(args)
-
-
-def _check_acknowledgement(given: Decimal | str | None, amount: Decimal | None) -> None:
-    if amount is None:
-        return
-    if given is None:
-        raise ApprovalError(
-            "acknowledgement_required",
-            f"this action needs the amount re-typed to approve it (${amount:,.2f})",
-        )
-    try:
-        value = Decimal(str(given).replace(",", "").replace("$", "").strip())
-    except InvalidOperation as exc:
-        raise ApprovalError(
-            "acknowledgement_required", "the amount re-typed is not a number"
-        ) from exc
-    if out_of_range(value) is not None or out_of_range(amount) is not None:
-        raise ApprovalError(
-            "acknowledgement_required", "the amount re-typed does not match the action's amount"
-        )
-    cent = Decimal("0.01")
-    try:  # bounded above, so rounding to the cent cannot overflow the context
-        same = value.quantize(cent) == amount.quantize(cent)
-    except InvalidOperation:
-        same = False
-    if not same:
-        raise ApprovalError(
-            "acknowledgement_required", "the amount re-typed does not match the action's amount"
-        )

@@ -36,6 +36,7 @@ __all__ = [
     "canonical_json",
     "capability",
     "out_of_range",
+    "principal_of",
 ]
 
 # Numbers a model may pass, and amounts a capability may price a call at: anything beyond is
@@ -103,6 +104,11 @@ class Principal:
     def __post_init__(self) -> None:
         if not self.actor_id:
             raise ConfigurationError("a principal needs a non-empty actor_id")
+
+
+def principal_of(value: Principal | str) -> Principal:
+    """A principal given as one, or as its actor id (with no scopes)."""
+    return value if isinstance(value, Principal) else Principal(value)
 
 
 ProgressFn: TypeAlias = Callable[[str, float | None], Awaitable[None]]

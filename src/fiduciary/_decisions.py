@@ -1,0 +1,281 @@
+"""Private: the decisions on pending actions (``Agent.approve``, ``deny``, ``submit_result``).
+
+A decision is written to the approval row only, with a conditional update (``pending`` →
+decided); whoever resumes the run next appends ``action_resolved`` and runs what was approved.
+Before anything that can run is decided, the row must bind to the ``pending_action`` the run's
+log recorded (``_binding``). Edited arguments go through validation, guards and policy again,
+and an ``explicit`` action needs its amount re-typed. Every refusal is an ``ApprovalError`` that
+changes nothing (an expired row is marked expired).
+
+The decisions receive a ``Deciding``, the few things of the agent they use, not the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from ._binding import logged_action, mismatch
+from ._logs import logger
+from ._loop import Transcript
+from .capabilities import (
+    Capability,
+    Executor,
+    Kind,
+    Principal,
+    args_digest,
+    out_of_range,
+    principal_of,
+)
+from .clock import Clock
+from .exceptions import ApprovalError, CapabilityError, RunError
+from .policy import Policy
+from .redaction import Redactor
+from .registry import CallScope, Registry
+from .stores.base import ApprovalRecord, Store
+
+__all__ = ["Deciding", "approve", "deny", "submit_result"]
+
+log = logger("fiduciary.agent")  # the decisions are the agent's: its logger, as before
+
+
+@dataclass(frozen=True, slots=True)
+class Deciding:
+    """What a decision needs of its agent."""
+
+    store: Store
+    registry: Registry
+    clock: Clock
+    redactor: Redactor
+    transcript: Callable[[], Transcript]  # a new, empty one (``Agent._transcript``)
+
+
+async def approve(
+    ctx: Deciding,
+    approval_id: UUID,
+    *,
+    by: Principal | str,
+    edits: Mapping[str, Any] | None = None,
+    confirm_amount: Decimal | str | None = None,
+    args_digest: str | None = None,
+) -> ApprovalRecord:
+    """``Agent.approve``: approve a pending action (optionally editing its modifiable fields)."""
+    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True)
+    cap = ctx.registry.get(record.capability)
+    if cap is None:
+        raise ApprovalError("unknown", f"{record.capability} is no longer available")
+    if cap.executor is Executor.CLIENT:
+        raise ApprovalError(
+            "client_executed",
+            "the client performs this action; report its result with submit_result",
+        )
+    new_args = dict(record.args)
+    if edits:
+        bad = sorted(set(edits) - set(record.modifiable_fields))
+        if bad:
+            raise ApprovalError(
+                "field_not_modifiable", f"these fields cannot be edited: {', '.join(bad)}"
+            )
+        new_args.update(edits)
+    try:
+        model = cap.input_model.model_validate(new_args)
+    except ValidationError as exc:
+        raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {exc}") from exc
+    absurd = out_of_range(model.model_dump())
+    if absurd is not None:
+        raise ApprovalError("invalid_edit", f"the edited arguments are invalid: {absurd}")
+    approved = model.model_dump(mode="json")
+    tier = record.tier
+    amount = record.amount_usd
+    # an edit that changes nothing is no edit (tier and amount stay as shown)
+    if edits and _digest(approved) != record.args_digest:
+        tier, amount = await _recheck(ctx, record, cap, model)
+    if tier == "explicit":
+        _check_acknowledgement(confirm_amount, amount)
+    decided = record.with_(
+        status="approved",
+        decided_by=principal_of(by).actor_id,
+        decided_at=ctx.clock.now(),
+        approved_args=approved,
+        approved_digest=_digest(approved),
+        tier=tier,
+        amount_usd=amount,
+    )
+    if not await ctx.store.decide_approval(decided):
+        raise ApprovalError("already_decided", "this approval was decided meanwhile")
+    return decided
+
+
+async def _recheck(
+    ctx: Deciding, record: ApprovalRecord, cap: Capability, model: Any
+) -> tuple[Any, Decimal | None]:
+    """Edited arguments go through validation, guards and policy again."""
+    events = await ctx.store.read_events(record.run_id)
+    transcript = ctx.transcript()
+    for event in events:
+        transcript.apply(event)
+    run = await ctx.store.get_run(record.run_id)
+    if run is None:
+        raise RunError("not_found", f"no run {record.run_id}")
+
+    async def quiet(*_: Any) -> None:
+        return None
+
+    registry = ctx.registry
+    scope = CallScope(
+        run_id=record.run_id,
+        principal=Principal(run.principal, frozenset(run.scopes)),
+        allowed=frozenset(registry.names),
+        allowed_kinds=frozenset(Kind),
+        history=transcript.history,
+        report_guard=quiet,
+        report_progress=quiet,
+    )
+    call = registry.parse(record.tool_use_id, cap.name, model.model_dump(mode="json"))
+    outcome = await registry.run_guards(scope, call, model, "pre")
+    if outcome.block is not None:
+        raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
+    if not await registry.authorized(scope, call, cap, model):
+        raise ApprovalError("invalid_edit", "the edited call is not authorized")
+    try:
+        decision = await registry.decide(scope, cap, model, record.tool_use_id)
+    except CapabilityError as exc:  # an amount beyond any sane range
+        raise ApprovalError("invalid_edit", f"the edit is refused: {exc.message}") from exc
+    if decision.tier == "deny":
+        raise ApprovalError("invalid_edit", f"the edited call is not permitted: {decision.reason}")
+    tier = Policy.higher(record.tier, decision.tier)
+    return ("explicit" if tier == "explicit" else "confirm"), decision.amount_usd
+
+
+async def deny(
+    ctx: Deciding, approval_id: UUID, *, by: Principal | str, reason: str = ""
+) -> ApprovalRecord:
+    """``Agent.deny``: decline a pending action; it never executes."""
+    record = await _open_approval(ctx, approval_id, by, None)
+    decided = record.with_(
+        status="denied",
+        decided_by=principal_of(by).actor_id,
+        decided_at=ctx.clock.now(),
+        reason=ctx.redactor.redact_text(reason)[:500] or None,
+    )
+    if not await ctx.store.decide_approval(decided):
+        raise ApprovalError("already_decided", "this approval was decided meanwhile")
+    return decided
+
+
+async def submit_result(
+    ctx: Deciding, approval_id: UUID, result: Any, *, by: Principal | str | None = None
+) -> ApprovalRecord:
+    """``Agent.submit_result``: record the result of a client-executed action."""
+    record = await _open_approval(ctx, approval_id, by, None, bind=True)
+    if record.executor != "client":
+        raise ApprovalError("not_client_executed", "this action is executed by the server")
+    cap = ctx.registry.get(record.capability)
+    if cap is None:
+        raise ApprovalError("unknown", f"{record.capability} is no longer available")
+    try:
+        cap.dump_output(result)
+    except ValidationError as exc:
+        raise ApprovalError(
+            "invalid_edit",
+            f"the result does not match {cap.name}'s output: {exc.error_count()} error(s)",
+        ) from exc
+    decided = record.with_(
+        status="client_result",
+        decided_by=record.principal if by is None else principal_of(by).actor_id,
+        decided_at=ctx.clock.now(),
+        approved_args=record.args,
+        approved_digest=record.args_digest,
+        client_result=result,
+    )
+    if not await ctx.store.decide_approval(decided):
+        raise ApprovalError("already_decided", "this approval was decided meanwhile")
+    return decided
+
+
+async def _open_approval(
+    ctx: Deciding,
+    approval_id: UUID,
+    by: Principal | str | None,
+    digest: str | None,
+    *,
+    bind: bool = False,
+) -> ApprovalRecord:
+    """The pending approval a decision is about, or ``ApprovalError``. ``bind``: the row
+    must match the pending action in the run's log (what the person was shown); denying
+    needs no such check (nothing runs)."""
+    if not isinstance(approval_id, UUID):
+        try:
+            approval_id = UUID(str(approval_id))
+        except ValueError as exc:
+            raise ApprovalError("unknown", "no such approval") from exc
+    record = await ctx.store.get_approval(approval_id)
+    if record is None:
+        raise ApprovalError("unknown", "no such approval")
+    if by is not None:
+        who = principal_of(by)
+        if who.actor_id != record.principal and "admin" not in who.scopes:
+            raise ApprovalError("forbidden", "this approval belongs to another principal")
+    if record.status != "pending":
+        raise ApprovalError(
+            "expired" if record.status == "expired" else "already_decided",
+            f"this approval is already {record.status}",
+        )
+    if ctx.clock.now() >= record.expires_at:
+        expired = record.with_(status="expired", decided_at=ctx.clock.now())
+        await ctx.store.decide_approval(expired)
+        raise ApprovalError("expired", "this approval has expired")
+    if digest is not None and digest != record.args_digest:
+        raise ApprovalError(
+            "digest_mismatch", "the arguments shown are not the ones awaiting approval"
+        )
+    if bind:
+        shown, principal = logged_action(await ctx.store.read_events(record.run_id), record)
+        why = mismatch(record, shown, principal)
+        if why is not None:
+            log.error("approval %s refused: its row was altered (%s)", approval_id, why)
+            raise ApprovalError(
+                "tampered",
+                f"this approval's stored record does not match the action the run recorded "
+                f"({why}); it cannot be approved. Deny it and ask for the action again.",
+            )
+    return record
+
+
+def _digest(args: dict[str, Any]) -> str:
+    # ``approve`` has a parameter named ``args_digest``, which hides the function there
+    return args_digest(args)
+
+
+def _check_acknowledgement(given: Decimal | str | None, amount: Decimal | None) -> None:
+    if amount is None:
+        return
+    if given is None:
+        raise ApprovalError(
+            "acknowledgement_required",
+            f"this action needs the amount re-typed to approve it (${amount:,.2f})",
+        )
+    try:
+        value = Decimal(str(given).replace(",", "").replace("$", "").strip())
+    except InvalidOperation as exc:
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed is not a number"
+        ) from exc
+    if out_of_range(value) is not None or out_of_range(amount) is not None:
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed does not match the action's amount"
+        )
+    cent = Decimal("0.01")
+    try:  # bounded above, so rounding to the cent cannot overflow the context
+        same = value.quantize(cent) == amount.quantize(cent)
+    except InvalidOperation:
+        same = False
+    if not same:
+        raise ApprovalError(
+            "acknowledgement_required", "the amount re-typed does not match the action's amount"
+        )
