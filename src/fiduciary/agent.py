@@ -10,11 +10,9 @@ import asyncio
 import os
 import socket
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
-    AsyncExitStack,
-    asynccontextmanager,
     suppress,
 )
 from datetime import timedelta
@@ -22,7 +20,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID, uuid4
 
-from . import _decisions
+from . import _cancelling, _decisions
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Transcript
 from ._sweep import SWEEP_SECONDS, sweep_forever
@@ -43,10 +41,9 @@ from .registry import (
     Registry,
 )
 from .stores.base import (
+    IDLE,
     ApprovalRecord,
     ApprovalStatus,
-    CancelChannel,
-    CancelRequest,
     HeldPrincipalLock,
     PrincipalLocking,
     RunRecord,
@@ -67,7 +64,6 @@ DEFAULT_SYSTEM = (
 )
 
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
-_IDLE: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
 
 
 class Agent:
@@ -240,10 +236,10 @@ class Agent:
             raise RunError("forbidden", "this run belongs to another principal")
         if existing.status in _SUSPENDED:
             raise RunError("state", "the run is waiting for a decision; approve or deny it first")
-        if existing.status not in _IDLE:
+        if existing.status not in IDLE:
             raise RunError("busy", "the run is still running")
         run, transcript = await self._lease(existing.run_id)
-        if run.status not in _IDLE:  # someone else continued it between our read and lease
+        if run.status not in IDLE:  # someone else continued it between our read and lease
             await self.store.release(run.run_id, epoch=run.epoch)
             raise RunError("busy", "the run is still running")
         return run, transcript
@@ -277,7 +273,7 @@ class Agent:
             existing = await self.store.get_run(run_id)
             if existing is None:
                 raise RunError("not_found", f"no run {run_id}")
-            if existing.status in _IDLE:
+            if existing.status in IDLE:
                 return
             await self.check_resumable(run_id, any_model=any_model)
             run, transcript = await self._lease(run_id)
@@ -291,7 +287,7 @@ class Agent:
                     await self.store.release(run_id, epoch=claimed.epoch)
                 raise
             run, transcript = claimed, await self._replay(claimed)
-        if run.status in _IDLE:  # finished by another holder between our read and our lease
+        if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
             return
         driver = Driver(self, run, transcript, None)
@@ -367,156 +363,37 @@ class Agent:
         Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
-        existing = await self.get_run(run_id)
-        who = principal_of(by)
-        if existing.principal != who.actor_id and "admin" not in who.scopes:
-            raise RunError("forbidden", "this run belongs to another principal")
-        if existing.status in _IDLE:
-            raise RunError("state", f"the run is already {existing.status}")
-        reason = self.redactor.redact_text(reason)[:500]
-        wait = self.lease_seconds + 1 if wait_seconds is None else max(wait_seconds, 0.0)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        elsewhere = (
-            claimed is None and existing.lease_owner != self.owner and self._lease_live(existing)
-        )
-        if elsewhere and isinstance(self.store, CancelChannel) and wait > 0:
-            # driven by another process: ask it at once (waiting here for the principal's lock
-            # first would only delay the request)
-            return await self._cancel_elsewhere(self.store, existing, who, reason, deadline)
-        try:  # the attempt here has at least a second for its own round trips
-            here = max(deadline, loop.time() + 1.0)
-            return await self._cancel_here(existing, who, reason, here, claimed)
-        except RunError as exc:
-            if exc.code != "busy" or claimed is not None:
-                raise
-            if not isinstance(self.store, CancelChannel) or loop.time() >= deadline:
-                raise  # nothing is asked of another process that the caller will not wait for
-            channel = self.store
-        return await self._cancel_elsewhere(channel, existing, who, reason, deadline)
-
-    def _lease_live(self, run: RunRecord) -> bool:
-        """Someone holds the run's lease now (this agent included)."""
-        return (
-            run.lease_owner is not None
-            and run.lease_until is not None
-            and run.lease_until > self.clock.now()
+        return await _cancelling.cancel(
+            self._cancelling(),
+            run_id,
+            by=by,
+            reason=reason,
+            wait_seconds=wait_seconds,
+            claimed=claimed,
         )
 
-    @asynccontextmanager
-    async def taken_over(self, run_id: UUID) -> AsyncIterator[RunRecord | None]:
+    def taken_over(self, run_id: UUID) -> AbstractAsyncContextManager[RunRecord | None]:
         """Take a run over from a drive of this agent: a new epoch under its name, so the run
         is never unleased (no other process claims it) and that drive can write nothing more.
         The lease is kept renewed while the block runs (the drive stopping, the principal's
         lock awaited) and released if the block fails; what the block does with it stands
         otherwise (``cancel(claimed=...)`` releases it). Yields None, leasing nothing, if
         another process holds the run."""
-        taken = await self.store.acquire(
-            run_id, owner=self.owner, now=self.clock.now(), ttl_seconds=self.lease_seconds
+        return _cancelling.taken_over(self._cancelling(), run_id)
+
+    def _cancelling(self) -> _cancelling.Cancelling:
+        # built per call: the agent's attributes may be replaced after construction
+        return _cancelling.Cancelling(
+            store=self.store,
+            clock=self.clock,
+            redactor=self.redactor,
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+            principal_lock=self.principal_lock,
+            lease=self._lease,
+            replay=self._replay,
+            driver=lambda run, transcript: Driver(self, run, transcript, None),
         )
-        if taken is None:
-            yield None
-            return
-        try:
-            async with self._lease_kept(taken):
-                yield taken
-        except BaseException:
-            with suppress(Exception):
-                await asyncio.shield(self.store.release(run_id, epoch=taken.epoch))
-            raise
-
-    @asynccontextmanager
-    async def _lease_kept(self, run: RunRecord) -> AsyncIterator[None]:
-        """Keep a lease this agent holds (``run``'s epoch) renewed until the block ends."""
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(self.lease_seconds / 3)
-                ok = await self.store.renew(
-                    run.run_id,
-                    epoch=run.epoch,
-                    now=self.clock.now(),
-                    ttl_seconds=self.lease_seconds,
-                )
-                if not ok:
-                    return
-
-        task = asyncio.create_task(renew(), name=f"fiduciary-lease-{run.run_id}")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with suppress(BaseException):
-                await task
-
-    async def _cancel_here(
-        self,
-        run: RunRecord,
-        who: Principal,
-        reason: str,
-        deadline: float,
-        claimed: RunRecord | None = None,
-    ) -> RunRecord:
-        """Record the cancellation here: the principal's lock first (so that no lease waits for
-        it unrenewed), then the run's lease (or ``claimed``). ``busy`` if either is held
-        elsewhere past ``deadline``."""
-        async with AsyncExitStack() as stack:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await stack.enter_async_context(self.principal_lock(run.principal))
-            except TimeoutError:
-                raise RunError("busy", "the run's principal is writing elsewhere; retry") from None
-            if claimed is not None:
-                leased, transcript = claimed, await self._replay(claimed)
-            else:
-                leased, transcript = await self._lease(run.run_id)
-            try:
-                if leased.status in _IDLE:
-                    raise RunError("state", f"the run is already {leased.status}")
-                driver = Driver(self, leased, transcript, None)
-                async with self._lease_kept(leased):
-                    await driver.cancel(by=who.actor_id, reason=reason)
-            finally:
-                with suppress(Exception):
-                    await self.store.release(run.run_id, epoch=leased.epoch)
-        return await self.get_run(run.run_id)
-
-    async def _cancel_elsewhere(
-        self,
-        channel: CancelChannel,
-        run: RunRecord,
-        who: Principal,
-        reason: str,
-        deadline: float,
-    ) -> RunRecord:
-        """Ask the process holding the lease to cancel the run (every second, so that a lost
-        notification or a drive still starting does not matter); wait for the run to end."""
-        request = CancelRequest(
-            run_id=run.run_id, by=who.actor_id, scopes=tuple(sorted(who.scopes)), reason=reason
-        )
-        loop = asyncio.get_running_loop()
-        send_at = loop.time()
-        while True:
-            if loop.time() >= send_at:
-                await channel.request_cancel(request)
-                send_at = loop.time() + 1.0
-            await asyncio.sleep(0.05)
-            current = await self.get_run(run.run_id)
-            if current.status == "cancelled":
-                return current
-            if current.status in _IDLE:
-                raise RunError("state", f"the run is already {current.status}")
-            if not self._lease_live(current):  # nobody drives it now: cancel it here
-                try:
-                    return await self._cancel_here(current, who, reason, deadline)
-                except RunError as exc:
-                    if exc.code != "busy":
-                        raise
-            if loop.time() >= deadline:
-                raise RunError(
-                    "busy",
-                    "the run is driven by another process, which did not stop it in time; retry",
-                )
 
     async def resume_all(self) -> list[UUID]:
         """Resume, once, every run that can make progress and that nobody drives (left

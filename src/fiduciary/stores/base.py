@@ -30,6 +30,7 @@ from uuid import UUID, uuid4
 from ..events import Event
 
 __all__ = [
+    "IDLE",
     "ApprovalRecord",
     "ApprovalStatus",
     "AuditRecord",
@@ -55,6 +56,8 @@ RunStatus = Literal[
     "failed",
     "cancelled",
 ]
+IDLE: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
+"""A run in one of these is driven by nobody until a new message continues it."""
 ApprovalStatus = Literal["pending", "approved", "denied", "expired", "client_result"]
 LedgerStatus = Literal["started", "done", "failed"]
 
