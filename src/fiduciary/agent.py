@@ -11,10 +11,7 @@ import os
 import socket
 import weakref
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from contextlib import (
-    AbstractAsyncContextManager,
-    suppress,
-)
+from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
