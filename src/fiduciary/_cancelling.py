@@ -22,7 +22,7 @@ from .capabilities import Principal, principal_of
 from .clock import Clock
 from .exceptions import RunError
 from .redaction import Redactor
-from .stores.base import IDLE, CancelChannel, CancelRequest, RunRecord, Store
+from .stores.base import IDLE, CancelChannel, CancelRequest, RunRecord, Store, existing_run
 
 __all__ = ["Cancelling", "cancel", "taken_over"]
 
@@ -52,7 +52,7 @@ async def cancel(
     claimed: RunRecord | None = None,
 ) -> RunRecord:
     """``Agent.cancel``: stop a run for good, here or through the process that drives it."""
-    existing = await _get_run(ctx, run_id)
+    existing = await existing_run(ctx.store, run_id)
     who = principal_of(by)
     if existing.principal != who.actor_id and "admin" not in who.scopes:
         raise RunError("forbidden", "this run belongs to another principal")
@@ -161,7 +161,7 @@ async def _cancel_here(
         finally:
             with suppress(Exception):
                 await ctx.store.release(run.run_id, epoch=leased.epoch)
-    return await _get_run(ctx, run.run_id)
+    return await existing_run(ctx.store, run.run_id)
 
 
 async def _cancel_elsewhere(
@@ -184,7 +184,7 @@ async def _cancel_elsewhere(
             await channel.request_cancel(request)
             send_at = loop.time() + 1.0
         await asyncio.sleep(0.05)
-        current = await _get_run(ctx, run.run_id)
+        current = await existing_run(ctx.store, run.run_id)
         if current.status == "cancelled":
             return current
         if current.status in IDLE:
@@ -200,10 +200,3 @@ async def _cancel_elsewhere(
                 "busy",
                 "the run is driven by another process, which did not stop it in time; retry",
             )
-
-
-async def _get_run(ctx: Cancelling, run_id: UUID) -> RunRecord:
-    run = await ctx.store.get_run(run_id)
-    if run is None:
-        raise RunError("not_found", f"no run {run_id}")
-    return run

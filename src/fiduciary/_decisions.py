@@ -33,11 +33,11 @@ from .capabilities import (
     principal_of,
 )
 from .clock import Clock
-from .exceptions import ApprovalError, CapabilityError, RunError
+from .exceptions import ApprovalError, CapabilityError
 from .policy import Policy
 from .redaction import Redactor
 from .registry import CallScope, Registry
-from .stores.base import ApprovalRecord, Store
+from .stores.base import ApprovalRecord, Store, existing_run
 
 __all__ = ["Deciding", "approve", "deny", "submit_result"]
 
@@ -119,9 +119,7 @@ async def _recheck(
     transcript = ctx.transcript()
     for event in events:
         transcript.apply(event)
-    run = await ctx.store.get_run(record.run_id)
-    if run is None:
-        raise RunError("not_found", f"no run {record.run_id}")
+    run = await existing_run(ctx.store, record.run_id)
 
     async def quiet(*_: Any) -> None:
         return None

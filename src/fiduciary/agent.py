@@ -46,6 +46,7 @@ from .stores.base import (
     RunRecord,
     RunStatus,
     Store,
+    existing_run,
     follow_poll_seconds,
 )
 from .stores.memory import MemoryStore
@@ -267,9 +268,7 @@ class Agent:
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         """
         if claimed is None:
-            existing = await self.store.get_run(run_id)
-            if existing is None:
-                raise RunError("not_found", f"no run {run_id}")
+            existing = await existing_run(self.store, run_id)
             if existing.status in IDLE:
                 return
             await self.check_resumable(run_id, any_model=any_model)
@@ -528,10 +527,7 @@ class Agent:
 
     # --- reading ---------------------------------------------------------------------------
     async def get_run(self, run_id: UUID) -> RunRecord:
-        run = await self.store.get_run(run_id)
-        if run is None:
-            raise RunError("not_found", f"no run {run_id}")
-        return run
+        return await existing_run(self.store, run_id)
 
     async def events(
         self,
@@ -550,8 +546,7 @@ class Agent:
         """
         if poll_seconds is None:
             poll_seconds = follow_poll_seconds(self.store)
-        if await self.store.get_run(run_id) is None:
-            raise RunError("not_found", f"no run {run_id}")
+        await existing_run(self.store, run_id)
         last = after_seq
         # subscribe before reading the past, so nothing committed in between is missed
         sub = self.store.subscribe(run_id) if follow else None

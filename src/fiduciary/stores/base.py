@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID, uuid4
 
 from ..events import Event
+from ..exceptions import RunError
 
 __all__ = [
     "IDLE",
@@ -45,6 +46,7 @@ __all__ = [
     "RunStatus",
     "Store",
     "Subscription",
+    "existing_run",
     "follow_poll_seconds",
 ]
 
@@ -340,6 +342,14 @@ class PrincipalLocking(Protocol):
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[HeldPrincipalLock]:
         """Held while a run writes for ``actor_id``."""
+
+
+async def existing_run(store: Store, run_id: UUID) -> RunRecord:
+    """The run, or ``RunError("not_found")``."""
+    run = await store.get_run(run_id)
+    if run is None:
+        raise RunError("not_found", f"no run {run_id}")
+    return run
 
 
 def follow_poll_seconds(store: Store, default: float = 0.5) -> float:
