@@ -127,7 +127,7 @@ class Agent:
         )
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._mismatched: set[UUID] = set()  # runs resume_all refused (logged once each)
+        self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -271,13 +271,13 @@ class Agent:
             existing = await existing_run(self.store, run_id)
             if existing.status in IDLE:
                 return
-            await self.check_resumable(run_id, any_model=any_model)
+            await self._drivable(run_id, any_model=any_model)
             run, transcript = await self._lease(run_id)
         else:
             if claimed.run_id != run_id or claimed.lease_owner != self.owner:
                 raise RunError("busy", f"run {run_id} is not leased to this agent")
             try:
-                await self.check_resumable(run_id, any_model=any_model)
+                await self._drivable(run_id, any_model=any_model)
             except BaseException:
                 with suppress(Exception):  # left for an agent that may drive it
                     await self.store.release(run_id, epoch=claimed.epoch)
@@ -408,6 +408,21 @@ class Agent:
         await asyncio.gather(*(one(r.run_id) for r in runs))
         return done
 
+    def leaves_alone(self, run_id: UUID) -> bool:
+        """Whether this agent refused to drive the run (another agent's: ``check_resumable``);
+        the sweeps skip it, so it is neither tried nor logged again and again."""
+        return run_id in self._mismatched
+
+    async def _drivable(self, run_id: UUID, *, any_model: bool) -> None:
+        """``check_resumable``; a refused run is remembered and logged, once."""
+        try:
+            await self.check_resumable(run_id, any_model=any_model)
+        except RunError as exc:
+            if exc.code == "agent_mismatch" and run_id not in self._mismatched:
+                self._mismatched.add(run_id)
+                log.warning("run %s is left for another agent: %s", run_id, exc.message)
+            raise
+
     async def check_resumable(self, run_id: UUID, *, any_model: bool = False) -> None:
         """Refuse, with ``RunError("agent_mismatch")``, a run this agent is not the one for.
 
@@ -452,7 +467,7 @@ class Agent:
                 log.exception("run %s: resuming it failed", run_id)
 
         def start(run: RunRecord) -> None:
-            if run.run_id in drives or run.run_id in self._mismatched:
+            if run.run_id in drives or self.leaves_alone(run.run_id):
                 return
             task = asyncio.create_task(drive(run.run_id))
             drives[run.run_id] = task
@@ -474,10 +489,7 @@ class Agent:
         try:
             async for _ in self.resume(run_id):
                 pass
-        except RunError as exc:
-            if exc.code == "agent_mismatch" and run_id not in self._mismatched:
-                self._mismatched.add(run_id)
-                log.warning("run %s is left for another agent: %s", run_id, exc.message)
+        except RunError:
             return False
         except StoreError as exc:
             log.warning("run %s could not be resumed (%s); it will be tried again", run_id, exc)

@@ -241,8 +241,7 @@ async def _drive(agent: Agent, run: RunRecord, refused: set[UUID] | None = None)
         return
     except RunError as exc:
         if exc.code == "agent_mismatch" and refused is not None:
-            refused.add(run.run_id)
-            log.warning("run %s is left for another worker's agent: %s", run.run_id, exc)
+            refused.add(run.run_id)  # never claimed here again (the agent logged it, once)
         else:
             log.info("run %s was not driven: %s", run.run_id, exc)
     except StoreError as exc:  # the lease is released; the run is claimable again

@@ -884,7 +884,7 @@ async def _keep_runs_moving(server: Server, every: float) -> None:
         return await agent.store.runs_to_resume(now=agent.clock.now())
 
     def start(run: RunRecord) -> None:
-        if not server.drives.is_driving(run.run_id):
+        if not server.drives.is_driving(run.run_id) and not agent.leaves_alone(run.run_id):
             server._remember(run.principal)(run.run_id)
             server.drives.resume(run.run_id)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
 import pytest
 
-from fiduciary import Agent, PendingAction
+from fiduciary import Agent, Event, PendingAction
 from fiduciary.exceptions import ConfigurationError
 from fiduciary.server import MemoryKeyStore, create_app
-from fiduciary.stores.base import Store
+from fiduciary.stores.base import RunRecord, Store
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import (
     Call,
@@ -106,3 +107,51 @@ def test_the_sweep_period_must_be_positive(clock: ManualClock) -> None:
     agent = make_agent(MemoryStore(), clock, Effects())
     with pytest.raises(ConfigurationError):
         create_app(agent, keys=MemoryKeyStore(clock=clock), sweep_seconds=0)
+
+
+class _CountingStore(MemoryStore):
+    """Counts the sweeps (``runs_to_resume``) and the first-event reads a resume's agent
+    check makes, so a test can wait for sweeps instead of sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sweeps = 0
+        self.checks = 0
+        self.swept = asyncio.Event()
+
+    async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
+        self.sweeps += 1
+        if self.sweeps >= 10:
+            self.swept.set()
+        return await super().runs_to_resume(now=now, limit=limit)
+
+    async def read_events(
+        self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        if limit == 1:
+            self.checks += 1
+        return await super().read_events(run_id, after_seq=after_seq, limit=limit)
+
+
+async def test_the_sweep_tries_another_agents_run_once(clock: ManualClock) -> None:
+    """A run this server's agent may not drive (it lacks the run's capabilities) is left for
+    its own agent: refused once, then skipped, not retried and logged every period."""
+    store = _CountingStore()
+    effects = Effects()
+    run = await make_agent(store, clock, effects).submit("pay carol", principal="alice")
+    other = Agent(
+        model=ScriptedModel([PAY]),
+        capabilities=[c for c in toy_capabilities(effects) if c.name != "send"],
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    app = create_app(other, keys=MemoryKeyStore(clock=clock), sweep_seconds=0.01)
+    async with app.router.lifespan_context(app), asyncio.timeout(TIMEOUT):
+        await store.swept.wait()
+    assert other.leaves_alone(run.run_id)
+    assert store.checks == 1
+    left = await store.get_run(run.run_id)
+    assert left is not None
+    assert (left.status, left.last_seq, left.lease_owner) == ("running", run.last_seq, None)
+    assert effects.entries == []
