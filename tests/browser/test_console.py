@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import socket
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 
-import anyio
 import pytest
 
 from fiduciary import Agent
@@ -23,36 +20,11 @@ from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.server.served import ServedAgent
 from fiduciary.stores.sqlite import SQLiteStore
 
+from .served_page import Page, signed_in
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-CHROMIUM = os.environ.get("FIDUCIARY_CHROMIUM", "/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
-
-
-def _chromium_or_skip() -> None:
-    if shutil.which(CHROMIUM) or Path(CHROMIUM).exists():
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must have Chromium at {CHROMIUM} (.ci/run installs it)")
-    pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set FIDUCIARY_CHROMIUM)")
-
-
-try:
-    from playwright.async_api import Page, async_playwright
-except ImportError:  # pragma: no cover
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip("playwright is not installed", allow_module_level=True)
 
 
 class HoldingModel:
@@ -79,22 +51,11 @@ class HoldingModel:
             yield item
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)  # connections queue here until uvicorn accepts them
-    return sock
-
-
 async def _conversation_text(page: Page) -> str:
     return await page.locator("[data-testid=conversation]").inner_text()
 
 
 async def test_sign_in_approve_reload_mid_stream(tmp_path: Path) -> None:
-    _chromium_or_skip()
-    import uvicorn
-
     store = SQLiteStore(tmp_path / "console.sqlite3")
     billing = Billing()
     agent: Agent = build_demo_agent(store, billing)
@@ -104,76 +65,55 @@ async def test_sign_in_approve_reload_mid_stream(tmp_path: Path) -> None:
     keys = MemoryKeyStore()
     key, _ = await keys.create(DEMO_PRINCIPAL, ["runs:write", "runs:read", "approvals:decide"])
     app = create_app(served.agent, keys=keys, balances=served.balances, heartbeat_seconds=5)
-    sock = _free_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    base = f"http://127.0.0.1:{port}"
     try:
-        with anyio.fail_after(150):
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                page = await browser.new_page(viewport={"width": 1440, "height": 900})
-                page.set_default_timeout(20_000)
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(base + "/")
-                # sign in
-                await page.get_by_test_id("api-key").fill(key)
-                await page.get_by_test_id("sign-in").click()
-                await page.get_by_test_id("principal").get_by_text(DEMO_PRINCIPAL).wait_for()
-                await page.get_by_test_id("balances").get_by_text("120.00").wait_for()
-                # send a message; the reads and the $4.00 payment happen, the $42.50 one waits
-                await page.get_by_test_id("message").fill(DEMO_MESSAGE)
-                await page.get_by_test_id("send").click()
-                card = page.get_by_test_id("pending-card")
-                await card.wait_for()
-                assert await card.get_by_test_id("amount").inner_text() == "$42.50"
-                assert '"invoice_id": "inv-102"' in await card.get_by_test_id("args").inner_text()
-                assert await page.get_by_test_id("tool-call").count() == 4
-                await page.get_by_test_id("balances").get_by_text("116.00").wait_for()
-                shot = (
-                    README_SCREENSHOT
-                    if os.environ.get("FIDUCIARY_UPDATE_SCREENSHOT") == "1"
-                    else tmp_path / "console.png"
-                )
-                await page.screenshot(path=str(shot))  # the README's picture: a card
-                assert shot.stat().st_size > 0
-                # approve it; the final answer starts streaming and is held mid-way
-                await card.get_by_test_id("approve").click()
-                await model.holding.wait()
-                conversation = page.get_by_test_id("conversation")
-                await conversation.get_by_text("Here is what I did").wait_for()
-                before = await _conversation_text(page)
-                assert "Your balance is now" not in before
-                # reload mid-stream: the page renders what it saw and resumes after its last seq
-                await page.reload()
-                await conversation.get_by_text("Here is what I did").wait_for()
-                model.release.set()
-                await conversation.get_by_text("Your balance is now $73.50.").wait_for()
-                await (
-                    page.get_by_test_id("card-outcome")
-                    .get_by_text("approved by demo-user")
-                    .wait_for()
-                )
-                await page.get_by_test_id("run-status").get_by_text("completed").wait_for()
-                text = await _conversation_text(page)
-                assert text.count("Here is what I did") == 1
-                assert text.count("inv-102: paid $42.50") == 1
-                assert text.count("Your balance is now $73.50.") == 1
-                assert text.count(DEMO_MESSAGE) == 1
-                seqs = [
-                    int(s)
-                    for s in await page.locator("[data-testid=timeline] .seq").all_inner_texts()
-                ]
-                assert seqs == list(range(1, len(seqs) + 1))
-                (run,) = await store.list_runs()
-                assert seqs[-1] == run.last_seq
-                await page.get_by_test_id("balances").get_by_text("73.50").wait_for()
-                assert errors == []
-                await browser.close()
+        async with signed_in(app, key) as shown:
+            page = shown.page
+            await page.get_by_test_id("principal").get_by_text(DEMO_PRINCIPAL).wait_for()
+            await page.get_by_test_id("balances").get_by_text("120.00").wait_for()
+            # send a message; the reads and the $4.00 payment happen, the $42.50 one waits
+            await page.get_by_test_id("message").fill(DEMO_MESSAGE)
+            await page.get_by_test_id("send").click()
+            card = page.get_by_test_id("pending-card")
+            await card.wait_for()
+            assert await card.get_by_test_id("amount").inner_text() == "$42.50"
+            assert '"invoice_id": "inv-102"' in await card.get_by_test_id("args").inner_text()
+            assert await page.get_by_test_id("tool-call").count() == 4
+            await page.get_by_test_id("balances").get_by_text("116.00").wait_for()
+            shot = (
+                README_SCREENSHOT
+                if os.environ.get("FIDUCIARY_UPDATE_SCREENSHOT") == "1"
+                else tmp_path / "console.png"
+            )
+            await page.screenshot(path=str(shot))  # the README's picture: a card
+            assert shot.stat().st_size > 0
+            # approve it; the final answer starts streaming and is held mid-way
+            await card.get_by_test_id("approve").click()
+            await model.holding.wait()
+            conversation = page.get_by_test_id("conversation")
+            await conversation.get_by_text("Here is what I did").wait_for()
+            before = await _conversation_text(page)
+            assert "Your balance is now" not in before
+            # reload mid-stream: the page renders what it saw and resumes after its last seq
+            await page.reload()
+            await conversation.get_by_text("Here is what I did").wait_for()
+            model.release.set()
+            await conversation.get_by_text("Your balance is now $73.50.").wait_for()
+            await (
+                page.get_by_test_id("card-outcome").get_by_text("approved by demo-user").wait_for()
+            )
+            await page.get_by_test_id("run-status").get_by_text("completed").wait_for()
+            text = await _conversation_text(page)
+            assert text.count("Here is what I did") == 1
+            assert text.count("inv-102: paid $42.50") == 1
+            assert text.count("Your balance is now $73.50.") == 1
+            assert text.count(DEMO_MESSAGE) == 1
+            seqs = [
+                int(s) for s in await page.locator("[data-testid=timeline] .seq").all_inner_texts()
+            ]
+            assert seqs == list(range(1, len(seqs) + 1))
+            (run,) = await store.list_runs()
+            assert seqs[-1] == run.last_seq
+            await page.get_by_test_id("balances").get_by_text("73.50").wait_for()
     finally:
-        server.should_exit = True
-        await serving
         await store.close()
     assert billing.balance == Decimal("73.50")

@@ -5,7 +5,6 @@ multi-line memo sends no edit (the browser's <input> used to strip its line brea
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +13,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from fiduciary import Agent, CallContext, capability
@@ -23,12 +21,7 @@ from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 
-from .test_console import ARGS, CHROMIUM, _chromium_or_skip, _free_socket
-
-try:
-    from playwright.async_api import Page, async_playwright
-except ImportError:  # pragma: no cover  (test_console skips or fails the same way)
-    pytest.skip("playwright is not installed", allow_module_level=True)
+from .served_page import Page, signed_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -65,44 +58,24 @@ class Console:
     page: Page
     store: SQLiteStore
     paid: list[dict[str, Any]]
-    errors: list[str]
 
 
 @asynccontextmanager
 async def card_waiting(tmp_path: Path) -> AsyncIterator[Console]:
     """A server and a browser signed in, with the payment's card shown."""
-    _chromium_or_skip()
-    import uvicorn
-
     store = SQLiteStore(tmp_path / "display.sqlite3")
     paid: list[dict[str, Any]] = []
     keys = MemoryKeyStore()
     key, _ = await keys.create("ann", ["runs:write", "runs:read", "approvals:decide"])
     app = create_app(make_agent(store, paid), keys=keys, heartbeat_seconds=5)
-    sock = _free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
-        with anyio.fail_after(150):
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                page = await browser.new_page(viewport={"width": 1440, "height": 900})
-                page.set_default_timeout(20_000)
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(base + "/")
-                await page.get_by_test_id("api-key").fill(key)
-                await page.get_by_test_id("sign-in").click()
-                await page.get_by_test_id("message").fill("pay")
-                await page.get_by_test_id("send").click()
-                await page.get_by_test_id("pending-card").wait_for()
-                yield Console(page, store, paid, errors)
-                assert errors == []
-                await browser.close()
+        async with signed_in(app, key) as shown:
+            page = shown.page
+            await page.get_by_test_id("message").fill("pay")
+            await page.get_by_test_id("send").click()
+            await page.get_by_test_id("pending-card").wait_for()
+            yield Console(page, store, paid)
     finally:
-        server.should_exit = True
-        await serving
         await store.close()
 
 
