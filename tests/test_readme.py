@@ -81,7 +81,7 @@ curl() {
   local tries=0
   until __settled; do
     tries=$((tries + 1))
-    [ "$tries" -lt 1200 ] || { echo "fresh clone: the server or run $RUN never settled" >&2; return 1; }
+    [ "$tries" -lt 1200 ] || { echo "fresh clone: never settled (run ${RUN:-})" >&2; return 1; }
     sleep 0.05
   done
   command curl --fail-with-body --max-time 60 "$@"
