@@ -2,7 +2,8 @@
 
 A line ``<!-- readme: ## Quick start -->`` in a page is replaced by the README's section titled
 "Quick start" (whatever its level there), its heading set at the level the marker's hashes give,
-and its subsections shifted with it. ``readme-only:`` stops at the section's first subsection.
+and its subsections shifted with it. ``readme-only:`` stops at the section's first subsection;
+``<!-- readme: ## Title as Other title -->`` shows the section under another heading.
 Links are rewritten for the site: ``docs/x.md`` becomes ``x.md``, and ``#anchor`` of a README
 heading that another page shows becomes ``that-page.md#anchor``. A marker naming no README
 heading fails the build.
@@ -17,7 +18,7 @@ from typing import Any
 from markdown.extensions.toc import slugify
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
-MARKER = re.compile(r"^<!-- (readme|readme-only): (#+) (.+?) -->$", re.M)
+MARKER = re.compile(r"^<!-- (readme|readme-only): (#+) (.+?)(?: as (.+?))? -->$", re.M)
 HEADING = re.compile(r"^(#{1,6}) (.+)$")
 FENCE = re.compile(r"^(```|~~~)")
 
@@ -87,6 +88,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     def include(match: re.Match[str]) -> str:
         level, lines = _section(match.group(3), only=match.group(1) == "readme-only")
         shift = len(match.group(2)) - level
+        if match.group(4):
+            lines = [f"{'#' * level} {match.group(4)}", *lines[1:]]
         shifted: list[str] = []
         fenced = False
         for line in lines:
