@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import Literal, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel
@@ -97,3 +97,26 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     anchors = set(re.findall(r'id="(fiduciary\.[A-Za-z_]+)"', api))
     missing = sorted(name for name in fiduciary.__all__ if f"fiduciary.{name}" not in anchors)
     assert missing == [], f"the API reference lacks {missing}"
+
+
+def _literal_values(annotation: object) -> set[str]:
+    """The string values a field's annotation allows, through Optional and unions."""
+    if get_origin(annotation) is Literal:
+        return {value for value in get_args(annotation) if isinstance(value, str)}
+    found: set[str] = set()
+    for inner in get_args(annotation):
+        found |= _literal_values(inner)
+    return found
+
+
+@pytest.mark.parametrize("model", _event_models(), ids=_type_of)
+def test_every_enumerated_value_is_named_in_its_section(model: type[BaseModel]) -> None:
+    """A reason, a decision, a recovery or a verdict a client may receive is described."""
+    body = _sections()[_type_of(model)]
+    named = set(re.findall(r'`"?([a-z_]+)"?`', body))
+    values: set[str] = set()
+    for name, field in model.model_fields.items():
+        if name not in COMMON:
+            values |= _literal_values(field.annotation)
+    missing = sorted(values - named)
+    assert missing == [], f"docs/events.md, {_type_of(model)}: values not described: {missing}"
