@@ -23,6 +23,7 @@ __all__ = [
     "blend",
     "cosine",
     "query_terms",
+    "rare_terms",
 ]
 
 Embedder = Callable[[Sequence[str]], Awaitable[Sequence[Sequence[float]]]]
@@ -71,16 +72,133 @@ class Memory(Protocol):
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
+# English function words: a question's "how much did I ..." matches every record and ranks none
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "again",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "anything",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "being",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "him",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "more",
+        "most",
+        "my",
+        "no",
+        "not",
+        "now",
+        "of",
+        "on",
+        "or",
+        "our",
+        "out",
+        "over",
+        "she",
+        "should",
+        "so",
+        "some",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
+)
+COMMON_SHARE = 0.05  # a term in more than this share of the records ranks little and costs much
+COMMON_FLOOR = 500  # ... but below this many records every term is kept
+
 
 def query_terms(text: str, limit: int = 32) -> list[str]:
-    """The distinct words of a query, lower-cased, in order (at most ``limit``)."""
+    """The distinct words of a query, lower-cased, in order (at most ``limit``); stop words are
+    left out unless the query has nothing else."""
     seen: dict[str, None] = {}
     for word in _WORD.findall(text.lower()):
         if len(word) > 1 or word.isdigit():
             seen.setdefault(word, None)
         if len(seen) >= limit:
             break
-    return list(seen)
+    words = list(seen)
+    return [w for w in words if w not in STOP_WORDS] or words
+
+
+def rare_terms(counts: dict[str, int], total: int) -> list[str]:
+    """The terms worth ranking by: those in at most ``COMMON_SHARE`` of ``total`` records (all of
+    them in a small memory); when every term is common, the rarest one. Ranking cost grows with
+    the records matched, and a common term adds matches while adding almost nothing to BM25."""
+    limit = max(COMMON_FLOOR, int(total * COMMON_SHARE))
+    rare = [t for t, n in counts.items() if 0 < n <= limit]
+    if rare:
+        return rare
+    present = sorted((n, t) for t, n in counts.items() if n > 0)
+    return [present[0][1]] if present else []
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     ) from exc
 
 from ..clock import Clock, SystemClock
-from .base import MAX_TEXT, Embedder, MemoryRecord, blend, cosine, query_terms
+from .base import MAX_TEXT, Embedder, MemoryRecord, blend, cosine, query_terms, rare_terms
 
 __all__ = ["PostgresMemory"]
 
@@ -112,6 +112,21 @@ class PostgresMemory:
         lexical: list[tuple[Any, ...]] = []
         recent: list[tuple[Any, ...]] = []
         async with pool.connection() as conn:
+            if len(terms) > 1:
+                counts = {}
+                for term in terms:
+                    cursor = await conn.execute(
+                        "SELECT count(*) FROM memory_records"
+                        " WHERE tsv @@ to_tsquery(%s::regconfig, %s)",
+                        (self.language, term),
+                    )
+                    row = await cursor.fetchone()
+                    counts[term] = int(row[0]) if row else 0
+                cursor = await conn.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE relname = 'memory_records'"
+                )
+                row = await cursor.fetchone()
+                terms = rare_terms(counts, max(int(row[0]) if row else 0, 0))
             if terms:
                 cursor = await conn.execute(
                     "SELECT record_id, kind, text, at, vector FROM memory_records,"

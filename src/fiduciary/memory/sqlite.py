@@ -22,7 +22,7 @@ from typing import TypeVar
 from uuid import UUID, uuid4
 
 from ..clock import Clock, SystemClock
-from .base import MAX_TEXT, Embedder, MemoryRecord, blend, cosine, query_terms
+from .base import MAX_TEXT, Embedder, MemoryRecord, blend, cosine, query_terms, rare_terms
 
 __all__ = ["SQLiteMemory"]
 
@@ -52,6 +52,10 @@ T = TypeVar("T")
 Row = tuple[str, str, str, str, bytes | None]  # record_id, kind, text, at, vector
 
 CANDIDATES = 200  # lexical candidates re-ranked by vector, with as many of the newest records
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
 
 
 class SQLiteMemory:
@@ -124,8 +128,18 @@ class SQLiteMemory:
         def search(conn: sqlite3.Connection) -> tuple[list[Row], list[Row]]:
             lexical: list[Row] = []
             recent: list[Row] = []
-            if terms:
-                match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+            ranked = terms
+            if len(terms) > 1:
+                counts = {
+                    t: conn.execute(
+                        "SELECT count(*) FROM memory_fts WHERE memory_fts MATCH ?", (_quote(t),)
+                    ).fetchone()[0]
+                    for t in terms
+                }
+                total = conn.execute("SELECT max(seq) FROM memory_records").fetchone()[0] or 0
+                ranked = rare_terms(counts, total)
+            if ranked:
+                match = " OR ".join(_quote(t) for t in ranked)
                 lexical = conn.execute(
                     "SELECT r.record_id, r.kind, r.text, r.at, r.vector"
                     " FROM memory_fts JOIN memory_records r ON r.seq = memory_fts.rowid"
