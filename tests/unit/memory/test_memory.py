@@ -20,6 +20,7 @@ from tests.postgres_support import new_database
 START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SYNONYMS = {"rent": "housing", "landlord": "housing", "flat": "housing"}
 
+
 async def open_memory(
     kind: str, tmp_path: Path, clock: ManualClock, embedder: Embedder | None = None
 ) -> Memory:
