@@ -6,7 +6,9 @@ no network, no keys, no sleeps.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import hashlib
+import re
+from collections.abc import AsyncIterator, Sequence
 from uuid import UUID
 
 from .agent import Agent
@@ -19,6 +21,7 @@ from .stores.memory import MemoryStore
 
 __all__ = [
     "Call",
+    "FakeEmbedder",
     "ManualClock",
     "MemoryStore",
     "Reply",
@@ -59,3 +62,28 @@ async def approve_all(
 
 def pending_actions(events: list[Event]) -> list[PendingAction]:
     return [e for e in events if isinstance(e, PendingAction)]
+
+
+class FakeEmbedder:
+    """A deterministic embedder for tests: hashed bag of words, with optional synonyms.
+
+    ``synonyms`` maps words to a shared meaning (``{"rent": "housing", "landlord": "housing"}``)
+    so that tests can show a vector match that no shared word explains. ``calls`` counts batches.
+    """
+
+    def __init__(self, synonyms: dict[str, str] | None = None, dimensions: int = 64) -> None:
+        self.synonyms = dict(synonyms or {})
+        self.dimensions = dimensions
+        self.calls = 0
+
+    async def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        return [self._embed(text) for text in texts]
+
+    def _embed(self, text: str) -> list[float]:
+        vector = [0.0] * self.dimensions
+        for word in re.findall(r"\w+", text.lower()):
+            meaning = self.synonyms.get(word, word)
+            digest = hashlib.sha256(meaning.encode()).digest()
+            vector[int.from_bytes(digest[:4], "big") % self.dimensions] += 1.0
+        return vector

@@ -180,7 +180,7 @@ class AnthropicModel:
             stream = await client.messages.create(
                 model=self.model,
                 max_tokens=max_tokens,
-                system=self._system(request.system) or anthropic.omit,
+                system=self._system(request.system, request.stable_layers) or anthropic.omit,
                 messages=to_messages(request.messages, cache=self._cache_control()),
                 tools=self._tools(request.tools) or anthropic.omit,
                 thinking=thinking,
@@ -219,11 +219,19 @@ class AnthropicModel:
             return {"type": "ephemeral"}
         return {"type": "ephemeral", "ttl": self._cache_ttl}
 
-    def _system(self, layers: Sequence[str]) -> list[TextBlockParam]:
-        blocks: list[TextBlockParam] = [{"type": "text", "text": t} for t in layers if t]
+    def _system(self, layers: Sequence[str], stable: int | None = None) -> list[TextBlockParam]:
+        blocks: list[TextBlockParam] = []
+        last_stable: int | None = None  # the block after which the cached prefix ends
+        for index, text in enumerate(layers):
+            if not text:
+                continue
+            blocks.append({"type": "text", "text": text})
+            if stable is None or index < stable:
+                last_stable = len(blocks) - 1
         cache = self._cache_control()
-        if blocks and cache is not None:
-            blocks[-1]["cache_control"] = cache  # tools + every system layer form the prefix
+        if last_stable is not None and cache is not None:
+            # tools + the stable system layers form the cached prefix
+            blocks[last_stable]["cache_control"] = cache
         return blocks
 
     def _tools(self, tools: Sequence[ToolSpec]) -> list[ToolParam]:

@@ -105,12 +105,17 @@ class ModelRequest:
     ``settings`` keys every provider understands: ``max_tokens``, ``temperature``, ``tier``
     (``fast`` | ``standard`` | ``powerful``, read by ``TieredModel``) and ``effort`` (``low`` |
     ``medium`` | ``high``, the thinking / reasoning effort). Unknown keys are ignored.
+
+    ``stable_layers``: how many leading system layers stay the same from one user message to the
+    next (the rest — domain context, recalled memory — may change); a provider with prompt caching
+    puts its breakpoint on the last stable layer. None: every layer is stable.
     """
 
     system: tuple[str, ...]
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
     settings: dict[str, Any] = field(default_factory=dict)
+    stable_layers: int | None = None
 
 
 # --- stream events --------------------------------------------------------------------------

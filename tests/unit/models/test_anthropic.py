@@ -328,3 +328,21 @@ async def test_a_refused_key_names_its_variable_and_not_the_key(retry: RetryPoli
     assert "check ANTHROPIC_API_KEY" in error.message
     assert "sk-ant" not in str(error)
     assert "Xy" not in str(error)
+
+
+async def test_the_cache_breakpoint_stays_on_the_last_stable_system_layer(
+    retry: RetryPolicy,
+) -> None:
+    wire = Wire(Reply.sse("anthropic_answer.sse"))
+    layered = ModelRequest(
+        system=("You act for a person.", "<financial_context>12 USDC</financial_context>"),
+        messages=(UserTextMessage("hi"),),
+        tools=(),
+        stable_layers=1,
+    )
+    await events_of(model(wire, retry), layered)
+    (body,) = wire.bodies
+    assert body["system"] == [
+        {"type": "text", "text": "You act for a person.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "<financial_context>12 USDC</financial_context>"},
+    ]

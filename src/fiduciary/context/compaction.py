@@ -1,0 +1,161 @@
+"""Compaction: keep what a model is sent under its context window, never losing the record.
+
+Before each model call the loop measures the request (``tokens.measure_request``). At
+``compact_at`` of the window (0.85 by default) it compacts, cheapest step first, until the request
+is under ``compact_to`` (0.5):
+
+1. microcompact (always on: ``shaping.microcompact``);
+2. stub the results of calls older than the last ``keep_exchanges`` exchanges;
+3. summarise the oldest exchanges (the summariser, by default the run's own model on its fast
+   tier) and send the summary in their place;
+4. if the summariser fails, drop those exchanges without a summary.
+
+The outcome is a ``Shape``: where the conversation is cut, which results are stubbed, the
+summary. The loop records it in the ``compaction`` end event, and the transcript fold replays it,
+so a resumed run sends exactly what the first process would have. A cut is only ever made where
+an exchange begins (a user message with no call left open before it), so a tool call is never
+separated from its result, and the latest user message, pending approvals and the thinking
+signatures of the kept turns always stay.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .._logs import logger
+from ..models.base import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolResultsMessage,
+    ToolUsePart,
+    UserTextMessage,
+)
+from .shaping import cut_points, microcompact, stub_results, with_summary
+
+__all__ = ["CompactionPolicy", "Shape", "Summarizer", "compact", "render_for_summary", "shaped"]
+
+log = logger("fiduciary.context")
+
+Summarizer = Callable[[str], Awaitable[str]]
+"""Given the earlier conversation as redacted text, return a summary of it."""
+
+Method = Literal["stub", "summary", "drop"]
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How a run's conversation is cut for the model (indexes into the transcript's messages)."""
+
+    kept_from: int = 0  # messages before it are replaced by ``summary`` (or dropped)
+    stubbed_before: int = 0  # tool results before it are stubbed
+    summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPolicy:
+    """When and how far to compact. ``window`` is the model's context window in tokens."""
+
+    window: int
+    compact_at: float = 0.85
+    compact_to: float = 0.5
+    keep_exchanges: int = 2
+    summary_tokens: int = 2_000  # room left for the summary when choosing the cut
+
+    def __post_init__(self) -> None:
+        if self.window <= 0:
+            raise ValueError("context_window must be a positive number of tokens")
+        if not 0 < self.compact_to < self.compact_at <= 1:
+            raise ValueError("need 0 < compact_to < compact_at <= 1")
+        if self.keep_exchanges < 1:
+            raise ValueError("keep_exchanges must be at least 1")
+
+    @property
+    def threshold(self) -> int:
+        return int(self.window * self.compact_at)
+
+    @property
+    def target(self) -> int:
+        return int(self.window * self.compact_to)
+
+
+def shaped(
+    messages: Sequence[Message], shape: Shape, dedupable: Callable[[str], bool]
+) -> tuple[Message, ...]:
+    """What the model is sent for ``messages`` cut as ``shape`` says, microcompacted."""
+    stubbed = stub_results(messages, shape.stubbed_before)
+    first_turn = 1 + sum(isinstance(m, AssistantMessage) for m in messages[: shape.kept_from])
+    kept = with_summary(stubbed, shape.kept_from, shape.summary)
+    return microcompact(kept, dedupable, first_turn=first_turn)
+
+
+def render_for_summary(messages: Sequence[Message], previous: str | None) -> str:
+    """The conversation as plain text for a summariser (the caller redacts it)."""
+    lines: list[str] = []
+    if previous:
+        lines.append(f"Summary of what came before:\n{previous}\n")
+    names: dict[str, str] = {}
+    for message in messages:
+        if isinstance(message, UserTextMessage):
+            lines.append(f"User: {message.text}")
+        elif isinstance(message, AssistantMessage):
+            for part in message.parts:
+                if isinstance(part, TextPart) and part.text:
+                    lines.append(f"Assistant: {part.text}")
+                elif isinstance(part, ToolUsePart):
+                    names[part.id] = part.name
+                    args = json.dumps(part.input, sort_keys=True, default=str)
+                    lines.append(f"Assistant called {part.name}({args})")
+        elif isinstance(message, ToolResultsMessage):
+            for r in message.results:
+                how = "failed" if r.is_error else "returned"
+                lines.append(f"{names.get(r.tool_use_id, 'a call')} {how}: {r.content}")
+    return "\n".join(lines)
+
+
+async def compact(
+    messages: Sequence[Message],
+    shape: Shape,
+    policy: CompactionPolicy,
+    *,
+    measure: Callable[[Sequence[Message]], int],
+    dedupable: Callable[[str], bool],
+    summarize: Summarizer | None,
+    redact: Callable[[str], str],
+) -> tuple[Shape, Method]:
+    """The next shape of a conversation that measures over ``policy.threshold``.
+
+    ``measure`` gives the tokens of a request carrying the given messages. The summariser's
+    failure is logged and compaction goes on by dropping; this never raises because of it.
+    """
+
+    def size(candidate: Shape) -> int:
+        return measure(shaped(messages, candidate, dedupable))
+
+    points = [p for p in cut_points(messages) if p >= shape.kept_from]
+    recent = points[-policy.keep_exchanges] if len(points) >= policy.keep_exchanges else None
+    stub_from = max(shape.stubbed_before, recent if recent is not None else 0)
+    stubbed = Shape(shape.kept_from, stub_from, shape.summary)
+    if size(stubbed) <= policy.target:
+        return stubbed, "stub"
+    later = [p for p in points if p > shape.kept_from]
+    if not later:  # one exchange fills the window: nothing may be cut without losing its start
+        return stubbed, "stub"
+    room = policy.target - policy.summary_tokens
+    cut = later[-1]
+    for point in later:  # the earliest cut whose tail fits keeps the most conversation
+        if size(Shape(point, max(stub_from, point), None)) <= room:
+            cut = point
+            break
+    earlier = messages[shape.kept_from : cut]
+    if summarize is not None:
+        try:
+            summary = await summarize(redact(render_for_summary(earlier, shape.summary)))
+        except Exception as exc:  # the summariser is a model call: anything may go wrong
+            log.warning("summarising the conversation failed (%s); dropping old turns", exc)
+        else:
+            return Shape(cut, max(stub_from, cut), redact(summary.strip())), "summary"
+    return Shape(cut, max(stub_from, cut), shape.summary), "drop"

@@ -1,0 +1,217 @@
+"""The ``Memory`` seam: ``remember`` a text in a namespace, ``recall`` the most relevant ones.
+
+A namespace is whose memory it is; the agent uses the run's principal, so one principal never
+recalls another's records. Records are plain, redacted text with a kind (``note``, ``advice``,
+``fact``) and a time. Ranking is lexical (full-text, BM25 on SQLite, ``ts_rank`` on PostgreSQL);
+with an ``embedder`` the vector similarity is blended in by reciprocal rank fusion.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+__all__ = [
+    "Embedder",
+    "Memory",
+    "MemoryRecord",
+    "blend",
+    "cosine",
+    "query_terms",
+    "rare_terms",
+]
+
+Embedder = Callable[[Sequence[str]], Awaitable[Sequence[Sequence[float]]]]
+"""Texts in, one vector each out (an embeddings endpoint through its official SDK, say)."""
+
+MAX_TEXT = 4_000  # characters kept of one record
+RRF_K = 60  # reciprocal rank fusion's usual constant
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    record_id: UUID
+    namespace: str
+    kind: str
+    text: str
+    at: datetime
+    score: float = 0.0  # the recall's relevance (higher is better); 0 in listings
+
+
+@runtime_checkable
+class Memory(Protocol):
+    async def remember(
+        self, text: str, *, namespace: str, kind: str = "note", at: datetime | None = None
+    ) -> MemoryRecord:
+        """Keep ``text`` (already redacted by the caller) in ``namespace``."""
+        ...
+
+    async def recall(
+        self, query: str, *, namespace: str, top_k: int = 5, since: datetime | None = None
+    ) -> list[MemoryRecord]:
+        """The ``top_k`` records of ``namespace`` most relevant to ``query``, best first."""
+        ...
+
+    async def records(
+        self, *, namespace: str, kind: str | None = None, limit: int = 100
+    ) -> list[MemoryRecord]:
+        """The newest records of a namespace, newest first (for a person to see)."""
+        ...
+
+    async def forget(self, record_id: UUID, *, namespace: str) -> bool:
+        """Delete one record of ``namespace``; False when there is no such record there."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+# English function words: a question's "how much did I ..." matches every record and ranks none
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "again",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "anything",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "being",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "him",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "more",
+        "most",
+        "my",
+        "no",
+        "not",
+        "now",
+        "of",
+        "on",
+        "or",
+        "our",
+        "out",
+        "over",
+        "she",
+        "should",
+        "so",
+        "some",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
+)
+COMMON_SHARE = 0.05  # a term in more than this share of the records ranks little and costs much
+COMMON_FLOOR = 500  # ... but below this many records every term is kept
+
+
+def query_terms(text: str, limit: int = 32) -> list[str]:
+    """The distinct words of a query, lower-cased, in order (at most ``limit``); stop words are
+    left out unless the query has nothing else."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if len(word) > 1 or word.isdigit():
+            seen.setdefault(word, None)
+        if len(seen) >= limit:
+            break
+    words = list(seen)
+    return [w for w in words if w not in STOP_WORDS] or words
+
+
+def rare_terms(counts: dict[str, int], total: int) -> list[str]:
+    """The terms worth ranking by: those in at most ``COMMON_SHARE`` of ``total`` records (all of
+    them in a small memory); when every term is common, the rarest one. Ranking cost grows with
+    the records matched, and a common term adds matches while adding almost nothing to BM25."""
+    limit = max(COMMON_FLOOR, int(total * COMMON_SHARE))
+    rare = [t for t, n in counts.items() if 0 < n <= limit]
+    if rare:
+        return rare
+    present = sorted((n, t) for t, n in counts.items() if n > 0)
+    return [present[0][1]] if present else []
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def blend(*rankings: Sequence[UUID]) -> dict[UUID, float]:
+    """Reciprocal rank fusion of several best-first rankings."""
+    scores: dict[UUID, float] = {}
+    for ranking in rankings:
+        for rank, record_id in enumerate(ranking):
+            scores[record_id] = scores.get(record_id, 0.0) + 1.0 / (RRF_K + rank + 1)
+    return scores
