@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,15 @@ from fiduciary.models.base import ModelEvent, ModelRequest, StreamThinkingDelta,
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.server.served import wallet_agent
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import (
+    Call,
+    ManualClock,
+    Reply,
+    Script,
+    ScriptedModel,
+    ToolCalls,
+    allow_all,
+)
 from fiduciary.wallet.demo import DEMO_CONVERSATION, DEMO_PRINCIPAL, LANDLORD
 
 from .served_page import PHONE, Page, overflow, screenshots, signed_in
@@ -161,7 +170,9 @@ class Thinking:
 LONG_ID = "acct-" + "9f8e7d6c5b4a" * 12  # no place to break a line
 
 
-def explicit_agent(store: SQLiteStore, paid: list[dict[str, Any]]) -> Agent:
+def explicit_agent(
+    store: SQLiteStore, paid: list[dict[str, Any]], clock: ManualClock | None = None
+) -> Agent:
     @capability(
         kind="execute",
         risk="high",
@@ -185,7 +196,7 @@ def explicit_agent(store: SQLiteStore, paid: list[dict[str, Any]]) -> Agent:
         ],
     )
     model = Thinking(ScriptedModel([script]))
-    return Agent(model=model, capabilities=[pay], store=store, authorize=allow_all)
+    return Agent(model=model, capabilities=[pay], store=store, authorize=allow_all, clock=clock)
 
 
 async def test_the_explicit_tier_asks_for_the_amount_on_a_phone(tmp_path: Path) -> None:
@@ -249,6 +260,37 @@ async def test_the_explicit_tier_asks_for_the_amount_on_a_phone(tmp_path: Path) 
             )
             assert await overflow(page) == []
             await page.screenshot(path=str(tmp_path / "explicit-done-phone.png"), full_page=True)
+    finally:
+        await store.close()
+
+
+async def test_an_expired_card_says_so_and_that_nothing_was_done(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "expired.sqlite3")
+    paid: list[dict[str, Any]] = []
+    clock = ManualClock(datetime.now(UTC))
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("ann", SCOPES)
+    app = create_app(explicit_agent(store, paid, clock), keys=keys, heartbeat_seconds=5)
+    try:
+        async with signed_in(app, key, viewport=PHONE, timezone_id=TOKYO) as shown:
+            page = shown.page
+            await send(page, "pay")
+            card = page.get_by_test_id("pending-card")
+            await card.wait_for()
+            clock.advance(3600)  # nobody decided in time
+            await card.get_by_test_id("confirm-amount").fill("1250")
+            await card.get_by_test_id("approve").click()
+            outcome = card.get_by_test_id("card-outcome")
+            await outcome.get_by_text("Nothing was done.").wait_for()
+            lines = (await outcome.inner_text()).splitlines()
+            assert re.fullmatch(r"Expired at .* GMT\+9: nobody decided in time\.", lines[0])
+            expiry = await card.locator(".card-what time").inner_text()  # "expires 4:38:06 AM"
+            assert lines[0].startswith(f"Expired at {expiry}:")
+            assert await card.locator("p.error").inner_text() == ""  # the 410 is told above
+            await page.get_by_test_id("run-status").get_by_text("completed").wait_for()
+            assert await overflow(page) == []
+            await page.screenshot(path=str(tmp_path / "expired-phone.png"), full_page=True)
+        assert paid == []
     finally:
         await store.close()
 

@@ -692,6 +692,7 @@
         }
         decided("approved; the run continues…");
       } catch (e) {
+        if (!outcome.hidden) return; // decided meanwhile (expired): the card says so
         error.textContent = e.message;
         if (e.code === "acknowledgement_required" && confirmRow.hidden) {
           confirmRow.hidden = false; // an edit made it explicit: ask for the amount here
@@ -707,6 +708,7 @@
         await api("POST", `/approvals/${event.approval_id}/deny`, { reason: "" });
         decided("denied; the run continues…");
       } catch (e) {
+        if (!outcome.hidden) return;
         error.textContent = e.message;
         setBusy(false);
       }
@@ -714,7 +716,9 @@
     function decided(text) {
       if (actions.isConnected) actions.replaceChildren(el("span", { class: "muted", text }));
     }
-    state.view.cards.set(event.approval_id, { node, outcome, actions, confirmRow, toolUseId: event.tool_use_id, decision: null });
+    state.view.cards.set(event.approval_id, {
+      node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null,
+    });
     add(node, event.seq);
   }
 
@@ -727,6 +731,7 @@
     for (const input of card.node.querySelectorAll("input, textarea")) input.disabled = true;
     card.actions.remove();
     card.confirmRow.hidden = true; // decided: the amount is asked no more
+    card.error.textContent = ""; // a refused click ("this approval has expired") is told below
     const who = event.by ? ` by ${shown(event.by).text}` : "";
     const line = (cls, ...parts) => el("div", { class: `outcome-line ${cls}` }, ...parts);
     const lines = [];
@@ -741,7 +746,7 @@
         lines.push(line("after", "Nothing was done."));
         break;
       case "expired":
-        lines.push(line("expired", "Expired at ", when(event.at), ": nobody decided in time."));
+        lines.push(line("expired", "Expired at ", when(card.expiresAt), ": nobody decided in time."));
         lines.push(line("after", "Nothing was done."));
         break;
       default:
