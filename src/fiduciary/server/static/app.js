@@ -195,11 +195,11 @@
   // --- times: in the viewer's zone, which is shown; UTC on hover ---------------------------
   const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
   const sameDay = (a, b) => a.toDateString() === b.toDateString();
-  function when(iso, { date = "auto" } = {}) {
+  function when(iso) {
     const at = new Date(iso);
     if (Number.isNaN(at.getTime())) return el("span", { text: String(iso ?? "") });
     const options = { hour: "numeric", minute: "2-digit", second: "2-digit", timeZoneName: "short" };
-    if (date === true || (date === "auto" && !sameDay(at, new Date()))) {
+    if (!sameDay(at, new Date())) {
       Object.assign(options, { year: "numeric", month: "short", day: "numeric" });
     }
     const utc = at.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
@@ -559,7 +559,7 @@
   // --- pending actions ------------------------------------------------------------------
   // the amount re-typed, as the server reads it: "$1,250" and "1250.00" are $1,250.00
   function sameCents(typed, amount) {
-    const a = decimalParts(String(typed).replace(/[$,\s]/g, ""));
+    const a = decimalParts(String(typed).replace(/[$,]/g, "").trim());
     const b = decimalParts(amount);
     return Boolean(a && b) && roundedTo(a, 2) === roundedTo(b, 2);
   }
