@@ -19,6 +19,12 @@ shows values through these rules, never as raw strings:
   shown in full and flagged ``exponent``, and such a number inside text is flagged with its
   value.
 
+A balance is read, not approved, so it is rounded for reading (its exact amount stays one hover
+away): ``show_balance`` writes an amount to the decimals that are worth at least a cent at its
+price (``150.000000000`` SUI is ``150``, ``0.123456789`` BTC is ``0.1234568``), trailing zeros
+dropped except at two decimals (``1,000.00`` USDC); with no price it drops trailing zeros and
+rounds nothing. ``show_usd_cents`` writes a USD value to the cent: ``$1,234.57``.
+
 The web console applies the same rules in its JavaScript (``server/static/app.js``,
 ``shown``); ``docs/security.md`` states them for people.
 """
@@ -30,7 +36,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any, Literal
 
 __all__ = [
@@ -40,9 +46,12 @@ __all__ = [
     "card_flags",
     "hidden_characters",
     "show_amount",
+    "show_balance",
     "show_text",
     "show_usd",
+    "show_usd_cents",
     "show_value",
+    "worth_decimals",
 ]
 
 FlagKind = Literal["bidi", "invisible", "control", "mixed_script", "lookalike", "exponent"]
@@ -60,6 +69,8 @@ _CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 _ESCAPE_OPEN = "\u27e8"  # ⟨: escaped too, so the text cannot fake an escape
 _CONFUSABLE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 _MAX_EXPONENT = 60  # beyond this an amount is not written out digit by digit
+_MAX_BALANCE_DECIMALS = 18  # finer than any asset's smallest unit
+_CENT = Decimal("0.01")
 # a decimal number in exponent notation, as pydantic writes Decimal("1.5E+2")
 _EXPONENT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,6}")
 _EXPONENT_IN_TEXT = re.compile(r"(?<![\w.])(?:\d+\.?\d*|\.\d+)[eE][+-]?\d{1,6}(?!\w|\.\d)")
@@ -195,6 +206,63 @@ def show_usd(value: Decimal | None) -> str:
     sign, digits = ("-", plain[1:]) if plain.startswith("-") else ("", plain)
     whole, _, fraction = digits.partition(".")
     return f"{sign}${int(whole):,}.{fraction.ljust(2, '0')}"
+
+
+def _grouped(plain: str) -> str:
+    """``-1234567.5`` as ``-1,234,567.5`` (a plain decimal from ``show_amount``)."""
+    sign, digits = ("-", plain[1:]) if plain.startswith("-") else ("", plain)
+    whole, point, fraction = digits.partition(".")
+    return f"{sign}{int(whole):,}{point}{fraction}"
+
+
+def _too_long(value: Decimal) -> bool:
+    return not value.is_finite() or show_amount(value).startswith("(")
+
+
+def worth_decimals(amount: Decimal, usd: Decimal | None) -> int | None:
+    """How many decimals of ``amount`` are worth a cent or more when it is worth ``usd``: 2 for
+    a dollar coin, 3 at $3.50, 7 at $95,000; None when there is no price to tell."""
+    if usd is None or not amount or not usd or _too_long(amount) or _too_long(usd):
+        return None
+    with localcontext() as ctx:
+        ctx.prec = 4 * _MAX_EXPONENT
+        worth, held = abs(usd) * 100, abs(amount)
+        for decimals in range(_MAX_BALANCE_DECIMALS + 1):
+            if worth <= held.scaleb(decimals):  # a unit of the last decimal is worth <= 1 cent
+                return decimals
+    return _MAX_BALANCE_DECIMALS
+
+
+def show_balance(amount: Decimal, usd: Decimal | None = None) -> str:
+    """A balance for reading: ``1,000.00`` USDC, ``150`` SUI, ``0.5`` ETH (see the module's
+    rules). A non-zero amount that would round to zero is written in full."""
+    if _too_long(amount):
+        return show_amount(amount)
+    decimals = worth_decimals(amount, usd)
+    value = amount
+    if decimals is not None:
+        with localcontext() as ctx:
+            ctx.prec = 4 * _MAX_EXPONENT
+            rounded = amount.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_EVEN)
+        if rounded or not amount:
+            value = rounded
+    plain = show_amount(value)
+    if "." in plain and (decimals != 2 or value is amount):
+        plain = plain.rstrip("0").rstrip(".")
+    return _grouped(plain)
+
+
+def show_usd_cents(value: Decimal | None) -> str:
+    """A USD value to the cent, grouped: ``$1,234.57``; ``unknown`` for None."""
+    if value is None:
+        return "unknown"
+    if _too_long(value):
+        return show_amount(value)
+    with localcontext() as ctx:
+        ctx.prec = 4 * _MAX_EXPONENT
+        cents = value.quantize(_CENT, rounding=ROUND_HALF_EVEN)
+    plain = show_amount(abs(cents))
+    return f"{'-' if cents < 0 else ''}${_grouped(plain)}"
 
 
 def card_flags(description: str, args: Shown) -> list[Flag]:

@@ -16,7 +16,18 @@ import anyio
 import pytest
 from starlette.applications import Starlette
 
-__all__ = ["ARGS", "CHROMIUM", "Page", "SignedIn", "chromium_or_skip", "signed_in"]
+__all__ = [
+    "ARGS",
+    "CHROMIUM",
+    "DESKTOP",
+    "PHONE",
+    "Page",
+    "SignedIn",
+    "chromium_or_skip",
+    "overflow",
+    "screenshots",
+    "signed_in",
+]
 
 CHROMIUM = os.environ.get("FIDUCIARY_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -31,11 +42,16 @@ ARGS = [
 ]
 
 try:
+    from playwright._impl._api_structures import Clip
     from playwright.async_api import Page, async_playwright
 except ImportError:  # pragma: no cover
     if os.environ.get("CI") == "true":
         raise
     pytest.skip("playwright is not installed", allow_module_level=True)
+
+
+DESKTOP = (1280, 800)
+PHONE = (390, 844)  # an iPhone 14's CSS pixels
 
 
 def chromium_or_skip() -> None:
@@ -61,9 +77,17 @@ class SignedIn:
 
 
 @asynccontextmanager
-async def signed_in(app: Starlette, key: str, *, seconds: float = 150) -> AsyncIterator[SignedIn]:
+async def signed_in(
+    app: Starlette,
+    key: str,
+    *,
+    seconds: float = 150,
+    viewport: tuple[int, int] = DESKTOP,
+    timezone_id: str | None = None,
+) -> AsyncIterator[SignedIn]:
     """``app`` served, a browser page on its console signed in with ``key``; on leaving, the
-    page must have raised no script error. ``seconds`` catches a hang, not slowness."""
+    page must have raised no script error. ``seconds`` catches a hang, not slowness;
+    ``timezone_id`` is the viewer's zone (the machine's by default), in an en-US browser."""
     chromium_or_skip()
     import uvicorn
 
@@ -74,7 +98,12 @@ async def signed_in(app: Starlette, key: str, *, seconds: float = 150) -> AsyncI
         with anyio.fail_after(seconds):
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                page = await browser.new_page(viewport={"width": 1440, "height": 900})
+                width, height = viewport
+                page = await browser.new_page(
+                    viewport={"width": width, "height": height},
+                    timezone_id=timezone_id,
+                    locale="en-US",
+                )
                 page.set_default_timeout(20_000)
                 shown = SignedIn(page)
                 page.on("pageerror", lambda exc: shown.errors.append(str(exc)))
@@ -87,3 +116,51 @@ async def signed_in(app: Starlette, key: str, *, seconds: float = 150) -> AsyncI
     finally:
         server.should_exit = True
         await serving
+
+
+async def overflow(page: Page) -> list[str]:
+    """What sticks out sideways: nothing when the page is no wider than its window, else the
+    widest elements past the right edge (for the failure message)."""
+    found: list[str] = await page.evaluate(
+        """() => {
+        const width = window.innerWidth;
+        const name = (node) => `${node.tagName.toLowerCase()}.${node.className}`;
+        const out = [];
+        if (document.documentElement.scrollWidth > width) {
+          out.push(`the page: ${document.documentElement.scrollWidth}px > ${width}px`);
+        }
+        // inside a scrolling box (the conversation) text can stick out and be cut off while
+        // the page fits: so no shown element may be wider than its box either, except what
+        // is cut on purpose (an ellipsis) or scrolls by nature (an input's text)
+        for (const node of document.querySelectorAll("body *")) {
+          const typed = ["INPUT", "TEXTAREA"].includes(node.tagName);
+          if (typed || !node.getClientRects().length) continue;
+          if (getComputedStyle(node).textOverflow === "ellipsis") continue;
+          if (node.scrollWidth > node.clientWidth + 1 && node.clientWidth > 0) {
+            out.push(`${name(node)}: ${node.scrollWidth}px of content in ${node.clientWidth}px`);
+          }
+        }
+        return out.slice(0, 8);
+    }"""
+    )
+    return found
+
+
+async def screenshots(page: Page, folder: Path, name: str) -> dict[str, Path]:
+    """The page at desktop and at phone width into ``folder``: the whole length, and on the
+    phone one picture per screenful too (``name-phone-1.png`` …), as a person scrolls it. Each
+    must fit its width. The window is left at desktop width."""
+    shots: dict[str, Path] = {}
+    for label, (width, height) in (("phone", PHONE), ("desktop", DESKTOP)):
+        await page.set_viewport_size({"width": width, "height": height})
+        sticking_out = await overflow(page)
+        assert sticking_out == [], (label, sticking_out)
+        shots[label] = folder / f"{name}-{label}.png"
+        await page.screenshot(path=str(shots[label]), full_page=True)
+        if label == "phone":
+            length = await page.evaluate("document.documentElement.scrollHeight")
+            for i, top in enumerate(range(0, length, height), start=1):
+                clip: Clip = {"x": 0, "y": top, "width": width, "height": min(height, length - top)}
+                shots[f"{label}-{i}"] = folder / f"{name}-{label}-{i}.png"
+                await page.screenshot(path=str(shots[f"{label}-{i}"]), full_page=True, clip=clip)
+    return shots

@@ -12,9 +12,12 @@ from fiduciary.display import (
     card_flags,
     hidden_characters,
     show_amount,
+    show_balance,
     show_text,
     show_usd,
+    show_usd_cents,
     show_value,
+    worth_decimals,
 )
 
 
@@ -128,3 +131,53 @@ def test_a_card_adds_the_description_flags_its_arguments_did_not_raise() -> None
         "amount: 1.5E+2 is a number in exponent notation: shown in full",
         "action: 1.5E+2 is 150 written in exponent notation",
     ]
+
+
+# (amount, its USD value or None, shown): the console's balances panel shows the same
+BALANCES = [
+    ("150.000000000", "525.00", "150"),  # SUI at $3.50: not 150.000000000
+    ("1000.000000", "1000.00", "1,000.00"),  # a dollar coin keeps its cents
+    ("0.50000000", "1678.96", "0.5"),
+    ("0.123456789", "11728.40", "0.1234568"),  # BTC: a cent is the 7th decimal
+    ("149.9996", "524.99", "150"),  # rounded half-even at a cent's worth
+    ("12345678.9", "12345678.9", "12,345,678.90"),
+    ("-75.5", "-75.5", "-75.50"),
+    ("1234.5678", "0.50", "1,235"),  # a token worth a fraction of a cent: whole units
+    ("0.000000001", "0.000001", "0.000000001"),  # would round to 0: written in full
+    ("120.00", None, "120"),  # no price: trailing zeros dropped, nothing rounded
+    ("0.123456789", None, "0.123456789"),
+    ("0", "0", "0"),
+    ("1E+70", "1", "(a number of about 10^70, too long to write out)"),
+]
+
+
+@pytest.mark.parametrize(("amount", "usd", "shown"), BALANCES)
+def test_a_balance_is_rounded_to_what_a_cent_is_worth(
+    amount: str, usd: str | None, shown: str
+) -> None:
+    assert show_balance(Decimal(amount), None if usd is None else Decimal(usd)) == shown
+
+
+def test_the_decimals_worth_a_cent_follow_the_price() -> None:
+    assert worth_decimals(Decimal("1"), Decimal("1")) == 2
+    assert worth_decimals(Decimal("1"), Decimal("3.50")) == 3
+    assert worth_decimals(Decimal("1"), Decimal("95000")) == 7
+    assert worth_decimals(Decimal("10"), Decimal("1")) == 1  # at exactly a tenth: no float error
+    assert worth_decimals(Decimal("1"), None) is None
+    assert worth_decimals(Decimal("0"), Decimal("1")) is None
+
+
+USD_CENTS = [
+    ("1234.565", "$1,234.56"),  # half-even, as the wallet rounds
+    ("1234.575", "$1,234.58"),
+    ("1E+3", "$1,000.00"),
+    ("-12.5", "-$12.50"),
+    ("0", "$0.00"),
+    ("1E+80", "(a number of about 10^80, too long to write out)"),
+]
+
+
+@pytest.mark.parametrize(("value", "shown"), USD_CENTS)
+def test_a_usd_value_is_shown_to_the_cent(value: str, shown: str) -> None:
+    assert show_usd_cents(Decimal(value)) == shown
+    assert show_usd_cents(None) == "unknown"

@@ -27,6 +27,7 @@ from .auth import (
 )
 from .problems import PROBLEMS, ProblemError
 from .ratelimit import RateLimit, RateLimiter
+from .schemas import Balances
 from .webhooks import InboundChannel, Notifier, UrlGuard, WebhookTarget, sign
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "OPERATIONS",
     "PROBLEMS",
     "ApiKey",
+    "Balances",
     "BalancesHook",
     "InboundChannel",
     "KeyStore",

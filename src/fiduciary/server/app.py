@@ -59,6 +59,7 @@ from .schemas import (
     ApprovalList,
     ApprovalOut,
     ApproveBody,
+    Balances,
     BalancesOut,
     CreateRunBody,
     DenyBody,
@@ -93,8 +94,11 @@ _SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
 ]
 
-BalancesHook = Callable[[str], Awaitable[Mapping[str, Decimal]] | Mapping[str, Decimal]]
-"""``balances(principal)``: the principal's balances by asset (shown in the console)."""
+BalancesHook = Callable[
+    [str], Awaitable[Mapping[str, Decimal] | Balances] | Mapping[str, Decimal] | Balances
+]
+"""``balances(principal)``: the principal's balances by asset, or a ``Balances`` with their USD
+values too (shown in the console)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -640,7 +644,14 @@ class Server:
         result = self.balances_hook(call.caller.principal)
         if inspect.isawaitable(result):
             result = await result
-        return _json_response(BalancesOut(principal=call.caller.principal, balances=dict(result)))
+        found = result if isinstance(result, Balances) else Balances(balances=dict(result))
+        out = BalancesOut(
+            principal=call.caller.principal,
+            balances=found.balances,
+            usd=found.usd,
+            total_usd=found.total_usd,
+        )
+        return _json_response(out)
 
     async def hook(self, call: Call) -> Response:
         channel = self.channels.get(call.request.path_params["channel"])

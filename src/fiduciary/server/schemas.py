@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalList",
     "ApprovalOut",
     "ApproveBody",
+    "Balances",
     "BalancesOut",
     "CreateRunBody",
     "DenyBody",
@@ -206,9 +207,19 @@ class WhoAmI(BaseModel):
     key_id: str
 
 
-class BalancesOut(BaseModel):
-    principal: str
+class Balances(BaseModel):
+    """What a balances hook may return instead of a plain mapping: the amounts, and what each is
+    worth in USD where the agent knows a price (the console shows both)."""
+
     balances: dict[str, Decimal]
+    usd: dict[str, Decimal] = Field(
+        default_factory=dict, description="The USD value of a balance, by the same key."
+    )
+    total_usd: Decimal | None = Field(default=None, description="What it all adds up to, in USD.")
+
+
+class BalancesOut(Balances):
+    principal: str
 
 
 def nests_deeper_than(data: Any, limit: int) -> bool:

@@ -19,6 +19,7 @@ from ..demo import DEMO_PRINCIPAL, Billing, build_demo_agent
 from ..exceptions import ConfigurationError
 from ..stores.base import Store
 from .app import BalancesHook
+from .schemas import Balances
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -45,8 +46,11 @@ def demo_agent(store: Store) -> ServedAgent:
     """The offline demo's agent: toy invoices of ``demo-user``, paid from a $120 account."""
     billing = Billing()
 
-    def balances(principal: str) -> dict[str, Decimal]:
-        return {"USD": billing.balance} if principal == DEMO_PRINCIPAL else {}
+    def balances(principal: str) -> Balances:
+        if principal != DEMO_PRINCIPAL:
+            return Balances(balances={})
+        dollars = billing.balance
+        return Balances(balances={"USD": dollars}, usd={"USD": dollars}, total_usd=dollars)
 
     return ServedAgent(build_demo_agent(store, billing), balances)
 
@@ -72,9 +76,10 @@ def wallet_agent(store: Store) -> ServedAgent:
     name = default_model_name(os.environ)
     model = load_model(name, scripted=demo_script(match=lambda _: True))
 
-    def balances(principal: str) -> dict[str, Decimal]:
+    def balances(principal: str) -> Balances:
         report = wallet.balances(principal)
-        shown: dict[str, Decimal] = {}
+        amounts: dict[str, Decimal] = {}
+        usd: dict[str, Decimal] = {}
         for book, holdings in (
             ("", report.available),
             (" savings", report.savings),
@@ -82,8 +87,9 @@ def wallet_agent(store: Store) -> ServedAgent:
             (" rewards", report.rewards),
         ):
             for holding in holdings:
-                shown[f"{holding.asset}{book}"] = holding.amount
-        return shown
+                amounts[f"{holding.asset}{book}"] = holding.amount
+                usd[f"{holding.asset}{book}"] = holding.usd
+        return Balances(balances=amounts, usd=usd, total_usd=report.total_usd)
 
     return ServedAgent(build_wallet_agent(store, wallet, model=model), balances)
 

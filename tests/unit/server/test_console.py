@@ -57,9 +57,44 @@ async def test_balances_from_the_hook(keys: Keys, make_app: object) -> None:
     app = make_app(balances=balances)  # type: ignore[operator]
     async with client_for(app) as client:
         response = await client.get("/balances", headers=bearer(keys.alice))
-        assert response.json() == {"principal": "alice", "balances": {"USD": "12.50"}}
+        assert response.json() == {
+            "principal": "alice",
+            "balances": {"USD": "12.50"},
+            "usd": {},
+            "total_usd": None,
+        }
         response = await client.get("/balances", headers=bearer(keys.bob))
-        assert response.json() == {"principal": "bob", "balances": {}}
+        assert response.json() == {
+            "principal": "bob",
+            "balances": {},
+            "usd": {},
+            "total_usd": None,
+        }
+
+
+async def test_balances_with_their_usd_values(keys: Keys, make_app: object) -> None:
+    from decimal import Decimal
+
+    from fiduciary.server import Balances
+
+    from .conftest import client_for
+
+    def balances(principal: str) -> Balances:
+        return Balances(
+            balances={"SUI": Decimal("150.000000000"), "USDC": Decimal("12.5")},
+            usd={"SUI": Decimal("525.00"), "USDC": Decimal("12.50")},
+            total_usd=Decimal("537.50"),
+        )
+
+    app = make_app(balances=balances)  # type: ignore[operator]
+    async with client_for(app) as client:
+        response = await client.get("/balances", headers=bearer(keys.alice))
+        assert response.json() == {
+            "principal": "alice",
+            "balances": {"SUI": "150.000000000", "USDC": "12.5"},
+            "usd": {"SUI": "525.00", "USDC": "12.50"},
+            "total_usd": "537.50",
+        }
 
 
 async def test_health(client: httpx.AsyncClient) -> None:

@@ -139,6 +139,80 @@
   };
   const short = (text, n = 80) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
 
+  // --- balances: rounded for reading (display.py's show_balance and show_usd_cents) -------
+  // A decimal as {n, s}: the value n / 10^s, exact (BigInt); null for what is not a number.
+  function decimalParts(text) {
+    const m = /^(-?)(\d+)(?:\.(\d+))?$/.exec(plainDecimal(String(text ?? "")));
+    if (!m) return null;
+    const fraction = m[3] || "";
+    return { n: BigInt(m[1] + m[2] + fraction), s: fraction.length };
+  }
+  const pow10 = (k) => 10n ** BigInt(k);
+  const absBig = (x) => (x < 0n ? -x : x);
+  // the value written with exactly `decimals` decimals, rounded half to even
+  function roundedTo(parts, decimals) {
+    let n = parts.n;
+    if (decimals >= parts.s) n *= pow10(decimals - parts.s);
+    else {
+      const unit = pow10(parts.s - decimals);
+      const q = n / unit; // BigInt division truncates toward zero
+      const twice = 2n * absBig(n % unit);
+      const away = twice > unit || (twice === unit && q % 2n !== 0n);
+      n = away ? q + (n < 0n ? -1n : 1n) : q;
+    }
+    const digits = absBig(n).toString().padStart(decimals + 1, "0");
+    const whole = digits.slice(0, digits.length - decimals);
+    return (n < 0n ? "-" : "") + whole + (decimals ? "." + digits.slice(whole.length) : "");
+  }
+  // how many decimals of an amount are worth a cent or more at its price (null: no price)
+  function worthDecimals(amount, value) {
+    const a = decimalParts(amount);
+    const u = decimalParts(value);
+    if (!a || !u || a.n === 0n || u.n === 0n) return null;
+    const worth = absBig(u.n) * 100n * pow10(a.s);
+    for (let d = 0; d <= 18; d++) if (worth <= absBig(a.n) * pow10(d + u.s)) return d;
+    return 18;
+  }
+  const dropZeros = (text) => (text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text);
+  function balance(amount, value) {
+    const parts = decimalParts(amount);
+    if (!parts) return plainDecimal(String(amount));
+    const decimals = worthDecimals(amount, value);
+    if (decimals !== null) {
+      const rounded = roundedTo(parts, decimals);
+      if (parts.n === 0n || /[1-9]/.test(rounded)) return grouped(decimals === 2 ? rounded : dropZeros(rounded));
+    }
+    return grouped(dropZeros(plainDecimal(String(amount))));
+  }
+  function cents(value) {
+    if (value === null || value === undefined) return "unknown";
+    const parts = decimalParts(value);
+    if (!parts) return plainDecimal(String(value));
+    const text = roundedTo(parts, 2);
+    return text.startsWith("-") && /[1-9]/.test(text) ? "-$" + grouped(text.slice(1)) : "$" + grouped(text.replace("-", ""));
+  }
+
+  // --- times: in the viewer's zone, which is shown; UTC on hover ---------------------------
+  const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+  const sameDay = (a, b) => a.toDateString() === b.toDateString();
+  function when(iso) {
+    const at = new Date(iso);
+    if (Number.isNaN(at.getTime())) return el("span", { text: String(iso ?? "") });
+    const options = { hour: "numeric", minute: "2-digit", second: "2-digit", timeZoneName: "short" };
+    if (!sameDay(at, new Date())) {
+      Object.assign(options, { year: "numeric", month: "short", day: "numeric" });
+    }
+    const utc = at.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    return el("time", {
+      datetime: at.toISOString(),
+      title: `${utc} · shown in ${ZONE}`,
+      "data-testid": "time",
+      text: new Intl.DateTimeFormat(undefined, options).format(at),
+    });
+  }
+  // the formatting rules, for the browser test that holds them equal to display.py's
+  window.fiduciaryDisplay = Object.freeze({ balance, cents, usd, plainDecimal });
+
   // --- the API --------------------------------------------------------------------------
   class ApiError extends Error {
     constructor(status, problem) {
@@ -204,7 +278,7 @@
     state.lastSeq = 0;
     state.raw = [];
     state.status = null;
-    state.view = { assistant: null, tools: new Map(), cards: new Map(), bySeq: [] };
+    state.view = { assistant: null, tools: new Map(), cards: new Map(), decided: new Map(), bySeq: [], log: null };
     $("conversation").replaceChildren();
     $("timeline").replaceChildren();
     $("run-title").textContent = runId ? "Run" : "New chat";
@@ -374,7 +448,7 @@
     switch (event.type) {
       case "run_started":
         $("run-title").textContent = "Run";
-        $("run-meta").textContent = `${event.principal} · ${event.model} · ${event.run_id}`;
+        $("run-meta").replaceChildren(`${event.principal} · ${event.model} · started `, when(event.at), ` · run ${event.run_id}`);
         setStatus("running");
         break;
       case "user_message":
@@ -403,9 +477,11 @@
         break;
       case "tool_call_end":
         toolEnd(event.tool_use_id, event.is_error ? "error" : "ok", event.recovery, event.output);
+        cardAfter(event.tool_use_id, event.is_error ? "error" : "ok", event.at, event.output);
         break;
       case "tool_call_rejected":
         toolEnd(event.tool_use_id, "refused", event.reason, event.message);
+        cardAfter(event.tool_use_id, "refused", event.at, event.message);
         break;
       case "guard_fired": {
         const tool = view.tools.get(event.tool_use_id);
@@ -481,6 +557,13 @@
   }
 
   // --- pending actions ------------------------------------------------------------------
+  // the amount re-typed, as the server reads it: "$1,250" and "1250.00" are $1,250.00
+  function sameCents(typed, amount) {
+    const a = decimalParts(String(typed).replace(/[$,]/g, "").trim());
+    const b = decimalParts(amount);
+    return Boolean(a && b) && roundedTo(a, 2) === roundedTo(b, 2);
+  }
+
   function card(event) {
     const explicit = event.tier === "explicit";
     const client = event.executor === "client";
@@ -489,6 +572,13 @@
     // value the widget cannot hold as it is (a line break in an <input>) is never sent back
     const edits = new Map();
     const editRows = el("div", { class: "edits" });
+    const changed = () => {
+      const out = {};
+      for (const [field, edit] of edits) {
+        if (edit.touched && edit.input.value !== edit.original) out[field] = edit.input.value;
+      }
+      return out;
+    };
     for (const field of event.modifiable_fields) {
       const value = event.input[field];
       const original = value === undefined || value === null ? "" : typeof value === "object" ? JSON.stringify(value) : String(value);
@@ -497,14 +587,24 @@
       const input = multiline ? el("textarea", { ...attrs, rows: 3 }) : el("input", attrs);
       input.value = original;
       const edit = { input, original: input.value, touched: false };
-      input.addEventListener("input", () => (edit.touched = true));
+      input.addEventListener("input", () => {
+        edit.touched = true;
+        gate();
+      });
       edits.set(field, edit);
       editRows.append(el("label", { text: `${escaped(field)} (editable)` }), input);
     }
+    // the explicit tier: the amount must be typed again, and Approve waits until it matches
     let confirm = null;
-    if (explicit && event.amount_usd !== null && !client) {
-      confirm = el("input", { placeholder: "re-type the amount", "data-testid": "confirm-amount" });
-      editRows.append(el("label", { text: "confirm amount" }), confirm);
+    const confirmHint = el("p", { class: "small confirm-hint", "data-testid": "confirm-hint" });
+    const confirmRow = el("div", { class: "confirm" });
+    if (!client) {
+      confirm = el("input", { inputmode: "decimal", autocomplete: "off", placeholder: event.amount_usd === null ? "" : usd(event.amount_usd), "data-testid": "confirm-amount" });
+      confirm.addEventListener("input", () => gate());
+      confirmRow.append(
+        el("label", { text: event.amount_usd === null ? "Type the amount to approve" : `Type the amount, ${usd(event.amount_usd)}, to approve` }),
+        confirm, confirmHint);
+      confirmRow.hidden = !(explicit && event.amount_usd !== null);
     }
     let result = null;
     if (client) {
@@ -524,15 +624,16 @@
     const cardFlags = [...args.flags, ...shown(event.description).flags.filter((f) => !said.includes(f)).map((f) => `action: ${f}`)];
     const flags = el("ul", { class: "flags", "data-testid": "flags" });
     for (const flag of cardFlags) flags.append(el("li", { text: flag }));
+    const outcome = el("div", { class: "outcome", "data-testid": "card-outcome", hidden: true });
     const node = el(
       "div",
       { class: `card ${event.tier}${cardFlags.length ? " flagged" : ""}`, "data-testid": "pending-card", "data-approval": event.approval_id },
       el(
         "div",
         { class: "card-head" },
-        el("div", {}, el("div", { class: "card-title", text: shown(event.description || event.name).text }),
-          el("div", { class: "muted small", text: `${shown(event.name).text} · expires ${new Date(event.expires_at).toLocaleTimeString()}` })),
-        el("div", {}, el("span", { class: "tier", text: event.tier }), " ",
+        el("div", { class: "card-what" }, el("div", { class: "card-title", text: shown(event.description || event.name).text }),
+          el("div", { class: "muted small" }, `${shown(event.name).text} · expires `, when(event.expires_at))),
+        el("div", { class: "card-price" }, el("span", { class: "tier", text: event.tier }), " ",
           el("span", { class: "amount", "data-testid": "amount", text: usd(event.amount_usd) })),
       ),
       cardFlags.length ? el("div", { class: "flags-head", text: "Look closely before you approve:" }) : null,
@@ -541,15 +642,37 @@
       el("pre", { class: "args", "data-testid": "args", text: args.text }),
       el("div", { class: "digest", text: `sha256 ${event.args_digest}` }),
       editRows.childNodes.length ? editRows : null,
+      confirm ? confirmRow : null,
       actions,
+      outcome,
       error,
     );
-    const busy = (on) => {
-      approve.disabled = on;
-      deny.disabled = on;
+    let busy = false;
+    // Approve is enabled unless the amount must be re-typed and does not match yet; after an
+    // edit the server prices the action again, so it alone can tell what the amount is now
+    function gate() {
+      deny.disabled = busy;
+      if (!confirm || confirmRow.hidden) {
+        approve.disabled = busy;
+        return;
+      }
+      const edited = Object.keys(changed()).length > 0;
+      const matches = edited || event.amount_usd === null || sameCents(confirm.value, event.amount_usd);
+      approve.disabled = busy || !matches;
+      confirmHint.textContent = edited
+        ? "After an edit the amount is priced again: type the new amount."
+        : !confirm.value.trim()
+          ? "Approve stays off until the amount is typed."
+          : matches ? "The amount matches." : `That is not ${usd(event.amount_usd)}.`;
+      confirmHint.classList.toggle("ok", matches && Boolean(confirm.value.trim()));
+    }
+    const setBusy = (on) => {
+      busy = on;
+      gate();
     };
+    gate();
     approve.addEventListener("click", async () => {
-      busy(true);
+      setBusy(true);
       error.textContent = "";
       try {
         if (client) {
@@ -561,80 +684,214 @@
           }
           await api("POST", `/approvals/${event.approval_id}/result`, { result: value });
         } else {
-          const changed = {};
-          for (const [field, edit] of edits) {
-            if (edit.touched && edit.input.value !== edit.original) changed[field] = edit.input.value;
-          }
+          const edited = changed();
           const body = { args_digest: event.args_digest };
-          if (Object.keys(changed).length) body.edits = changed;
-          if (confirm) body.confirm_amount = confirm.value;
+          if (Object.keys(edited).length) body.edits = edited;
+          if (!confirmRow.hidden && confirm.value.trim()) body.confirm_amount = confirm.value.trim();
           await api("POST", `/approvals/${event.approval_id}/approve`, body);
         }
-        node.querySelector(".card-actions").replaceChildren(el("span", { class: "muted", text: "decided; the run continues…" }));
+        decided("approved; the run continues…");
       } catch (e) {
+        if (!outcome.hidden) return; // decided meanwhile (expired): the card says so
         error.textContent = e.message;
-        busy(false);
+        if (e.code === "acknowledgement_required" && confirmRow.hidden) {
+          confirmRow.hidden = false; // an edit made it explicit: ask for the amount here
+          confirm.focus();
+        }
+        setBusy(false);
       }
     });
     deny.addEventListener("click", async () => {
-      busy(true);
+      setBusy(true);
+      error.textContent = "";
       try {
         await api("POST", `/approvals/${event.approval_id}/deny`, { reason: "" });
-        node.querySelector(".card-actions").replaceChildren(el("span", { class: "muted", text: "denied; the run continues…" }));
+        decided("denied; the run continues…");
       } catch (e) {
+        if (!outcome.hidden) return;
         error.textContent = e.message;
-        busy(false);
+        setBusy(false);
       }
     });
-    state.view.cards.set(event.approval_id, node);
+    function decided(text) {
+      if (actions.isConnected) actions.replaceChildren(el("span", { class: "muted", text }));
+    }
+    state.view.cards.set(event.approval_id, {
+      node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null,
+    });
     add(node, event.seq);
   }
 
+  // the card after the decision: who decided, when, and what happened to the action after it
   function resolveCard(event) {
-    const node = state.view.cards.get(event.approval_id);
-    if (!node) return;
-    node.classList.add("resolved");
+    const card = state.view.cards.get(event.approval_id);
+    if (!card) return;
+    card.decision = event.decision;
+    card.node.classList.add("resolved", event.decision);
+    for (const input of card.node.querySelectorAll("input, textarea")) input.disabled = true;
+    card.actions.remove();
+    card.confirmRow.hidden = true; // decided: the amount is asked no more
+    card.error.textContent = ""; // a refused click ("this approval has expired") is told below
     const who = event.by ? ` by ${shown(event.by).text}` : "";
-    const why = event.reason ? `: ${shown(event.reason).text}` : "";
-    const edited = event.edits ? ` (edited: ${shownValue(event.edits).text})` : "";
-    node.querySelector(".card-actions").replaceChildren(
-      el("div", { class: `outcome ${event.decision}`, "data-testid": "card-outcome", text: `${event.decision.replace("_", " ")}${who}${why}${edited}` }),
-    );
+    const line = (cls, ...parts) => el("div", { class: `outcome-line ${cls}` }, ...parts);
+    const lines = [];
+    switch (event.decision) {
+      case "approved":
+        lines.push(line("approved", `Approved${who} at `, when(event.at)));
+        if (event.edits) lines.push(line("edited", `with edits: ${shownValue(event.edits).text}`));
+        lines.push(line("after pending", "being carried out…"));
+        break;
+      case "denied":
+        lines.push(line("denied", `Denied${who} at `, when(event.at), event.reason ? `: ${shown(event.reason).text}` : ""));
+        lines.push(line("after", "Nothing was done."));
+        break;
+      case "expired":
+        lines.push(line("expired", "Expired at ", when(card.expiresAt), ": nobody decided in time."));
+        lines.push(line("after", "Nothing was done."));
+        break;
+      default:
+        lines.push(line("approved", `Result reported${who} at `, when(event.at)));
+        break;
+    }
+    card.outcome.replaceChildren(...lines);
+    card.outcome.hidden = false;
+    state.view.decided.set(card.toolUseId, card);
+  }
+
+  // the approved action's end: "sent at …", or why it failed
+  function cardAfter(toolUseId, outcome, at, detail) {
+    const card = state.view.decided.get(toolUseId);
+    if (!card || card.decision !== "approved") return;
+    const after = card.outcome.querySelector(".after");
+    if (!after) return;
+    after.classList.remove("pending");
+    after.classList.add(outcome);
+    if (outcome === "ok") after.replaceChildren("Done at ", when(at));
+    else after.replaceChildren(`${outcome === "refused" ? "Refused" : "Failed"} at `, when(at), `: ${short(shown(detail || "").text, 160)}`);
   }
 
   // --- the timeline ---------------------------------------------------------------------
+  // The run's log grouped into turns: what the person said, each model turn with the tool calls
+  // it made and what became of them. A turn's text deltas are one paragraph; its thinking is
+  // folded away. Every seq is in exactly one row (a row of merged deltas names its range).
   function describe(event) {
     switch (event.type) {
+      case "run_started":
+        return `${event.principal} · ${event.model}`;
       case "user_message":
-      case "text_delta":
         return event.text;
       case "tool_call_start":
-        return `${event.name} ${shownValue(event.input).text}`;
+        return `${shown(event.name).text} ${shownValue(event.input).text}`;
       case "tool_call_end":
-        return `${event.name}: ${event.is_error ? "error" : "ok"}${event.recovery ? ` (${event.recovery})` : ""}`;
+        return `${shown(event.name).text}: ${event.is_error ? "error" : "ok"}${event.recovery ? ` (${event.recovery})` : ""}`;
       case "tool_call_rejected":
-        return `${event.name}: ${event.reason}`;
+        return `${shown(event.name).text}: ${event.reason}`;
+      case "guard_fired":
+        return `${event.guard} (${event.verdict}): ${event.message}`;
       case "pending_action":
         return `${shown(event.description).text} · ${usd(event.amount_usd)} · ${event.tier}`;
       case "action_resolved":
-        return `${event.decision}${event.by ? ` by ${event.by}` : ""}`;
+        return `${event.decision}${event.by ? ` by ${shown(event.by).text}` : ""}`;
       case "usage":
         return `${event.input_tokens} in / ${event.output_tokens} out`;
+      case "turn_complete":
+        return event.stop_reason || "";
+      case "run_completed":
+        return "";
       case "run_failed":
         return `${event.reason}: ${event.message}`;
       case "turn_retracted":
-        return `from seq ${event.from_seq}`;
+        return `a partial turn from seq ${event.from_seq} was lost and asked again`;
+      case "tool_progress":
+        return `${shown(event.name).text}: ${event.message}`;
+      case "compaction":
+        return event.phase;
       default:
         return "";
     }
   }
 
+  const MODEL_OUTPUT = new Set(["text_delta", "thinking_delta", "thinking_done", "tool_call_start", "usage"]);
+  const SINGLE = { run_started: "Run started", run_completed: "Run completed", run_failed: "Run failed" };
+
   function timeline(event) {
-    $("timeline").append(
-      el("li", {},
-        el("span", { class: "seq", text: event.seq }),
-        el("span", {}, el("span", { class: "type", text: event.type }), el("span", { class: "what", text: describe(event) }))),
-    );
+    const view = state.view;
+    const log = view.log || (view.log = { group: null, turns: 0, inTurn: false });
+    const type = event.type;
+    if (SINGLE[type]) {
+      group(log, SINGLE[type], event, type.replace("_", "-"));
+      log.inTurn = false;
+    } else if (type === "user_message") {
+      group(log, "You", event, "you");
+      log.inTurn = false;
+    } else if (MODEL_OUTPUT.has(type) && !log.inTurn) {
+      log.turns += 1;
+      group(log, `Turn ${log.turns}`, event, "turn");
+      log.inTurn = true;
+    } else if (!log.group) {
+      group(log, "Run", event, "run");
+    }
+    if (type === "turn_complete") log.inTurn = false;
+    const last = log.group.rows[log.group.rows.length - 1];
+    if (type === "text_delta" && last && last.type === "text_delta") extend(log.group, last, event, event.text);
+    else if ((type === "thinking_delta" || type === "thinking_done") && last && last.type === "thinking_delta" && !last.done) {
+      extend(log.group, last, event, type === "thinking_delta" ? event.text : "");
+      if (type === "thinking_done") last.done = true;
+    } else row(log.group, event);
+    if (type === "turn_retracted") {
+      for (const node of $("timeline").querySelectorAll("[data-from]")) {
+        if (Number(node.dataset.from) >= event.from_seq && Number(node.dataset.to) < event.seq) node.classList.add("retracted");
+      }
+    }
+  }
+
+  function seqText(from, to) {
+    return from === to ? String(from) : `${from}–${to}`;
+  }
+
+  function group(log, label, event, kind) {
+    const range = el("span", { class: "range" });
+    const head = el("div", { class: "turn-head" }, el("span", { class: "turn-label", text: label }), range, when(event.at));
+    const list = el("ol", { class: "rows" });
+    const node = el("li", { class: `turn ${kind}`, "data-testid": "turn" }, head, list);
+    log.group = { node, list, range, from: event.seq, rows: [] };
+    $("timeline").append(node);
+  }
+
+  function row(g, event) {
+    const seq = el("span", { class: "seq", text: String(event.seq) });
+    const what = describe(event);
+    let body;
+    if (event.type === "thinking_delta") {
+      const text = el("div", { class: "thought", text: event.text });
+      const summary = el("summary", { text: `thinking · ${event.text.length} characters` });
+      body = el("details", { class: "thinking", "data-testid": "thinking" }, summary, text);
+      body.textNode = text;
+    } else if (event.type === "text_delta") {
+      body = el("span", { class: "paragraph", "data-testid": "text", text: event.text });
+      body.textNode = body;
+    } else {
+      body = el("span", {}, el("span", { class: "type", text: event.type.replaceAll("_", " ") }),
+        what ? el("span", { class: "what", title: short(what, 2000), text: what }) : null);
+    }
+    const node = el("li", { "data-from": event.seq, "data-to": event.seq, class: event.type }, seq, body);
+    const entry = { type: event.type, node, seq, body, from: event.seq, to: event.seq, text: event.text || "" };
+    g.rows.push(entry);
+    g.list.append(node);
+    g.range.textContent = `seq ${seqText(g.from, event.seq)}`;
+  }
+
+  // a delta joins the paragraph (or the folded thinking) of the row before it
+  function extend(g, entry, event, text) {
+    entry.to = event.seq;
+    entry.text += text;
+    entry.body.textNode.textContent = entry.text;
+    entry.node.dataset.to = String(event.seq);
+    entry.seq.textContent = seqText(entry.from, entry.to);
+    if (entry.type === "thinking_delta") {
+      entry.body.querySelector("summary").textContent = `thinking · ${entry.text.length} characters`;
+    }
+    g.range.textContent = `seq ${seqText(g.from, event.seq)}`;
   }
 
   function setStatus(status) {
@@ -657,7 +914,7 @@
         ...runs.runs.map((run) =>
           el("li", { "data-run": run.run_id, onclick: () => openRun(run.run_id) },
             short(run.title || run.run_id, 40),
-            el("span", { class: "sub", text: `${run.status.replaceAll("_", " ")} · ${new Date(run.updated_at).toLocaleString()}` }))),
+            el("span", { class: "sub" }, `${run.status.replaceAll("_", " ")} · `, when(run.updated_at)))),
       );
       const pending = approvals.approvals;
       $("pending-count").textContent = String(pending.length);
@@ -678,11 +935,32 @@
     for (const li of $("run-list").children) li.classList.toggle("active", li.dataset.run === state.runId);
   }
 
+  // a balance's value to the cent; a holding worth less than a cent is not worth "$0.00"
+  function worth(amount, value) {
+    if (value === undefined || value === null) return "";
+    const held = decimalParts(amount);
+    const parts = decimalParts(value);
+    if (held && parts && held.n !== 0n && !/[1-9]/.test(roundedTo(parts, 2))) return "< $0.01";
+    return cents(value);
+  }
+
   async function refreshBalances() {
     try {
       const data = await api("GET", "/balances");
-      const rows = Object.entries(data.balances).map(([asset, amount]) =>
-        el("tr", {}, el("td", { text: asset }), el("td", { text: grouped(amount) })));
+      const values = data.usd || {};
+      const rows = Object.entries(data.balances).map(([asset, amount]) => {
+        const value = values[asset];
+        return el("tr", { "data-testid": "balance", "data-asset": asset },
+          el("th", { scope: "row", class: "asset", text: shown(asset).text }),
+          el("td", {},
+            el("div", { class: "held", title: `exactly ${grouped(amount)}`, "data-testid": "held", text: balance(amount, value) }),
+            el("div", { class: "worth", "data-testid": "worth", text: worth(amount, value) })));
+      });
+      if (rows.length && data.total_usd !== null && data.total_usd !== undefined) {
+        rows.push(el("tr", { class: "total" },
+          el("th", { scope: "row", text: "Total" }),
+          el("td", {}, el("div", { class: "held", "data-testid": "total-usd", text: cents(data.total_usd) }))));
+      }
       $("balances").replaceChildren(...rows);
       $("balances-panel").hidden = rows.length === 0;
     } catch (_) {
@@ -706,7 +984,12 @@
   });
   $("sign-out").addEventListener("click", () => signOut(""));
   $("new-chat").addEventListener("click", newChat);
-  $("toggle-timeline").addEventListener("click", () => $("app").classList.toggle("no-timeline"));
+  // beside the chat on a wide screen (shown until hidden), below it on a phone (hidden until shown)
+  const narrow = window.matchMedia("(max-width: 900px)");
+  $("toggle-timeline").addEventListener("click", () => {
+    $("app").classList.toggle(narrow.matches ? "timeline-open" : "no-timeline");
+    if (narrow.matches && $("app").classList.contains("timeline-open")) $("timeline-panel").scrollIntoView();
+  });
   $("cancel-run").addEventListener("click", async () => {
     try {
       await api("POST", `/runs/${state.runId}/cancel`);
