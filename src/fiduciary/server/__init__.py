@@ -27,7 +27,15 @@ from .auth import (
 )
 from .problems import PROBLEMS, ProblemError
 from .ratelimit import RateLimit, RateLimiter
-from .webhooks import InboundChannel, Notifier, UrlGuard, WebhookTarget, sign
+from .webhooks import (
+    InboundChannel,
+    Notifier,
+    UrlGuard,
+    WebhookTarget,
+    new_webhook_secret,
+    sign,
+    standard_signature,
+)
 
 __all__ = [
     "ALL_SCOPES",
@@ -49,5 +57,7 @@ __all__ = [
     "UrlGuard",
     "WebhookTarget",
     "create_app",
+    "new_webhook_secret",
     "sign",
+    "standard_signature",
 ]
