@@ -5,7 +5,8 @@ query models, answers, handler); the same table routes requests (through ``pipel
 builds the OpenAPI document served at ``/openapi.json``. Every request is answered with JSON, an
 event stream, or a problem (``problems.py``); an unexpected exception is logged and answered
 ``internal_error``, with no traceback (``boundary.py``). The web console is served at ``/``
-(``pages.py``). The state behind it all is a ``Server`` (``state.py``).
+(``pages.py``), interactive API docs at ``/docs`` (``apidocs.py``). The state behind it all is
+a ``Server`` (``state.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .._sweep import SWEEP_SECONDS, sweep_forever
 from ..agent import Agent
 from ..exceptions import ConfigurationError
 from ..stores.base import RunRecord
+from .apidocs import docs_routes
 from .auth import KeyStore
 from .boundary import Boundary, http_exception
 from .openapi import build_openapi
@@ -94,6 +96,7 @@ def create_app(
         for op in OPERATIONS
     ]
     routes += page_routes(openapi)
+    routes += docs_routes()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
