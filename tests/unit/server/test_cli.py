@@ -77,9 +77,7 @@ def test_serve_builds_the_app_and_runs_it(tmp_path: Path, monkeypatch: pytest.Mo
     )
     monkeypatch.setenv("CHAT_SECRET", "a-very-secret-value")
     db = tmp_path / "serve.sqlite3"
-    result = runner.invoke(
-        app, ["serve", "--db", str(db), "--port", "0", "--config", str(config)]
-    )
+    result = runner.invoke(app, ["serve", "--db", str(db), "--port", "0", "--config", str(config)])
     assert result.exit_code == 0, result.output
     [(host, port)] = seen["addresses"]  # bound and listening before uvicorn is handed them
     assert host == "127.0.0.1"
