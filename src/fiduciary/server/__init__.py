@@ -28,7 +28,15 @@ from .auth import (
 from .problems import PROBLEMS, ProblemError
 from .ratelimit import RateLimit, RateLimiter
 from .schemas import Balances
-from .webhooks import InboundChannel, Notifier, UrlGuard, WebhookTarget, sign
+from .webhooks import (
+    InboundChannel,
+    Notifier,
+    UrlGuard,
+    WebhookTarget,
+    new_webhook_secret,
+    sign,
+    standard_signature,
+)
 
 __all__ = [
     "ALL_SCOPES",
@@ -51,5 +59,7 @@ __all__ = [
     "UrlGuard",
     "WebhookTarget",
     "create_app",
+    "new_webhook_secret",
     "sign",
+    "standard_signature",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import tomllib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -287,9 +288,20 @@ async def _serve(
     from .webhooks import Notifier, UrlGuard
 
     console = Console(stderr=True)
+    try:  # first: a port in use is one line, before anything starts
+        sockets = listen(host, port)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        console.print(
+            f"[red]error:[/] cannot listen on {escape(_address(host, port))}: {escape(reason)}",
+            soft_wrap=True,
+        )
+        return 2
     try:
         store = await where.store()
     except (OSError, ImportError, FiduciaryError) as exc:
+        for sock in sockets:
+            sock.close()
         console.print(f"[red]error:[/] cannot open {escape(str(where))}: {escape(str(exc))}")
         return 2
     keys: KeyStore | None = None
@@ -319,13 +331,17 @@ async def _serve(
                 f"`fiduciary keys create {escape(where.key_hint())} --principal demo-user`"
             )
         mode = "" if drive else ", runs driven by workers"
-        console.print(
-            f"fiduciary: console and API at http://{host}:{port}/ ({escape(str(where))}{mode})"
-        )
+        url = f"http://{_address(host, sockets[0].getsockname()[1])}/"
+        listening = f"fiduciary: console and API at {url} ({escape(str(where))}{mode})"
         loop = asyncio.get_running_loop()
         hub = app.state.server.hub
 
         class Server(uvicorn.Server):
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets)
+                if self.started:  # the app has started and the sockets accept connections
+                    console.print(listening, soft_wrap=True)
+
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
                 # end the event streams at once (their clients reconnect, to this server when
                 # it is back or to another one), so the graceful shutdown need not wait for them
@@ -343,15 +359,42 @@ async def _serve(
                 timeout_graceful_shutdown=5,
             )
         )
-        await server.serve()
+        await server.serve(sockets=sockets)
         return 0
     except FiduciaryError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     finally:
+        for sock in sockets:
+            sock.close()
         if keys is not None:
             await keys.aclose()
         await store.close()
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound and listening on every address ``host`` resolves to (as asyncio's
+    ``create_server`` binds them); an ``OSError`` when one cannot be bound."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # --- keys -------------------------------------------------------------------------------------

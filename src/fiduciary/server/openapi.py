@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
@@ -14,6 +14,7 @@ from .problems import PROBLEMS, ProblemBody
 __all__ = ["Operation", "Param", "build_openapi"]
 
 Auth = Literal["key", "signature", "none"]
+H = TypeVar("H")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +29,15 @@ class Param:
 
 
 @dataclass(frozen=True)
-class Operation:
-    """One endpoint: its route, what it needs, what it returns. The handler is bound by name."""
+class Operation(Generic[H]):
+    """One endpoint: its route, what it needs, what it returns, and the handler that answers it
+    (whatever callable the application routes to; the document does not look at it)."""
 
     method: str
     path: str
     operation_id: str
     summary: str
-    handler: str
+    handler: H
     auth: Auth = "key"
     scope: str | None = None
     body: type[BaseModel] | None = None
@@ -62,7 +64,7 @@ def _drop_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_openapi(
-    operations: Sequence[Operation], *, title: str, version: str, description: str = ""
+    operations: Sequence[Operation[Any]], *, title: str, version: str, description: str = ""
 ) -> dict[str, Any]:
     inputs: list[tuple[type[BaseModel], JsonSchemaMode]] = []
     for op in operations:

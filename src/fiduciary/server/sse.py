@@ -364,6 +364,13 @@ class SSEResponse(Response):
         self.init_headers(self.headers_out)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") == "HEAD":  # the headers only: no stream is opened for nobody
+            aclose = getattr(self.body_stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         stream = asyncio.create_task(self._stream(send, self.raw_headers))
         watch = asyncio.create_task(_disconnected(receive))
         try:

@@ -1,30 +1,38 @@
-"""Webhooks: signed inbound messages, and signed outbound notifications that cannot be aimed
-at the server's own network.
+"""Webhooks: signed inbound messages, and outbound notifications signed the Standard Webhooks
+way that cannot be aimed at the server's own network.
 
-Signing (both ways): ``X-Fiduciary-Timestamp: <unix seconds>`` and
+Inbound (``POST /hooks/{channel}``): ``X-Fiduciary-Timestamp: <unix seconds>`` and
 ``X-Fiduciary-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + body)>``. Several
-``v1=`` values separated by commas are accepted (rotating a secret). A receiver refuses a
+``v1=`` values separated by commas are accepted (rotating a secret). The server refuses a
 timestamp more than ``tolerance_seconds`` (300) away from its clock, and a signature it has
 already accepted within that window (a replay).
 
 Outbound notifications (``pending_action``, ``run_completed``, ``run_failed``) are POSTed as
-JSON to each configured ``WebhookTarget``, retried with exponential backoff on network errors,
-408, 429 and 5xx, never following redirects. Before each attempt the URL is checked
-(``UrlGuard``): its scheme must be allowed (https by default), its host is resolved, and every
-address must be public unless ``allow_private`` is set; the connection then goes to the checked
-address (the name is kept for the Host header and TLS), so a DNS answer cannot change between
-the check and the connection.
+JSON to each configured ``WebhookTarget``, signed as Standard Webhooks prescribes (so that a
+receiver verifies them with an existing library): ``webhook-id`` (the delivery's id, the same
+on every retry), ``webhook-timestamp`` (unix seconds of the attempt) and ``webhook-signature:
+v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>." + body)>``, where the key is the base64 after
+``whsec_`` of a ``whsec_...`` secret (``new_webhook_secret()``), or the UTF-8 bytes of any
+other secret. They are retried with exponential backoff on network errors, 408, 429 and 5xx,
+never following redirects. Before each attempt the URL is checked (``UrlGuard``): its scheme
+must be allowed (https by default), its host is resolved, and every address must be public
+unless ``allow_private`` is set; the connection then goes to the checked address (the name is
+kept for the Host header and TLS), so a DNS answer cannot change between the check and the
+connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import hashlib
 import hmac
 import ipaddress
 import json
 import random
+import secrets
 import socket
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -49,14 +57,16 @@ __all__ = [
     "UnsafeUrlError",
     "UrlGuard",
     "WebhookTarget",
+    "new_webhook_secret",
     "sign",
+    "standard_signature",
 ]
 
 log = logger("fiduciary.server.webhooks")
 
 TIMESTAMP_HEADER = "x-fiduciary-timestamp"
 SIGNATURE_HEADER = "x-fiduciary-signature"
-DELIVERY_HEADER = "x-fiduciary-delivery"
+SECRET_PREFIX = "whsec_"
 NOTIFIED_TYPES: frozenset[str] = frozenset({"pending_action", "run_completed", "run_failed"})
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -67,6 +77,32 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
     """The signature header value for a body sent at ``timestamp``."""
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return f"v1={mac.hexdigest()}"
+
+
+def webhook_key(secret: str) -> bytes:
+    """The HMAC key of an outbound secret: the bytes a ``whsec_<base64>`` secret encodes (as
+    Standard Webhooks libraries decode it), else the secret's UTF-8 bytes."""
+    if not secret.startswith(SECRET_PREFIX):
+        return secret.encode()
+    text = secret[len(SECRET_PREFIX) :].rstrip("=")
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("a whsec_ secret must be base64 after the prefix") from None
+
+
+def standard_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` of Standard Webhooks for ``body`` sent as ``msg_id`` at
+    ``timestamp``: ``v1,<base64 HMAC-SHA256(key, "<msg_id>.<timestamp>." + body)>``."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    mac = hmac.new(webhook_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode("ascii")
+
+
+def new_webhook_secret() -> str:
+    """A fresh outbound secret in the Standard Webhooks form: ``whsec_`` + 32 random bytes in
+    base64 (what a receiver's library is given as is)."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
 # --- inbound ------------------------------------------------------------------------------
@@ -267,6 +303,8 @@ class WebhookTarget:
     def __post_init__(self) -> None:
         if len(self.secret) < 16:
             raise ValueError("a webhook target's secret must be 16+ characters")
+        if len(webhook_key(self.secret)) < 16:
+            raise ValueError("a webhook target's whsec_ secret must encode 16+ bytes")
         unknown = sorted(set(self.events) - NOTIFIED_TYPES)
         if unknown:
             raise ValueError(f"unknown notification types: {', '.join(unknown)}")
@@ -286,7 +324,8 @@ class Delivery:
 
 
 class Notifier:
-    """Sends signed notifications in the background, with retries and the URL guard."""
+    """Sends notifications signed the Standard Webhooks way in the background, with retries
+    and the URL guard."""
 
     def __init__(
         self,
@@ -382,9 +421,11 @@ class Notifier:
             "content-type": "application/json",
             "user-agent": "fiduciary-webhooks/1",
             "host": checked.host_header,
-            DELIVERY_HEADER: str(delivery.delivery_id),
-            TIMESTAMP_HEADER: str(timestamp),
-            SIGNATURE_HEADER: sign(delivery.target.secret, timestamp, delivery.body),
+            "webhook-id": str(delivery.delivery_id),
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": standard_signature(
+                delivery.target.secret, str(delivery.delivery_id), timestamp, delivery.body
+            ),
         }
         extensions: dict[str, Any] = {}
         if checked.sni_hostname is not None:

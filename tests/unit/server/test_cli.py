@@ -65,7 +65,7 @@ def test_serve_builds_the_app_and_runs_it(tmp_path: Path, monkeypatch: pytest.Mo
     seen: dict[str, Any] = {}
 
     async def serve(self: uvicorn.Server, sockets: Any = None) -> None:
-        seen["host"], seen["port"] = self.config.host, self.config.port
+        seen["addresses"] = [sock.getsockname()[:2] for sock in sockets]
         seen["app"] = self.config.app
 
     monkeypatch.setattr(uvicorn.Server, "serve", serve)
@@ -77,12 +77,11 @@ def test_serve_builds_the_app_and_runs_it(tmp_path: Path, monkeypatch: pytest.Mo
     )
     monkeypatch.setenv("CHAT_SECRET", "a-very-secret-value")
     db = tmp_path / "serve.sqlite3"
-    result = runner.invoke(
-        app, ["serve", "--db", str(db), "--port", "8123", "--config", str(config)]
-    )
+    result = runner.invoke(app, ["serve", "--db", str(db), "--port", "0", "--config", str(config)])
     assert result.exit_code == 0, result.output
-    assert seen["host"] == "127.0.0.1"
-    assert seen["port"] == 8123
+    [(host, port)] = seen["addresses"]  # bound and listening before uvicorn is handed them
+    assert host == "127.0.0.1"
+    assert port > 0
     server = seen["app"].state.server
     assert server.limiter.rule.limit == 3
     assert set(server.channels) == {"chat"}

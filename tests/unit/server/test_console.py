@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from fiduciary.server.app import STATIC_DIR
+from fiduciary.server.pages import STATIC_DIR
 
 from .conftest import Keys, bearer, problem
 

@@ -253,16 +253,16 @@ def test_the_cli_serves_and_keeps_keys_on_postgres(
 
     seen: dict[str, Any] = {}
 
-    async def serve(self: uvicorn.Server, sockets: Any = None) -> None:
+    async def main_loop(self: uvicorn.Server) -> None:  # started and listening: stop at once
         app: Any = self.config.app
         server = app.state.server
         seen["drive"] = server.drive
         seen["store"] = type(server.agent.store).__name__
         seen["key"] = await server.keys.verify(key)
 
-    monkeypatch.setattr(uvicorn.Server, "serve", serve)
+    monkeypatch.setattr(uvicorn.Server, "main_loop", main_loop)
     agent = "tests.unit.server.test_postgres_servers:served_agent"
-    result = runner.invoke(cli, ["serve", "--no-drive", "--agent", agent])
+    result = runner.invoke(cli, ["serve", "--no-drive", "--agent", agent, "--port", "0"])
     assert result.exit_code == 0, result.output
     assert seen["drive"] is False
     assert seen["store"] == "PostgresStore"
@@ -270,7 +270,8 @@ def test_the_cli_serves_and_keeps_keys_on_postgres(
     assert seen["key"].principal == "alice"
     assert "runs driven by workers" in " ".join(result.output.split())
 
-    wallet = runner.invoke(cli, ["serve"])  # the default agent keeps its books in SQLite
+    # the default agent keeps its books in SQLite
+    wallet = runner.invoke(cli, ["serve", "--port", "0"])
     assert wallet.exit_code == 2
     assert "--agent" in wallet.output
     monkeypatch.delenv("FIDUCIARY_POSTGRES")
@@ -278,7 +279,9 @@ def test_the_cli_serves_and_keeps_keys_on_postgres(
     config.write_text(
         '[[notify]]\nurl = "https://hooks.example.com/x"\nsecret = "0123456789abcdef"\n'
     )
-    notify = runner.invoke(cli, ["serve", "--no-drive", "--agent", agent, "--config", str(config)])
+    notify = runner.invoke(
+        cli, ["serve", "--no-drive", "--agent", agent, "--config", str(config), "--port", "0"]
+    )
     assert notify.exit_code == 2
     assert "--no-drive" in notify.output
     alone = runner.invoke(cli, ["serve", "--no-drive", "--agent", agent])

@@ -339,3 +339,20 @@ async def test_shutting_down_ends_every_stream_with_a_reconnect(
         got, reconnect = await reader
     assert reconnect == {"after": got[-1][0]}
     assert server.hub.subscriber_count == 0
+
+
+async def test_head_answers_the_headers_without_opening_a_stream(
+    make_app: AppFactory, keys: Keys
+) -> None:
+    app = make_app()
+    server: Server = app.state.server
+    async with client_for(app) as client:
+        run_id = await start_run(client, keys.alice, "hello there")
+        await settle(server)
+        with anyio.fail_after(10):  # a stream that followed the run would never end
+            response = await client.head(f"/runs/{run_id}/events", headers=bearer(keys.alice))
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert response.content == b""
+        assert server.hub.subscriber_count == 0
+        assert (await client.head(f"/runs/{run_id}/events")).status_code == 401

@@ -4,15 +4,26 @@ and no request ever aimed at a private or loopback address unless allowed."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from fiduciary import ManualClock
 from fiduciary.events import decode_event
-from fiduciary.server import InboundChannel, Notifier, Server, UrlGuard, WebhookTarget, sign
+from fiduciary.server import (
+    InboundChannel,
+    Notifier,
+    Server,
+    UrlGuard,
+    WebhookTarget,
+    new_webhook_secret,
+    sign,
+    standard_signature,
+)
 from fiduciary.server.webhooks import UnsafeUrlError
 
 from .conftest import AppFactory, Keys, all_events, bearer, client_for, problem, settle
@@ -205,9 +216,14 @@ async def test_pending_actions_and_run_ends_are_notified_signed(
         assert request.url.query == b"t=1"
         assert request.headers["host"] == "hooks.example.com"
         assert request.extensions["sni_hostname"] == "hooks.example.com"
-        ts = int(request.headers["x-fiduciary-timestamp"])
-        assert request.headers["x-fiduciary-signature"] == sign(SECRET, ts, request.content)
-        assert request.headers["x-fiduciary-delivery"] == body["id"]
+        # signed the Standard Webhooks way, with the delivery's id
+        assert request.headers["webhook-id"] == body["id"]
+        ts = int(request.headers["webhook-timestamp"])
+        assert ts == int(clock.now().timestamp())
+        assert request.headers["webhook-signature"] == standard_signature(
+            SECRET, body["id"], ts, request.content
+        )
+        assert not [name for name in request.headers if name.startswith("x-fiduciary")]
         card = (await client.get("/approvals", headers=bearer(keys.alice))).json()["approvals"][0]
         await client.post(
             f"/approvals/{card['approval_id']}/approve",
@@ -335,10 +351,62 @@ async def test_private_addresses_only_when_allowed(clock: ManualClock) -> None:
     await sender.close()
 
 
+async def test_notifications_verify_with_the_standard_webhooks_library() -> None:
+    """A receiver verifies a delivery with the ``standardwebhooks`` package, given the target's
+    ``whsec_`` secret as is (or, for a plain secret, its bytes); a retry keeps the id."""
+    from fiduciary.events import RunCompleted
+
+    clock = ManualClock(datetime.now(UTC))  # the library checks the timestamp against now
+    event = RunCompleted(run_id=UUID(int=1), seq=9, at=clock.now(), text="ok")
+    secret = new_webhook_secret()
+    assert secret.startswith("whsec_")
+    targets = [
+        WebhookTarget("https://hooks.example.com/a", secret),
+        WebhookTarget("https://hooks.example.com/b", SECRET),
+    ]
+    receiver = Receiver([503])
+    sender = notifier(receiver, clock, targets=targets, sleeps=[])
+    sender.notify(event, principal="alice")
+    await sender.wait_idle()
+    await sender.close()
+    paths = [r.url.path for r in receiver.requests]
+    retried = [r for r in receiver.requests if paths.count(r.url.path) == 2]
+    assert len(retried) == 2  # the 503 was retried with the same id, signed anew
+    assert retried[0].headers["webhook-id"] == retried[1].headers["webhook-id"]
+    for request in receiver.requests:
+        key: str | bytes = secret if request.url.path == "/a" else SECRET.encode()
+        payload = Webhook(key).verify(request.content, dict(request.headers))
+        assert payload["id"] == request.headers["webhook-id"]
+        assert payload["type"] == "run_completed"
+        with pytest.raises(WebhookVerificationError):
+            Webhook(key).verify(
+                request.content.replace(b"alice", b"mallory"), dict(request.headers)
+            )
+        with pytest.raises(WebhookVerificationError):  # the wrong secret
+            Webhook(new_webhook_secret()).verify(request.content, dict(request.headers))
+
+
+def test_standard_signature_matches_the_specifications_test_vector() -> None:
+    # the example of the Standard Webhooks specification (secret, id, timestamp, body, signature)
+    assert (
+        standard_signature(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            b'{"test": 2432232314}',
+        )
+        == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    )
+
+
 def test_configuration_is_checked() -> None:
     with pytest.raises(ValueError, match="16"):
         InboundChannel("chat", "short", "alice")
     with pytest.raises(ValueError, match="16"):
         WebhookTarget("https://x.example.com", "short")
+    with pytest.raises(ValueError, match="base64"):
+        WebhookTarget("https://x.example.com", "whsec_not*base64*at*all")
+    with pytest.raises(ValueError, match="16"):
+        WebhookTarget("https://x.example.com", "whsec_c2hvcnQtc2hvcnQ=")  # 11 bytes
     with pytest.raises(ValueError, match="unknown notification"):
         WebhookTarget("https://x.example.com", SECRET, frozenset({"text_delta"}))

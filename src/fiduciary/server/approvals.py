@@ -1,0 +1,119 @@
+"""The handlers of ``/approvals``: list and read approvals, approve, deny, report a result.
+
+Every decision is made by the core (``Agent.approve`` / ``deny`` / ``submit_result``); the
+server checks who may see the approval, then resumes the run in the background.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from uuid import UUID
+
+from starlette.responses import Response
+
+from ..events import GuardNote, PendingAction
+from ..exceptions import ApprovalError
+from ..stores.base import ApprovalRecord
+from .pipeline import Call, json_response
+from .schemas import (
+    ApprovalList,
+    ApprovalOut,
+    ApproveBody,
+    DenyBody,
+    ListApprovalsQuery,
+    ResultBody,
+)
+from .state import Server
+
+__all__ = ["approve", "deny", "get_approval", "list_approvals", "submit_result"]
+
+
+async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[ApprovalOut]:
+    """Approvals with the description and guard notes their pending_action showed."""
+    shown: dict[UUID, PendingAction] = {}
+    for run_id in dict.fromkeys(r.run_id for r in records):
+        for logged in await server.agent.store.read_events(run_id):
+            if isinstance(logged, PendingAction):
+                shown[logged.approval_id] = logged
+    out: list[ApprovalOut] = []
+    for record in records:
+        event = shown.get(record.approval_id)
+        notes: list[GuardNote] = list(event.guard_notes) if event else []
+        out.append(
+            ApprovalOut.of(
+                record,
+                server.agent.redactor,
+                description=event.description if event else "",
+                guard_notes=notes,
+            )
+        )
+    return out
+
+
+async def list_approvals(server: Server, call: Call) -> Response:
+    query = call.query_as(ListApprovalsQuery)
+    key = call.caller
+    records = await server.agent.store.list_approvals(
+        principal=None if key.is_admin else key.principal,
+        run_id=query.run_id,
+        status=query.status,
+    )
+    return json_response(ApprovalList(approvals=await _out(server, records[:500])))
+
+
+async def get_approval(server: Server, call: Call) -> Response:
+    record = await server.visible_approval(call.caller, call.path("approval_id"))
+    return json_response((await _out(server, [record]))[0])
+
+
+async def _decide(
+    server: Server, record: ApprovalRecord, decide: Callable[[], Awaitable[ApprovalRecord]]
+) -> Response:
+    try:
+        decided = await decide()
+    except ApprovalError as exc:
+        if exc.code == "expired":  # the run records the expiry and tells the model
+            server.resume(record.run_id, record.principal)
+        raise
+    server.resume(record.run_id, record.principal)
+    return json_response((await _out(server, [decided]))[0])
+
+
+async def approve(server: Server, call: Call) -> Response:
+    record = await server.visible_approval(call.caller, call.path("approval_id"))
+    body = call.body_as(ApproveBody)
+    return await _decide(
+        server,
+        record,
+        lambda: server.agent.approve(
+            record.approval_id,
+            by=server.decider(call.caller),
+            edits=body.edits,
+            confirm_amount=body.confirm_amount,
+            args_digest=body.args_digest,
+        ),
+    )
+
+
+async def deny(server: Server, call: Call) -> Response:
+    record = await server.visible_approval(call.caller, call.path("approval_id"))
+    body = call.body_as(DenyBody)
+    return await _decide(
+        server,
+        record,
+        lambda: server.agent.deny(
+            record.approval_id, by=server.decider(call.caller), reason=body.reason
+        ),
+    )
+
+
+async def submit_result(server: Server, call: Call) -> Response:
+    record = await server.visible_approval(call.caller, call.path("approval_id"))
+    body = call.body_as(ResultBody)
+    return await _decide(
+        server,
+        record,
+        lambda: server.agent.submit_result(
+            record.approval_id, body.result, by=server.decider(call.caller)
+        ),
+    )

@@ -1,0 +1,148 @@
+"""The table of operations: each endpoint's route, scope, models, answers and handler.
+
+The same table routes requests (``app.py``) and builds the OpenAPI document served at
+``/openapi.json`` (``openapi.py``). A handler is ``async def handler(server, call)``; it is held
+here, not looked up by name.
+"""
+
+from __future__ import annotations
+
+from . import account, approvals, auth, runs
+from .openapi import Operation, Param
+from .pipeline import Handler
+from .schemas import (
+    ApprovalList,
+    ApprovalOut,
+    ApproveBody,
+    BalancesOut,
+    CreateRunBody,
+    DenyBody,
+    EventsQuery,
+    HookBody,
+    ListApprovalsQuery,
+    ListRunsQuery,
+    MessageBody,
+    ResultBody,
+    RunAccepted,
+    RunList,
+    RunOut,
+    WhoAmI,
+)
+
+__all__ = ["OPERATIONS"]
+
+_RUN_ID = Param("run_id", "path", {"type": "string", "format": "uuid"})
+_APPROVAL_ID = Param("approval_id", "path", {"type": "string", "format": "uuid"})
+
+OPERATIONS: tuple[Operation[Handler], ...] = (
+    Operation(
+        "POST", "/runs", "createRun", "Start a run with a message", runs.create_run,
+        scope=auth.RUNS_WRITE, body=CreateRunBody, status=202, response=RunAccepted,
+        problems=("rate_limited", "run_busy"), tags=("runs",),
+        description="Returns once the run and its first events are committed; the run goes on "
+        "in the background. Follow it at `events_url`.",
+    ),
+    Operation(
+        "GET", "/runs", "listRuns", "List runs, newest first", runs.list_runs,
+        scope=auth.RUNS_READ, query=ListRunsQuery, response=RunList, tags=("runs",),
+    ),
+    Operation(
+        "GET", "/runs/{run_id}", "getRun", "Get a run", runs.get_run,
+        scope=auth.RUNS_READ, params=(_RUN_ID,), response=RunOut, problems=("not_found",),
+        tags=("runs",),
+    ),
+    Operation(
+        "POST", "/runs/{run_id}/messages", "postMessage", "Continue a run with a message",
+        runs.post_message, scope=auth.RUNS_WRITE, params=(_RUN_ID,), body=MessageBody,
+        status=202, response=RunAccepted,
+        problems=("not_found", "run_busy", "run_state", "rate_limited"), tags=("runs",),
+    ),
+    Operation(
+        "GET", "/runs/{run_id}/events", "runEvents", "Follow a run's events (SSE)",
+        runs.events,
+        scope=auth.RUNS_READ,
+        params=(
+            _RUN_ID,
+            Param(
+                "Last-Event-ID", "header", {"type": "string", "maxLength": 20}, required=False,
+                description="The seq of the last event received: resume after it.",
+            ),
+        ),
+        query=EventsQuery, media_type="text/event-stream",
+        problems=("not_found", "invalid_last_event_id"), tags=("runs",),
+        description="Server-sent events: `id:` is the event's seq. Resume with Last-Event-ID "
+        "(or `?after=`); no event is skipped or repeated. An `event: reconnect` message with "
+        '`{"after": seq}` asks the client to reconnect from there.',
+    ),
+    Operation(
+        "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", runs.cancel_run,
+        scope=auth.RUNS_WRITE, params=(_RUN_ID,), response=RunOut,
+        problems=("not_found", "run_busy", "run_state"), tags=("runs",),
+    ),
+    Operation(
+        "GET", "/approvals", "listApprovals", "List approvals (pending by default)",
+        approvals.list_approvals, scope=auth.RUNS_READ, query=ListApprovalsQuery,
+        response=ApprovalList,
+        tags=("approvals",),
+    ),
+    Operation(
+        "GET", "/approvals/{approval_id}", "getApproval", "Get an approval",
+        approvals.get_approval,
+        scope=auth.RUNS_READ, params=(_APPROVAL_ID,), response=ApprovalOut,
+        problems=("not_found",), tags=("approvals",),
+    ),
+    Operation(
+        "POST", "/approvals/{approval_id}/approve", "approve", "Approve a pending action",
+        approvals.approve, scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=ApproveBody,
+        response=ApprovalOut,
+        problems=(
+            "not_found", "already_decided", "expired", "digest_mismatch",
+            "field_not_modifiable", "invalid_edit", "acknowledgement_required",
+            "client_executed",
+        ),
+        tags=("approvals",),
+        description="`args_digest` must be the digest shown with the action: a decision binds "
+        "to the exact arguments. The run resumes in the background.",
+    ),
+    Operation(
+        "POST", "/approvals/{approval_id}/deny", "deny", "Deny a pending action",
+        approvals.deny,
+        scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=DenyBody,
+        response=ApprovalOut, problems=("not_found", "already_decided", "expired"),
+        tags=("approvals",),
+    ),
+    Operation(
+        "POST", "/approvals/{approval_id}/result", "submitResult",
+        "Report the result of a client-executed action", approvals.submit_result,
+        scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=ResultBody,
+        response=ApprovalOut,
+        problems=("not_found", "already_decided", "expired", "not_client_executed", "invalid_edit"),
+        tags=("approvals",),
+    ),
+    Operation(
+        "GET", "/me", "whoAmI", "The principal and scopes of the key", account.who_am_i,
+        response=WhoAmI, tags=("auth",),
+    ),
+    Operation(
+        "GET", "/balances", "balances", "The principal's balances (when a wallet is loaded)",
+        account.balances, scope=auth.RUNS_READ, response=BalancesOut, problems=("not_available",),
+        tags=("wallet",),
+    ),
+    Operation(
+        "POST", "/hooks/{channel}", "inboundHook", "An inbound message from a channel",
+        account.hook, auth="signature",
+        params=(
+            Param("channel", "path", {"type": "string", "maxLength": 100}),
+            Param("X-Fiduciary-Timestamp", "header", {"type": "string"}, required=True),
+            Param("X-Fiduciary-Signature", "header", {"type": "string"}, required=True),
+        ),
+        body=HookBody, status=202, response=RunAccepted,
+        problems=(
+            "unknown_channel", "invalid_signature", "stale_signature", "replayed",
+            "rate_limited", "not_found", "run_busy", "run_state",
+        ),
+        tags=("webhooks",),
+        description="Signed with HMAC-SHA256 over `<timestamp>.<body>`; refused when the "
+        "timestamp is more than 5 minutes away or the delivery was already received.",
+    ),
+)  # fmt: skip

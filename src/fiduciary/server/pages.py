@@ -1,0 +1,64 @@
+"""What the server serves besides the API: the console, its files, the OpenAPI document and
+the liveness probe. None of them needs a key (they show no one's data)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .problems import problem_response
+
+__all__ = ["STATIC_DIR", "page_routes"]
+
+STATIC_DIR = Path(__file__).with_name("static")
+_STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+def page_routes(openapi: dict[str, Any]) -> list[Route]:
+    """The routes of the console, its files, ``/openapi.json`` (``openapi``) and ``/healthz``."""
+    return [
+        Route("/", console, methods=["GET"], include_in_schema=False),
+        Route("/static/{name}", static, methods=["GET"], include_in_schema=False),
+        Route("/openapi.json", _document(openapi), methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ]
+
+
+def _document(openapi: dict[str, Any]) -> Callable[[Request], Awaitable[Response]]:
+    async def openapi_document(request: Request) -> Response:
+        return Response(json.dumps(openapi), media_type="application/json")
+
+    return openapi_document
+
+
+async def healthz(request: Request) -> Response:
+    return Response('{"status":"ok"}', media_type="application/json")
+
+
+async def console(request: Request) -> Response:
+    return _static("index.html", "text/html; charset=utf-8", csp=True)
+
+
+async def static(request: Request) -> Response:
+    name = str(request.path_params["name"])
+    media = _STATIC_TYPES.get(Path(name).suffix)
+    if media is None or name not in ("app.js", "style.css"):
+        return problem_response("not_found", "no such file")
+    return _static(name, media)
+
+
+def _static(name: str, media_type: str, *, csp: bool = False) -> Response:
+    headers = {"cache-control": "no-cache"}
+    if csp:
+        headers["content-security-policy"] = _CSP
+    return Response((STATIC_DIR / name).read_bytes(), media_type=media_type, headers=headers)
