@@ -2,8 +2,8 @@
 
 A real server (uvicorn on a free loopback socket) serves ``UIChat``; ``ui_stream_js/use_chat.mjs``
 drives it with the package's ``DefaultChatTransport`` and ``readUIMessageStream``, answers the
-approval as ``addToolApprovalResponse`` does and sends the chat again. Skipped without node and npm, or
-when the package cannot be installed (it is installed once, outside the repository).
+approval as ``addToolApprovalResponse`` does and sends the chat again. Skipped without node and
+npm, or when the package cannot be installed (it is installed once, outside the repository).
 """
 
 from __future__ import annotations
