@@ -455,7 +455,8 @@ class UIChat:
                 "invalid_request", "the last message is the person's or the assistant's"
             )
         events = self._drive(stream)
-        first = await anext(events)  # errors of the start (a busy run) are answered as such
+        # errors of the start (a busy run) are answered as such; None: nothing new to drive
+        first = await anext(events, None)
         if isinstance(first, Exception):
             raise first
         return SSEResponse(self._parts(run_id, first, events), headers=HEADERS)
@@ -536,10 +537,10 @@ class UIChat:
         return items()
 
     async def _parts(
-        self, run_id: UUID, first: Event, events: AsyncIterator[Event | Exception]
+        self, run_id: UUID, first: Event | None, events: AsyncIterator[Event | Exception]
     ) -> AsyncIterator[bytes]:
         ui = UIMessageStream()
-        for part in ui.start(run_id) + ui.feed(first):
+        for part in ui.start(run_id) + (ui.feed(first) if first is not None else []):
             yield encode_part(part)
         async for item in events:
             if isinstance(item, Exception):
@@ -550,8 +551,14 @@ class UIChat:
                 break
             for part in ui.feed(item):
                 yield encode_part(part)
-        for part in ui.finish("tool-calls"):  # the run waits for a person
-            yield encode_part(part)
+        if not ui.finished:  # the run waits for a person (or had nothing left to do)
+            run = await self.agent.store.get_run(run_id)
+            waits = run is not None and run.status in (
+                "awaiting_approval",
+                "awaiting_client_result",
+            )
+            for part in ui.finish("tool-calls" if waits else "other"):
+                yield encode_part(part)
         yield DONE
 
 

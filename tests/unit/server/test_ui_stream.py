@@ -339,6 +339,16 @@ async def test_use_chat_drives_a_run_through_its_approval(
     assert "".join(p["delta"] for p in second if p["type"] == "text-delta") == ANSWER
     assert second[-1]["finishReason"] == "stop"
     assert (await chat_agent.get_run(run_id)).status == "completed"
+    # the same answer sent again (a retry of the client) decides and drives nothing
+    response = await chat_client.post(
+        "/api/chat",
+        json={**chat, "messages": [question, answered(first, approved=True)]},
+        headers=bearer(keys.alice),
+    )
+    assert parts_of(response) == [
+        {"type": "start", "messageMetadata": {"runId": str(run_id)}},
+        {"type": "finish", "finishReason": "other"},
+    ]
 
 
 async def test_a_denial_from_the_chat(
