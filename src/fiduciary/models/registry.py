@@ -6,6 +6,7 @@
                                            Completions; extra ``openai``)
 ``openai-compatible:MODEL@URL``            any OpenAI-compatible server by base URL: Ollama,
                                            vLLM, llama.cpp server, LM Studio (extra ``openai``)
+``gemini:MODEL``                           the Gemini API (extra ``gemini``)
 ``claude-cli:MODEL``, ``codex-cli:MODEL``  the CLI agents, where the binary exists
 ``PROVIDER:auto``                          a ``TieredModel`` with the provider's default model
                                            per tier (fast / standard / powerful)
@@ -31,9 +32,22 @@ from .tiers import DEFAULT_TIERS, TIERS, TieredModel
 __all__ = ["DEFAULT_MODEL", "PROVIDERS", "model_from_env", "resolve_model"]
 
 DEFAULT_MODEL = "scripted"
-PROVIDERS = ("anthropic", "openai", "openai-compatible", "claude-cli", "codex-cli", "scripted")
+PROVIDERS = (
+    "anthropic",
+    "openai",
+    "openai-compatible",
+    "gemini",
+    "claude-cli",
+    "codex-cli",
+    "scripted",
+)
 
-_EXTRAS = {"anthropic": "anthropic", "openai": "openai", "openai-compatible": "openai"}
+_EXTRAS = {
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "openai-compatible": "openai",
+    "gemini": "gemini",
+}
 _COMPATIBLE = re.compile(r"^(?P<model>.+?)@(?P<url>https?://\S+)$")
 
 
@@ -125,6 +139,9 @@ def _one(provider: str, model: str, options: dict[str, Any]) -> Model:
             )
         factory = _module("openai", provider).openai_compatible
         return factory(match["model"], match["url"], **options)
+    if provider == "gemini":
+        factory = _module("gemini", provider).GeminiModel
+        return factory(model, **options)
     if provider == "claude-cli":
         factory = _module("cli_agents", provider).ClaudeCLIModel
         return factory(model, **options)
@@ -136,7 +153,7 @@ def _one(provider: str, model: str, options: dict[str, Any]) -> Model:
 
 def model_from_env(env: Mapping[str, str] | None = None, **options: Any) -> Model:
     """The model ``FIDUCIARY_MODEL`` names (``scripted`` when unset). Keys are not read here:
-    each provider reads its own variable (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``) at request
-    time."""
+    each provider reads its own variable (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``,
+    ``GEMINI_API_KEY``) at request time."""
     source = os.environ if env is None else env
     return resolve_model(source.get("FIDUCIARY_MODEL", DEFAULT_MODEL) or DEFAULT_MODEL, **options)

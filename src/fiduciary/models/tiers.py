@@ -52,6 +52,11 @@ DEFAULT_TIERS: Mapping[str, Mapping[Tier, str]] = {
         "powerful": "claude-opus-4-6",
     },
     "openai": {"fast": "gpt-5-mini", "standard": "gpt-5.1", "powerful": "gpt-5.2"},
+    "gemini": {
+        "fast": "gemini-2.5-flash-lite",
+        "standard": "gemini-2.5-flash",
+        "powerful": "gemini-2.5-pro",
+    },
     "claude-cli": {"fast": "haiku", "standard": "sonnet", "powerful": "opus"},
     "codex-cli": {
         "fast": "gpt-5.1-codex-mini",

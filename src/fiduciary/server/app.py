@@ -33,6 +33,7 @@ from .pages import page_routes
 from .pipeline import endpoint
 from .ratelimit import RateLimit
 from .state import BalancesHook, Server
+from .ui_stream import UIChat
 from .webhooks import InboundChannel, Notifier
 
 __all__ = ["OPERATIONS", "BalancesHook", "Server", "create_app"]
@@ -97,6 +98,8 @@ def create_app(
     ]
     routes += page_routes(openapi)
     routes += docs_routes()
+    chat = UIChat(agent, keys=keys, max_body_bytes=max(max_body_bytes, 256 * 1024))
+    routes.append(chat.route("/api/chat"))  # the Vercel AI SDK's useChat endpoint
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -112,6 +115,7 @@ def create_app(
                 resumer.cancel()
                 with suppress(BaseException):
                     await resumer
+            await chat.aclose()
             await server.close()
 
     app = Starlette(
@@ -121,6 +125,7 @@ def create_app(
     )
     app.add_middleware(Boundary)
     app.state.server = server
+    app.state.chat = chat
     return app
 
 

@@ -1,7 +1,7 @@
 """Fixtures for the model tests: fake keys, a retry policy that records its waits.
 
-The provider tests need the provider SDKs (extras ``anthropic`` and ``openai``); without them
-those modules are not collected, and the rest still runs.
+The provider tests need the provider SDKs (extras ``anthropic``, ``openai`` and ``gemini``);
+without them those modules are not collected, and the rest still runs.
 """
 
 from __future__ import annotations
@@ -18,12 +18,20 @@ _NEEDS = {
     "test_anthropic.py": ("anthropic",),
     "test_openai.py": ("openai",),
     "test_openai_compatible.py": ("openai",),
-    "test_agent_over_wire.py": ("anthropic", "openai"),
-    "test_registry.py": ("anthropic", "openai"),
+    "test_gemini.py": ("google.genai",),
+    "test_agent_over_wire.py": ("anthropic", "openai", "google.genai"),
+    "test_registry.py": ("anthropic", "openai", "google.genai"),
 }
-collect_ignore = [
-    module for module, sdks in _NEEDS.items() if any(find_spec(sdk) is None for sdk in sdks)
-]
+
+
+def _missing(sdk: str) -> bool:
+    try:
+        return find_spec(sdk) is None
+    except ModuleNotFoundError:  # the parent package (google) is not there either
+        return True
+
+
+collect_ignore = [module for module, sdks in _NEEDS.items() if any(_missing(s) for s in sdks)]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,6 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0000")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test-0000")
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza-gemini-test-0000")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     for name in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
         monkeypatch.delenv(name, raising=False)
 

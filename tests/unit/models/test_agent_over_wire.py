@@ -6,6 +6,7 @@ provider was sent on each turn (tool results, thinking signatures) is checked on
 
 from __future__ import annotations
 
+import base64
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -17,6 +18,7 @@ from fiduciary.events import Event, ThinkingDone, Usage
 from fiduciary.models.anthropic import AnthropicModel
 from fiduciary.models.base import Model
 from fiduciary.models.cli_agents import ClaudeCLIModel, CodexCLIModel
+from fiduciary.models.gemini import GeminiModel
 from fiduciary.models.openai import OpenAIModel, openai_compatible
 from fiduciary.models.retry import RetryPolicy
 from fiduciary.testing import ScriptedModel
@@ -148,6 +150,46 @@ async def test_openai_compatible_ollama(retry: RetryPolicy) -> None:
     assert all(u.input_tokens == 0 for u in events if isinstance(u, Usage))
 
 
+async def test_gemini(retry: RetryPolicy) -> None:
+    wire = Wire(
+        Reply.sse("gemini_reads.sse"),
+        Reply.sse("gemini_send.sse"),
+        Reply.sse("gemini_answer.sse"),
+    )
+    events = await check(GeminiModel("gemini-2.5-flash", http_client=wire.client(), retry=retry))
+    usages = [e for e in events if isinstance(e, Usage)]
+    assert [(u.input_tokens, u.cache_read_tokens) for u in usages] == [
+        (412, 0),
+        (162, 1536),
+        (309, 1536),
+    ]
+    _, send, answer = wire.bodies
+    assert [c["role"] for c in send["contents"]] == ["user", "model", "user"]
+    # turn 2 sends turn 1 back: text, then the calls (Gemini gave no ids: none is sent), the
+    # first with its thought signature, then the results, named after their calls
+    text, balance, rates = send["contents"][1]["parts"]
+    assert text == {"text": "Let me check your balance and the rate."}
+    signature = balance.get("thoughtSignature") or balance["thought_signature"]
+    # the same bytes as received (the SDK encodes them URL-safe; Google's parser takes both)
+    assert base64.urlsafe_b64decode(signature) == base64.b64decode(
+        "CpcCAdHtim/4pJqy+TxmJHkzTJ/JISbWtUZSFwT18CXZBO8jqbuEN+vKP5ALiFplU09sgE8="
+    )
+    assert (balance["functionCall"], rates["functionCall"]) == (
+        {"name": "balance", "args": {"account": "main"}},
+        {"name": "rates", "args": {"currency": "EUR"}},
+    )
+    results = [p["functionResponse"] for p in send["contents"][2]["parts"]]
+    assert [r["name"] for r in results] == ["balance", "rates"]
+    assert all("id" not in r for r in results)
+    assert json.loads(results[0]["response"]["output"]) == {"account": "main", "usd": "250.00"}
+    # turn 3: the approved payment answers the call by the id Gemini gave it
+    call = answer["contents"][-2]["parts"][-1]
+    assert call["functionCall"]["id"] == "fc_9s2Lq7Wm4Xr1"
+    (result,) = answer["contents"][-1]["parts"]
+    assert result["functionResponse"]["id"] == "fc_9s2Lq7Wm4Xr1"
+    assert result["functionResponse"]["response"]["output"].startswith('{"sent": "60", "to": "bob"')
+
+
 async def test_claude_cli(tmp_path: Path, retry: RetryPolicy) -> None:
     stand_in = StandIn(
         tmp_path / "bin",
@@ -180,6 +222,7 @@ def test_every_provider_has_an_agent_test() -> None:
         "openai_responses",
         "openai_chat_completions",
         "openai_compatible_ollama",
+        "gemini",
         "claude_cli",
         "codex_cli",
     ):

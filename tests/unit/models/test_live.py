@@ -1,7 +1,8 @@
 """The wallet demo against real providers. Marked ``live``; each runs only where its key or
 binary is:
 
-    ANTHROPIC_API_KEY=...  OPENAI_API_KEY=...  pytest -m live tests/unit/models/test_live.py
+    ANTHROPIC_API_KEY=...  OPENAI_API_KEY=...  GEMINI_API_KEY=...
+        pytest -m live tests/unit/models/test_live.py
     FIDUCIARY_LIVE_OPENAI_COMPATIBLE=qwen2.5:7b@http://127.0.0.1:11434/v1   (Ollama, vLLM, ...)
     FIDUCIARY_LIVE_CLI=1                       (claude / codex on PATH, logged in)
 
@@ -48,6 +49,11 @@ def _cases() -> list[Any]:
             "openai:" + _model("FIDUCIARY_LIVE_OPENAI_MODEL", "gpt-5-mini"),
             bool(os.environ.get("OPENAI_API_KEY")),
             "OPENAI_API_KEY is not set",
+        ),
+        case(
+            "gemini:" + _model("FIDUCIARY_LIVE_GEMINI_MODEL", "gemini-2.5-flash-lite"),
+            bool(os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")),
+            "GEMINI_API_KEY (or GOOGLE_API_KEY) is not set",
         ),
         case(
             f"openai-compatible:{compatible}",

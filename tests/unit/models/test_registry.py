@@ -68,6 +68,7 @@ def test_tiers_around_a_named_model() -> None:
         "gpt-5.1",
         "mystery:model",
         "anthropic:",
+        "gemini:",
         "openai-compatible:qwen",
         "openai-compatible:q@ftp://x",
     ],
@@ -97,10 +98,20 @@ def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "fiduciary.models.openai")
     with pytest.raises(ImportError, match=r"pip install 'fiduciary\[openai\]'"):
         resolve_model("openai-compatible:qwen@http://127.0.0.1:11434/v1")
+    monkeypatch.setitem(sys.modules, "google.genai", None)
+    monkeypatch.delitem(sys.modules, "fiduciary.models.gemini", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'fiduciary\[gemini\]'"):
+        resolve_model("gemini:gemini-2.5-flash")
 
 
 def test_every_model_answers_json() -> None:
-    for name in ("anthropic:claude-haiku-4-5", "openai:gpt-5-mini", "claude-cli:haiku", "scripted"):
+    for name in (
+        "anthropic:claude-haiku-4-5",
+        "openai:gpt-5-mini",
+        "gemini:gemini-2.5-flash-lite",
+        "claude-cli:haiku",
+        "scripted",
+    ):
         assert isinstance(resolve_model(name), StructuredModel), name
 
 
