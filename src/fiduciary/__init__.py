@@ -44,7 +44,7 @@ from .exceptions import (
 )
 from .guards import Guard, GuardCall, Verdict
 from .models.base import Model
-from .policy import Policy, Threshold
+from .policy import Operation, Policy, Threshold
 from .redaction import Redactor
 from .registry import AuthorizationRequest
 from .stores.base import Store
@@ -74,6 +74,7 @@ __all__ = [
     "MemoryStore",
     "Model",
     "ModelError",
+    "Operation",
     "PendingAction",
     "Policy",
     "Principal",

@@ -30,6 +30,7 @@ PUBLIC = [
     "MemoryStore",
     "Model",
     "ModelError",
+    "Operation",
     "PendingAction",
     "Policy",
     "Principal",
