@@ -4,6 +4,7 @@ The model proposes; fiduciary decides what may run, asks a person when it must, 
 action at most once, and records everything. This module is the whole public API.
 """
 
+from ._sync import RunResult, approve_sync, call_sync, deny_sync, resume_sync, run_sync
 from .agent import Agent
 from .capabilities import (
     CallContext,
@@ -84,6 +85,7 @@ __all__ = [
     "RunCompleted",
     "RunError",
     "RunFailed",
+    "RunResult",
     "RunStarted",
     "SQLiteStore",
     "Store",
@@ -96,9 +98,14 @@ __all__ = [
     "ToolCallStart",
     "Verdict",
     "__version__",
+    "approve_sync",
+    "call_sync",
     "capability",
     "decode_event",
+    "deny_sync",
     "encode_event",
     "encode_sse",
     "parse_sse",
+    "resume_sync",
+    "run_sync",
 ]
