@@ -253,6 +253,9 @@ def test_declared_operation_with_a_fixed_tier_needs_no_amount() -> None:
         "deny", "operation 'close_account' is denied", None
     )
     assert tier_of(SHOP, op_cap("close_account", kind="read"), None) == "deny"
+    capped = Policy(preset=None, operations=[Operation("void", tier="auto", deny_above="100")])
+    assert tier_of(capped, op_cap("void"), D(100)) == "auto"
+    assert tier_of(capped, op_cap("void"), D("100.01")) == "deny"
 
 
 def test_a_fixed_auto_tier_still_counts_toward_the_daily_limit() -> None:
