@@ -15,6 +15,7 @@ would run it on another loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ T = TypeVar("T")
 
 # how long an interrupted call (Ctrl-C) may take to stop cleanly, releasing its run's lease
 _STOP_SECONDS = 10.0
+# a waiting thread wakes this often: a Ctrl-C that lands just as it starts to wait (or any one,
+# on Windows, where a wait cannot be interrupted) is then acted on within this time
+_WAKE_SECONDS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +109,15 @@ class _Portal:
             finally:
                 stopped.set()
 
-        future = asyncio.run_coroutine_threadsafe(guarded(), self._running_loop())
+        future: concurrent.futures.Future[T] | None = None
         try:
+            future = asyncio.run_coroutine_threadsafe(guarded(), self._running_loop())
+            while not future.done():
+                concurrent.futures.wait((future,), timeout=_WAKE_SECONDS)
             return future.result()
         except BaseException:
             # interrupted (Ctrl-C) while the call runs: stop it, and let it release what it holds
-            if future.cancel():
+            if future is not None and future.cancel():
                 stopped.wait(_STOP_SECONDS)
             raise
 

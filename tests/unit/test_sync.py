@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,6 +133,14 @@ def test_errors_reach_the_caller() -> None:
     assert missing.value.code == "not_found"
 
 
+def test_a_timeout_of_the_call_itself_is_raised_not_waited_on() -> None:
+    async def times_out() -> None:
+        raise TimeoutError("the backend did not answer")
+
+    with pytest.raises(TimeoutError, match="did not answer"):
+        call_sync(times_out())
+
+
 def test_a_sync_call_on_its_own_loop_is_refused_not_a_deadlock() -> None:
     async def inner() -> None:
         return None
@@ -158,9 +167,21 @@ def test_an_interrupted_call_is_stopped_before_the_interrupt_returns() -> None:
         finally:
             stopped.set()
 
+    main = threading.main_thread().ident or 0
+
+    def waiting() -> bool:  # the main thread waits for the call (it has handed it over)
+        frame = sys._current_frames().get(main)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and "concurrent" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
     def interrupt() -> None:
         started.wait()
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        while not waiting():
+            threading.Event().wait(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
 
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
