@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +30,7 @@ from .exceptions import RunError
 from .stores.base import ApprovalRecord, RunStatus
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator
 
     from .agent import Agent
 
@@ -131,8 +132,11 @@ def call_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     return _PORTAL.call(coroutine)
 
 
-async def _settle(agent: Agent, run_id: UUID | None, stream: AsyncIterator[Event]) -> RunResult:
-    events = [event async for event in stream]
+async def _settle(
+    agent: Agent, run_id: UUID | None, stream: AsyncGenerator[Event, None]
+) -> RunResult:
+    async with aclosing(stream):  # interrupted, the drive stops here, before the call returns
+        events = [event async for event in stream]
     rid = events[0].run_id if events else run_id
     if rid is None:  # pragma: no cover - a new run always streams its first events
         raise RunError("invalid", "the run streamed no events")

@@ -21,6 +21,7 @@ from fiduciary import (
     SQLiteStore,
     approve_sync,
     call_sync,
+    capability,
     deny_sync,
     resume_sync,
     run_sync,
@@ -154,22 +155,14 @@ def test_a_sync_call_on_its_own_loop_is_refused_not_a_deadlock() -> None:
     assert "await the async API" in refused.value.message
 
 
-@pytest.mark.skipif(os.name != "posix", reason="interrupts the main thread with SIGINT")
-def test_an_interrupted_call_is_stopped_before_the_interrupt_returns() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("SIGINT reaches the main thread only")
-    started, stopped = threading.Event(), threading.Event()
-
-    async def forever() -> None:
-        try:
-            started.set()
-            await asyncio.Event().wait()
-        finally:
-            stopped.set()
-
+def interrupt_once_waiting(started: threading.Event) -> None:
+    """Ctrl-C, as a person presses it: SIGINT to the main thread, once ``started`` is set and
+    the main thread waits for the call (it has handed it over)."""
+    if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT is sent to the main thread, on POSIX")
     main = threading.main_thread().ident or 0
 
-    def waiting() -> bool:  # the main thread waits for the call (it has handed it over)
+    def waiting() -> bool:
         frame = sys._current_frames().get(main)
         while frame is not None:
             if frame.f_code.co_name == "wait" and "concurrent" in frame.f_code.co_filename:
@@ -184,9 +177,51 @@ def test_an_interrupted_call_is_stopped_before_the_interrupt_returns() -> None:
         signal.pthread_kill(main, signal.SIGINT)
 
     threading.Thread(target=interrupt, daemon=True).start()
+
+
+def test_an_interrupted_call_is_stopped_before_the_interrupt_returns() -> None:
+    started, stopped = threading.Event(), threading.Event()
+
+    async def forever() -> None:
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    interrupt_once_waiting(started)
     with pytest.raises(KeyboardInterrupt):
         call_sync(forever())
     assert stopped.is_set()
+
+
+def test_an_interrupted_run_is_released_and_resumes() -> None:
+    started, calls = threading.Event(), []
+
+    @capability(kind="read")
+    async def slow_lookup() -> str:
+        """A lookup that hangs the first time."""
+        calls.append(1)
+        if len(calls) == 1:
+            started.set()
+            await asyncio.Event().wait()
+        return "found"
+
+    model = ScriptedModel(
+        [Script("look", [ToolCalls([Call("slow_lookup")]), Reply(lambda r: r["slow_lookup"])])]
+    )
+    agent = Agent(model=model, capabilities=[slow_lookup], store=MemoryStore())
+    run_id = uuid4()
+    interrupt_once_waiting(started)
+    with pytest.raises(KeyboardInterrupt):
+        run_sync(agent, "look it up", principal="alice", run_id=run_id)
+    run = call_sync(agent.get_run(run_id))
+    assert run.status == "running"
+    assert run.lease_owner is None  # released when interrupted: resumable at once
+    done = resume_sync(agent, run_id)
+    assert done.status == "completed"
+    assert done.text == "found"
+    assert len(calls) == 2
 
 
 def test_text_leaves_out_a_retracted_turn() -> None:
