@@ -4,6 +4,7 @@ The model proposes; fiduciary decides what may run, asks a person when it must, 
 action at most once, and records everything. This module is the whole public API.
 """
 
+from ._sync import RunResult, approve_sync, call_sync, deny_sync, resume_sync, run_sync
 from .agent import Agent
 from .capabilities import (
     CallContext,
@@ -44,7 +45,7 @@ from .exceptions import (
 )
 from .guards import Guard, GuardCall, Verdict
 from .models.base import Model
-from .policy import Policy, Threshold
+from .policy import Operation, Policy, Threshold
 from .redaction import Redactor
 from .registry import AuthorizationRequest
 from .stores.base import Store
@@ -74,6 +75,7 @@ __all__ = [
     "MemoryStore",
     "Model",
     "ModelError",
+    "Operation",
     "PendingAction",
     "Policy",
     "Principal",
@@ -83,6 +85,7 @@ __all__ = [
     "RunCompleted",
     "RunError",
     "RunFailed",
+    "RunResult",
     "RunStarted",
     "SQLiteStore",
     "Store",
@@ -95,9 +98,14 @@ __all__ = [
     "ToolCallStart",
     "Verdict",
     "__version__",
+    "approve_sync",
+    "call_sync",
     "capability",
     "decode_event",
+    "deny_sync",
     "encode_event",
     "encode_sse",
     "parse_sse",
+    "resume_sync",
+    "run_sync",
 ]

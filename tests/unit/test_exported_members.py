@@ -30,6 +30,7 @@ PUBLIC = [
     "MemoryStore",
     "Model",
     "ModelError",
+    "Operation",
     "PendingAction",
     "Policy",
     "Principal",
@@ -39,6 +40,7 @@ PUBLIC = [
     "RunCompleted",
     "RunError",
     "RunFailed",
+    "RunResult",
     "RunStarted",
     "SQLiteStore",
     "Store",
@@ -51,11 +53,16 @@ PUBLIC = [
     "ToolCallStart",
     "Verdict",
     "__version__",
+    "approve_sync",
+    "call_sync",
     "capability",
     "decode_event",
+    "deny_sync",
     "encode_event",
     "encode_sse",
     "parse_sse",
+    "resume_sync",
+    "run_sync",
 ]
 
 

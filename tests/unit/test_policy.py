@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fiduciary import Capability, ConfigurationError, Policy, Threshold, capability
+from fiduciary import Capability, ConfigurationError, Operation, Policy, Threshold, capability
 from fiduciary.capabilities import Tier
 from fiduciary.policy import PRESETS, PolicyDecision, TierName
 
@@ -210,11 +210,140 @@ def test_a_guard_hold_makes_an_auto_call_wait_and_never_lowers_a_tier() -> None:
     assert tier_of(policy, send, D("0.01"), held_by=[]) == "auto"
 
 
+# --- operations a domain declares -------------------------------------------------------
+
+SHOP = Policy(
+    preset=None,
+    operations=[
+        Operation("place_order", auto_below="100", confirm_below="1000"),
+        Operation("refund", auto_below=20, confirm_below=D(200), deny_above="2000"),
+        Operation("cancel_order", tier="auto"),
+        Operation("close_account", tier="deny"),
+        Operation("gift_card", auto_below="10"),
+        Operation("export_data"),
+    ],
+    daily_autonomous_limit_usd=None,
+)
+
+
+def test_declared_operations_tier_by_amount() -> None:
+    order, refund = op_cap("place_order"), op_cap("refund")
+    assert tier_of(SHOP, order, D("99.99")) == "auto"
+    assert tier_of(SHOP, order, D(100)) == "confirm"
+    assert tier_of(SHOP, order, D(1000)) == "explicit"
+    assert tier_of(SHOP, refund, D("19.99")) == "auto"
+    assert SHOP.decide(refund, D(20)) == PolicyDecision("confirm", "below $200", D(20))
+    assert tier_of(SHOP, refund, D(2000)) == "explicit"
+    decision = SHOP.decide(refund, D("2000.01"))
+    assert decision == PolicyDecision("deny", "$2000.01 is above the $2000 limit", D("2000.01"))
+    assert tier_of(SHOP, refund, None) == "confirm"  # no amount, no fixed tier: a person
+
+
+def test_declared_operation_with_a_fixed_tier_needs_no_amount() -> None:
+    cancel = op_cap("cancel_order")
+    assert SHOP.decide(cancel, None) == PolicyDecision(
+        "auto", "fixed for the 'cancel_order' operation", None
+    )
+    assert tier_of(SHOP, cancel, D(10**6)) == "auto"
+    assert tier_of(SHOP, cancel, None, held_by=["a_guard"]) == "confirm"  # a hold still holds
+    # a capability's own tier wins, except that a denied operation stays denied
+    assert tier_of(SHOP, op_cap("cancel_order", tier="confirm"), None) == "confirm"
+    closing = op_cap("close_account", tier="auto")
+    assert SHOP.decide(closing, None) == PolicyDecision(
+        "deny", "operation 'close_account' is denied", None
+    )
+    assert tier_of(SHOP, op_cap("close_account", kind="read"), None) == "deny"
+    capped = Policy(preset=None, operations=[Operation("void", tier="auto", deny_above="100")])
+    assert tier_of(capped, op_cap("void"), D(100)) == "auto"
+    assert tier_of(capped, op_cap("void"), D("100.01")) == "deny"
+
+
+def test_a_fixed_auto_tier_still_counts_toward_the_daily_limit() -> None:
+    policy = Policy(
+        preset=None,
+        operations=[Operation("cancel_order", tier="auto")],
+        daily_autonomous_limit_usd=D(100),
+    )
+    cancel = op_cap("cancel_order")
+    assert tier_of(policy, cancel, D(50), spent_today=D(50)) == "auto"
+    assert policy.decide(cancel, D(50), spent_today=D(60)).limited
+
+
+def test_declared_operation_without_confirm_below_is_never_explicit() -> None:
+    gift, export = op_cap("gift_card"), op_cap("export_data")
+    assert tier_of(SHOP, gift, D("9.99")) == "auto"
+    assert SHOP.decide(gift, D(10**6)) == PolicyDecision("confirm", "$10 or more", D(10**6))
+    assert SHOP.decide(export, D(0)) == PolicyDecision(
+        "confirm", "every 'export_data' call needs a person", D(0)
+    )
+
+
+def test_no_preset_knows_no_finance_words() -> None:
+    assert SHOP.operation("pay") is None
+    assert tier_of(SHOP, op_cap("pay"), D(1)) == "confirm"
+    assert SHOP.decide(op_cap("pay"), D(1)).reason == "no threshold for this operation"
+
+
+def test_declared_operations_extend_and_override_a_preset() -> None:
+    policy = Policy(
+        operations=[Operation("refund", auto_below="5"), Operation("send", tier="confirm")],
+        daily_autonomous_limit_usd=None,
+    )
+    assert tier_of(policy, op_cap("refund"), D(1)) == "auto"
+    assert tier_of(policy, op_cap("send"), D(1)) == "confirm"  # the preset said auto
+    assert tier_of(policy, op_cap("pay"), D(1)) == "auto"  # the rest of the preset stays
+
+
+def test_operation_lookup() -> None:
+    refund = SHOP.operation("refund")
+    assert refund is not None
+    assert (refund.auto_below, refund.confirm_below, refund.deny_above) == (D(20), D(200), D(2000))
+    assert refund.tier is None
+    assert SHOP.threshold("refund") == Threshold(D(20), D(200), D(2000))
+    assert SHOP.threshold("cancel_order") is None  # a fixed tier is no threshold
+    assert SHOP.threshold("gift_card") is None  # nor is a threshold without confirm_below
+    assert Policy().operation("pay") == Operation("pay", auto_below="5", confirm_below="50")
+    assert SHOP.operations == tuple(SHOP.operations)  # a list is kept as a tuple
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": ""}, "non-empty name"),
+        ({"name": "refund", "auto_below": 1.5}, "not float"),
+        ({"name": "refund", "auto_below": True}, "not bool"),
+        ({"name": "refund", "confirm_below": "ten"}, "'ten' is not a number"),
+        ({"name": "refund", "auto_below": "-1"}, "finite amount >= 0"),
+        ({"name": "refund", "deny_above": D("Infinity")}, "finite amount >= 0"),
+        ({"name": "refund", "auto_below": 10, "confirm_below": 5}, "below auto_below"),
+        ({"name": "refund", "tier": "maybe"}, "tier must be one of"),
+        ({"name": "refund", "tier": "auto", "auto_below": 5}, "either a fixed tier"),
+    ],
+)
+def test_invalid_operation(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Operation(**kwargs)
+
+
+def test_an_operation_declared_twice_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="'refund' is declared twice"):
+        Policy(operations=[Operation("refund", tier="confirm"), Operation("refund")])
+    with pytest.raises(ConfigurationError, match="'refund' is declared twice"):
+        Policy(thresholds={"refund": Threshold(D(1), D(2))}, operations=[Operation("refund")])
+
+
+def test_operations_and_thresholds_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match="takes Operation"):
+        Policy(operations=["refund"])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match=r"thresholds\['refund'\] must be a Threshold"):
+        Policy(thresholds={"refund": Operation("refund")})  # type: ignore[dict-item]
+
+
 # --- validation ---------------------------------------------------------------------------
 
 
 def test_unknown_preset() -> None:
-    with pytest.raises(ConfigurationError, match="reckless"):
+    with pytest.raises(ConfigurationError, match=r"reckless.*or None"):
         Policy(preset="reckless")
 
 
@@ -291,28 +420,52 @@ custom = st.one_of(
 
 
 OP_CAPS = {op: op_cap(op) for op in [*PRESETS["balanced"], "custom_op"]}
+declared = st.one_of(
+    st.none(),
+    st.builds(
+        lambda t, confirm, deny: Operation(
+            "custom_op",
+            auto_below=min(t),
+            confirm_below=max(t) if confirm else None,
+            deny_above=deny,
+        ),
+        st.tuples(amounts, amounts),
+        st.booleans(),
+        st.one_of(st.none(), amounts),
+    ),
+    st.sampled_from(TIERS).map(lambda tier: Operation("custom_op", tier=tier)),
+)
 
 
 @given(
-    preset=st.sampled_from(sorted(PRESETS)),
+    preset=st.one_of(st.none(), st.sampled_from(sorted(PRESETS))),
     operation=st.sampled_from(sorted(OP_CAPS)),
     threshold=custom,
     limit=limits,
     spent=amounts,
     a=amounts,
     b=amounts,
+    custom_op=declared,
 )
 def test_a_larger_amount_never_lowers_the_tier(
-    preset: str,
+    preset: str | None,
     operation: str,
     threshold: Threshold | None,
     limit: Decimal | None,
     spent: Decimal,
     a: Decimal,
     b: Decimal,
+    custom_op: Operation | None,
 ) -> None:
     thresholds = {operation: threshold} if threshold is not None else {}
-    policy = Policy(preset=preset, thresholds=thresholds, daily_autonomous_limit_usd=limit)
+    # a declared custom_op, unless a threshold of that name is given
+    operations = [custom_op] if custom_op is not None and "custom_op" not in thresholds else []
+    policy = Policy(
+        preset=preset,
+        thresholds=thresholds,
+        operations=operations,
+        daily_autonomous_limit_usd=limit,
+    )
     cap = OP_CAPS[operation]
     low, high = min(a, b), max(a, b)
     low_tier = tier_of(policy, cap, low, spent_today=spent)
