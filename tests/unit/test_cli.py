@@ -15,7 +15,8 @@ from uuid import UUID
 import pytest
 from typer.testing import CliRunner, Result
 
-from fiduciary.cli import app, follow_events
+from fiduciary.cli.app import app
+from fiduciary.cli.terminal import follow_events
 from fiduciary.events import (
     ActionResolved,
     Event,

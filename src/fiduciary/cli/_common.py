@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 from uuid import UUID
 
 import typer
@@ -21,8 +21,7 @@ from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.markup import escape
 
-from ..agent import Agent
-from ..agent_factory import agent_of, load_factory
+from ..agent_factory import load_factory
 from ..display import show_usd
 from ..events import Event
 from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
@@ -93,14 +92,25 @@ def _explain(exc: Exception) -> tuple[str, int]:
             return str(exc), 2  # OSError
 
 
+def print_error(message: str) -> None:
+    """``error: message`` in red on stderr, as one line, the message never taken for markup."""
+    line = " ".join(message.split())  # one line, whatever the error's text holds
+    Console(stderr=True).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+
+
+def missing_extra(what: str, extra: str) -> NoReturn:
+    """Stop a command that needs an extra this installation lacks, naming how to get it."""
+    print_error(f"{what} needs the '{extra}' extra: pip install 'fiduciary[{extra}]'")
+    raise typer.Exit(2)
+
+
 def _run(coro: Coroutine[Any, Any, int], *, interrupted: tuple[str, int] = _INTERRUPTED) -> int:
     """Run a command's coroutine; every expected failure becomes one line and an exit code."""
     try:
         return asyncio.run(coro)
     except (CliError, FiduciaryError, sqlite3.Error, OSError) as exc:
         message, code = _explain(exc)
-        line = " ".join(message.split())  # one line, whatever the error's text holds
-        Console(stderr=True).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+        print_error(message)
         return code
     except KeyboardInterrupt:
         Console(stderr=True).print(interrupted[0])
@@ -138,45 +148,12 @@ async def _closing(store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-@asynccontextmanager
-async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
-    """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
-    scripted demo's by default)."""
-    from ..wallet import PaperWallet
-    from ..wallet.demo import build_wallet_agent, load_model
-
-    chosen = None if model is None or model == "scripted" else load_model(model)
-    with PaperWallet(store.path) as wallet:
-        yield build_wallet_agent(store, wallet, model=chosen)
-
-
 def load_agent_factory(spec: str) -> Callable[[Store], object]:
     """``--agent module:attribute`` → its factory; a bad name is a usage error."""
     try:
         return load_factory(spec)
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
-
-
-@asynccontextmanager
-async def _agent(
-    store: SQLiteStore, spec: str | None, *, model: str | None = None
-) -> AsyncIterator[Agent]:
-    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
-    if spec is None:
-        async with _wallet_agent(store, model) as wallet_agent:
-            yield wallet_agent
-        return
-    factory = load_agent_factory(spec)
-    try:
-        made = factory(store)
-    except Exception as exc:  # someone else's code: its failure is one line too
-        raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
-    try:
-        agent = agent_of(made, spec)
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from exc
-    yield agent
 
 
 # --- ids and reading --------------------------------------------------------------------------

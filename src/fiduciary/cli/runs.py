@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,10 +21,12 @@ from rich.table import Table
 
 from .. import events as ev
 from ..agent import Agent
+from ..agent_factory import agent_of
 from ..display import show_value
 from ..events import Event, encode_event
-from ..exceptions import ApprovalError, RunError
+from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
+from ..stores.sqlite import SQLiteStore
 from ._common import (
     _FINISHED,
     DEFAULT_DB,
@@ -35,7 +38,6 @@ from ._common import (
     JsonFlag,
     RunRef,
     Yes,
-    _agent,
     _all_events,
     _clip,
     _command,
@@ -47,6 +49,7 @@ from ._common import (
     _styled,
     _usd,
     _when,
+    load_agent_factory,
 )
 from .terminal import Renderer, describe, follow_events, resume_with_approvals
 
@@ -54,6 +57,42 @@ __all__ = ["approvals_app", "runs_app"]
 
 runs_app = typer.Typer(help="Inspect, export and resume runs.", no_args_is_help=True)
 approvals_app = typer.Typer(help="List and decide pending actions.", no_args_is_help=True)
+
+
+# --- the run's agent ---
+
+
+@asynccontextmanager
+async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
+    """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
+    scripted demo's by default)."""
+    from ..wallet import PaperWallet
+    from ..wallet.demo import build_wallet_agent, load_model
+
+    chosen = None if model is None or model == "scripted" else load_model(model)
+    with PaperWallet(store.path) as wallet:
+        yield build_wallet_agent(store, wallet, model=chosen)
+
+
+@asynccontextmanager
+async def _agent(
+    store: SQLiteStore, spec: str | None, *, model: str | None = None
+) -> AsyncIterator[Agent]:
+    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
+    if spec is None:
+        async with _wallet_agent(store, model) as wallet_agent:
+            yield wallet_agent
+        return
+    factory = load_agent_factory(spec)
+    try:
+        made = factory(store)
+    except Exception as exc:  # someone else's code: its failure is one line too
+        raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        agent = agent_of(made, spec)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+    yield agent
 
 
 # --- runs -------------------------------------------------------------------------------------

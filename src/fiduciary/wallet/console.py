@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ..agent import Agent
+from ..cli.terminal import drive_with_approvals
 from ..exceptions import ConfigurationError
 from ..models.base import Model
 from ..stores.sqlite import SQLiteStore
@@ -127,8 +128,6 @@ async def run_demo(
     db: Path, *, yes: bool, out: Console, env: Mapping[str, str], model: str | None = None
 ) -> int:
     """Play ``DEMO_CONVERSATION`` against the wallet agent; 0 when every turn completed."""
-    from ..cli import drive_with_approvals  # the terminal's approval flow lives in the CLI
-
     chosen = choose_model(model, env, out)
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
@@ -181,8 +180,6 @@ async def run_chat(
     model: str | None = None,
 ) -> int:
     """Talk to the wallet agent at the terminal until /quit or the end of input."""
-    from ..cli import drive_with_approvals
-
     chosen = choose_model(model, env, out)
     if chosen.name == "scripted":
         chosen = load_model("scripted", scripted=demo_script(match=lambda _: True))
