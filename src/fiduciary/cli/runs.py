@@ -4,6 +4,7 @@ decide pending actions."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -67,9 +68,15 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
     """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
     scripted demo's by default)."""
     from ..wallet import PaperWallet
-    from ..wallet.demo import build_wallet_agent, load_model
+    from ..wallet.demo import build_wallet_agent, load_model, require_key
 
-    chosen = None if model is None or model == "scripted" else load_model(model)
+    chosen = None
+    if model is not None and model != "scripted":
+        try:
+            chosen = load_model(model)
+            require_key(model, os.environ)
+        except ConfigurationError as exc:
+            raise CliError(f"{exc} (the run's model)") from exc
     with PaperWallet(store.path) as wallet:
         yield build_wallet_agent(store, wallet, model=chosen)
 

@@ -29,6 +29,7 @@ from .demo import (
     default_model_name,
     demo_script,
     load_model,
+    require_key,
 )
 from .views import BalanceReport
 from .wallet import PaperWallet
@@ -106,22 +107,27 @@ async def _where(
 
 
 def choose_model(name: str | None, env: Mapping[str, str], out: Console) -> Model:
-    """The model named, else a provider's when its key is set, else the scripted one.
+    """The model named (``--model``, else ``FIDUCIARY_MODEL``), else a provider's when its key
+    is set, else the scripted one. Checked before anything starts.
 
-    A model named explicitly must load (``ConfigurationError`` otherwise); one chosen because
-    an API key is set falls back to the scripted model when the provider models are missing.
+    A model named must load and have its API key (``ConfigurationError`` otherwise); one chosen
+    because an API key is set falls back to the scripted model when the provider models are
+    missing.
     """
-    chosen = name or default_model_name(env)
+    named = name or env.get("FIDUCIARY_MODEL") or None
+    chosen = named or default_model_name(env)
     try:
-        return load_model(chosen)
+        model = load_model(chosen)
     except ConfigurationError:
-        if name is not None:
+        if named is not None:
             raise
         out.print(
             f"[dim]({escape(chosen)} is not available in this installation: "
             "playing the scripted conversation instead)[/]"
         )
         return load_model("scripted")
+    require_key(chosen, env)
+    return model
 
 
 async def run_demo(

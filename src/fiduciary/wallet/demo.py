@@ -48,6 +48,7 @@ __all__ = [
     "default_model_name",
     "demo_script",
     "load_model",
+    "require_key",
 ]
 
 DEMO_PRINCIPAL = "demo-user"
@@ -263,6 +264,18 @@ def default_model_name(env: Mapping[str, str]) -> str:
     if env.get("OPENAI_API_KEY"):
         return "openai:gpt-5.1"
     return "scripted"
+
+
+# the variable each provider reads its key from (OpenAI-compatible servers and the CLI agents
+# need none of fiduciary's)
+_KEYS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+
+
+def require_key(name: str, env: Mapping[str, str]) -> None:
+    """Refuse, before anything starts, a provider model whose API key is not set."""
+    variable = _KEYS.get(name.strip().partition(":")[0])
+    if variable is not None and not env.get(variable):
+        raise ConfigurationError(f"the model {name!r} needs an API key: set {variable}")
 
 
 def load_model(name: str, *, scripted: Script | None = None) -> Model:
