@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -108,6 +110,11 @@ def _run(coro: Coroutine[Any, Any, int], *, interrupted: tuple[str, int] = _INTE
     """Run a command's coroutine; every expected failure becomes one line and an exit code."""
     try:
         return asyncio.run(coro)
+    except BrokenPipeError:
+        # the reader went away (`| head`): nothing to tell it; exit as a SIGPIPE'd command does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the flush at exit must not fail again
+        return 141
     except (CliError, FiduciaryError, sqlite3.Error, OSError) as exc:
         message, code = _explain(exc)
         print_error(message)
