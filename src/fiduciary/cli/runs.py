@@ -40,7 +40,6 @@ from ._common import (
     RunRef,
     Yes,
     _all_events,
-    _clip,
     _command,
     _find_approval,
     _find_run,
@@ -120,12 +119,23 @@ async def runs_list(
         for run in runs:
             typer.echo(_jsonable(asdict(run)))
         return 0
-    table = Table("id", "principal", "status", "events", "updated (UTC)", "title")
-    for r in runs:
-        title = escape(_clip(r.title, 60))
-        row = (escape(r.principal), _styled(r.status), str(r.last_seq), _when(r.updated_at), title)
-        table.add_row(_short(r.run_id), *row)
-    Console().print(table if runs else "[dim]no runs[/]")
+    out = Console()
+    rows = [
+        (_short(r.run_id), escape(r.principal), r.status, str(r.last_seq), _when(r.updated_at))
+        for r in runs
+    ]
+    headers = ("id", "principal", "status", "events", "updated (UTC)")
+    # one line per run at any width: the title takes what is left, cut with an ellipsis
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    left = out.width - sum(widths) - 2 * len(headers)  # two spaces between columns
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    for name in headers:
+        table.add_column(name, no_wrap=True, justify="right" if name == "events" else "left")
+    table.add_column("title", no_wrap=True, overflow="ellipsis", max_width=max(8, left))
+    for r, row in zip(runs, rows, strict=True):
+        title = escape(" ".join(r.title.split()))
+        table.add_row(*row[:2], _styled(row[2]), *row[3:], title)
+    out.print(table if runs else "[dim]no runs[/]")
     return 0
 
 
