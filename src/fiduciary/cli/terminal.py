@@ -4,9 +4,10 @@ followed as other processes commit it."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from decimal import Decimal
-from typing import assert_never
+from typing import Any, assert_never
 from uuid import UUID
 
 from rich.console import Console
@@ -15,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from .. import events as ev
+from .._text import NOTES_MARKER
 from ..agent import Agent
 from ..display import card_flags, show_text, show_value
 from ..events import Event, PendingAction
@@ -24,6 +26,7 @@ from ._common import _FINISHED, _WAITING, CliError, _all_events, _clip, _short, 
 
 __all__ = [
     "Renderer",
+    "brief",
     "describe",
     "drive_with_approvals",
     "follow_events",
@@ -45,7 +48,8 @@ def describe(event: Event) -> str:
             return f"{event.name} {_clip(show_value(event.input).text)}"
         case ev.ToolCallEnd():
             tag = f" ({event.recovery})" if event.recovery else ""
-            return f"{event.name} {'error' if event.is_error else 'ok'}{tag}: {_clip(event.output)}"
+            outcome = "error" if event.is_error else "ok"
+            return f"{event.name} {outcome}{tag}: {brief(event.output, 80)}"
         case ev.ToolCallRejected():
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
         case ev.GuardFired():
@@ -73,6 +77,64 @@ def describe(event: Event) -> str:
             return f"{event.reason}: {event.message}"
         case _:
             assert_never(event)
+
+
+# --- tool results, shortened for a line ------------------------------------------------------
+
+_RESULT_CHARS = 160
+
+
+def brief(output: str, room: int = _RESULT_CHARS) -> str:
+    """A tool result in at most about ``room`` characters, shortened where a reader expects it:
+    a JSON body keeps whole keys and values, nested ones abbreviated (``{…}``, ``[3 items]``)
+    and the rest counted (``… 4 more``); other text is cut between words. Guard notes after
+    the body are left out (the events show them)."""
+    body = output.split(NOTES_MARKER, 1)[0]
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return _words(" ".join(output.split()), room)
+    shown = _fit(value, room)
+    return shown if shown is not None else _words(" ".join(body.split()), room)
+
+
+def _words(text: str, room: int) -> str:
+    if len(text) <= room:
+        return text
+    cut = text[: room - 1].rsplit(" ", 1)[0] if " " in text[: room - 1] else text[: room - 1]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def _fit(value: Any, room: int) -> str | None:
+    """``value`` as JSON in ``room`` characters, or None when it cannot be shown there without
+    cutting a value (a number, an id, a time): then the caller counts it instead."""
+    whole = json.dumps(value, ensure_ascii=False)
+    if len(whole) <= room:
+        return whole
+    if isinstance(value, str) and " " in value.strip() and room >= 16:
+        return json.dumps(_words(value, room - 2), ensure_ascii=False)  # prose: between words
+    if isinstance(value, dict):
+        items = [(json.dumps(k, ensure_ascii=False) + ": ", v) for k, v in value.items()]
+        opening, closing, short = "{", "}", "{…}"
+    elif isinstance(value, list):
+        items = [("", v) for v in value]
+        opening, closing, short = "[", "]", f"[{len(value)} items]"
+    else:
+        return None
+    parts: list[str] = []
+    used = 2
+    for index, (prefix, item) in enumerate(items):
+        more = f"… {len(items) - index} more"
+        last = index == len(items) - 1
+        shown = _fit(item, room - used - len(prefix) - (0 if last else len(more) + 2))
+        if shown is None:
+            if not parts:
+                return short if len(short) <= room else None
+            parts.append(more)
+            break
+        parts.append(prefix + shown)
+        used += len(parts[-1]) + 2
+    return opening + ", ".join(parts) + closing
 
 
 _MARKS = {
@@ -107,7 +169,7 @@ class Renderer:
         elif isinstance(event, ev.ToolCallEnd):
             mark = "[red]✗[/]" if event.is_error else "[green]✓[/]"
             tag = f" [yellow]({event.recovery})[/]" if event.recovery else ""
-            body = event.output if len(event.output) < 160 else event.output[:157] + "..."
+            body = brief(event.output)
             self.out.print(f"  {mark} {event.name}{tag} [dim]{escape(body)}[/]", highlight=False)
         elif isinstance(event, ev.RunCompleted):
             self.out.print(
