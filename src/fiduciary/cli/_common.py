@@ -78,6 +78,29 @@ class CliError(Exception):
         self.code = code
 
 
+class PromptInterruptedError(Exception):
+    """Ctrl-C while the person was asked about a pending action of ``run_id``: the run waits,
+    and can be resumed; ``db`` names its file for the command that resumes it."""
+
+    def __init__(self, run_id: UUID, db: Path | None = None, agent: str | None = None) -> None:
+        super().__init__(f"interrupted at run {run_id}")
+        self.run_id = run_id
+        self.db = db
+        self.agent = agent
+
+    def advice(self) -> str:
+        return (
+            f"interrupted: run {self.run_id} waits for your decision. Continue it with: "
+            f"{resume_command(self.run_id, self.db, self.agent)}"
+        )
+
+
+def resume_command(run_id: UUID, db: Path | None = None, agent: str | None = None) -> str:
+    """The command that resumes a run, with the options it needs."""
+    where = "" if db is None or db == DEFAULT_DB else f" --db {db}"
+    return f"fiduciary runs resume {run_id}{where}" + (f" --agent {agent}" if agent else "")
+
+
 def _explain(exc: Exception) -> tuple[str, int]:
     match exc:
         case CliError():
@@ -119,6 +142,9 @@ def _run(coro: Coroutine[Any, Any, int], *, interrupted: tuple[str, int] = _INTE
         message, code = _explain(exc)
         print_error(message)
         return code
+    except PromptInterruptedError as exc:
+        Console(stderr=True).print(exc.advice(), markup=False, highlight=False, soft_wrap=True)
+        return 130
     except KeyboardInterrupt:
         Console(stderr=True).print(interrupted[0])
         return interrupted[1]
@@ -237,8 +263,13 @@ def _styled(status: str) -> str:
 
 
 def _clip(text: str, width: int = 80) -> str:
+    """``text`` on one line in ``width`` characters, cut between words."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
+    if len(flat) <= width:
+        return flat
+    head = flat[: width - 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _jsonable(value: Any) -> str:

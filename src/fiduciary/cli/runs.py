@@ -37,6 +37,7 @@ from ._common import (
     CliError,
     Db,
     JsonFlag,
+    PromptInterruptedError,
     RunRef,
     Yes,
     _all_events,
@@ -50,6 +51,7 @@ from ._common import (
     _usd,
     _when,
     load_agent_factory,
+    resume_command,
 )
 from .terminal import Renderer, describe, follow_events, resume_with_approvals
 
@@ -308,9 +310,17 @@ async def runs_resume(
         model = await _recorded_model(store, record.run_id)
         async with _agent(store, agent_spec, model=model) as agent:
             await _check_agent(agent, record.run_id, agent_spec, any_model=any_model)
-            await resume_with_approvals(
-                agent, record.run_id, by or record.principal, yes=yes, out=out, any_model=any_model
-            )
+            try:
+                await resume_with_approvals(
+                    agent,
+                    record.run_id,
+                    by or record.principal,
+                    yes=yes,
+                    out=out,
+                    any_model=any_model,
+                )
+            except PromptInterruptedError as exc:
+                raise PromptInterruptedError(exc.run_id, db, agent_spec) from None
             final = await agent.get_run(record.run_id)
     out.print(
         f"run [bold]{final.run_id}[/] is {_styled(final.status)} after {final.last_seq} events."
@@ -449,8 +459,7 @@ async def _decide(
     )
     if shown.warning:
         out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
-    where = ("" if db == DEFAULT_DB else f" --db {db}") + (f" --agent {spec}" if spec else "")
-    hint = f"resume the run with: fiduciary runs resume {decided.run_id}{where}"
+    hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
     out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0
 

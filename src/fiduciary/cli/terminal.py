@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any, assert_never
 from uuid import UUID
@@ -22,10 +25,21 @@ from ..display import card_flags, show_text, show_value
 from ..events import Event, PendingAction
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
-from ._common import _FINISHED, _WAITING, CliError, _all_events, _clip, _short, _usd
+from ._common import (
+    _FINISHED,
+    _WAITING,
+    CliError,
+    PromptInterruptedError,
+    _all_events,
+    _clip,
+    _short,
+    _usd,
+)
 
 __all__ = [
+    "PromptInterruptedError",
     "Renderer",
+    "ask",
     "brief",
     "describe",
     "drive_with_approvals",
@@ -45,7 +59,7 @@ def describe(event: Event) -> str:
         case ev.ThinkingDone():
             return f"thinking block {event.block_index} done"
         case ev.ToolCallStart():
-            return f"{event.name} {_clip(show_value(event.input).text)}"
+            return f"{event.name} {brief(show_value(event.input).text, 80)}"
         case ev.ToolCallEnd():
             tag = f" ({event.recovery})" if event.recovery else ""
             outcome = "error" if event.is_error else "ok"
@@ -93,16 +107,9 @@ def brief(output: str, room: int = _RESULT_CHARS) -> str:
     try:
         value = json.loads(body)
     except ValueError:
-        return _words(" ".join(output.split()), room)
+        return _clip(" ".join(output.split()), room)
     shown = _fit(value, room)
-    return shown if shown is not None else _words(" ".join(body.split()), room)
-
-
-def _words(text: str, room: int) -> str:
-    if len(text) <= room:
-        return text
-    cut = text[: room - 1].rsplit(" ", 1)[0] if " " in text[: room - 1] else text[: room - 1]
-    return cut.rstrip(" ,;:") + "…"
+    return shown if shown is not None else _clip(" ".join(body.split()), room)
 
 
 def _fit(value: Any, room: int) -> str | None:
@@ -112,7 +119,7 @@ def _fit(value: Any, room: int) -> str | None:
     if len(whole) <= room:
         return whole
     if isinstance(value, str) and " " in value.strip() and room >= 16:
-        return json.dumps(_words(value, room - 2), ensure_ascii=False)  # prose: between words
+        return json.dumps(_clip(value, room - 2), ensure_ascii=False)  # prose: between words
     if isinstance(value, dict):
         items = [(json.dumps(k, ensure_ascii=False) + ": ", v) for k, v in value.items()]
         opening, closing, short = "{", "}", "{…}"
@@ -205,20 +212,47 @@ def pending_card(event: PendingAction) -> Panel:
 # --- driving a run with a person at the terminal ----------------------------------------------
 
 
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let one Ctrl-C stop a blocking read. ``asyncio.run`` turns the first Ctrl-C into a
+    cancellation that waits for the event loop, which a read at the terminal blocks: a person
+    had to press it twice. Python's own handler raises at once, in the read."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ask(out: Console, prompt: str) -> str:
+    """A line typed at the terminal (``prompt`` is markup). ``EOFError`` at the end of input;
+    ``KeyboardInterrupt`` at the first Ctrl-C."""
+    with _interruptible():
+        return out.input(prompt)
+
+
 def _ask(event: PendingAction, out: Console) -> tuple[bool, str | None]:
-    """Ask the person at the terminal. End of input counts as a refusal."""
+    """Ask the person at the terminal. End of input counts as a refusal; Ctrl-C leaves the
+    run waiting (``PromptInterruptedError``)."""
     try:
         if event.tier == "explicit" and event.amount_usd is not None:
-            typed = out.input(
+            typed = ask(
+                out,
                 f"Type the amount (${event.amount_usd:,.2f}) to approve, "
-                "or anything else to decline: "
+                "or anything else to decline: ",
             )
             return True, typed
         # the backslash keeps rich from taking [y/N] for markup (it printed "Approve? " alone)
-        answer = out.input("Approve? \\[y/N] ").strip().lower()
+        answer = ask(out, "Approve? \\[y/N] ").strip().lower()
     except EOFError:
         out.print("[dim](no input: declining)[/]")
         return False, None
+    except KeyboardInterrupt:
+        out.print()
+        raise PromptInterruptedError(event.run_id) from None
     return answer in ("y", "yes"), None
 
 
