@@ -35,10 +35,10 @@ from .demo import (
     DEMO_PRINCIPAL,
     build_wallet_agent,
     default_model_name,
-    demo_script,
     load_model,
     require_key,
 )
+from .scripted import CAN_DO
 from .views import BalanceReport
 from .wallet import PaperWallet
 
@@ -258,18 +258,7 @@ async def run_chat(
     """Talk to the wallet agent at the terminal until /quit or the end of input."""
     chosen = choose_model(model, env, out)
     if chosen.name == "scripted":
-        chosen = load_model("scripted", scripted=demo_script(match=lambda _: True))
-        out.print(
-            Panel(
-                "Offline, only the scripted model is available: it plays the demo conversation "
-                "one step per message, whatever you type. Try, in order:\n"
-                + "\n".join(f"  {i}. {escape(m)}" for i, m in enumerate(DEMO_CONVERSATION, 1))
-                + "\nSet ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass --model, to talk to a "
-                "real model.",
-                title="[bold]fiduciary chat[/]",
-                expand=False,
-            )
-        )
+        out.print(Panel(escape(CAN_DO), title="[bold]fiduciary chat[/]", expand=False))
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
     wallet = PaperWallet(db)
