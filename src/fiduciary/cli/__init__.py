@@ -3,7 +3,6 @@
 ```
 fiduciary demo [--yes] [--model NAME] [--reset]
 fiduciary chat [--yes] [--model NAME] [--principal WHO]
-fiduciary wallet reset [--yes]
 fiduciary runs list | show RUN | events RUN [--follow] | export RUN
 fiduciary runs resume RUN [--agent MODULE:FACTORY] [--any-model]
 fiduciary approvals list | approve ID --by P [--agent ...] | deny ID --by P [--agent ...]
@@ -16,7 +15,7 @@ an exit code, the shared options, ids, formatting), ``terminal`` (rendering a ru
 person about its pending actions), ``runs`` (the ``runs`` and ``approvals`` groups), ``app``
 (the root command). Domains register their own commands on the root, as ``register(app)``:
 ``fiduciary.server.cli`` (``serve``, ``keys``) and ``fiduciary.wallet.cli`` (``demo``,
-``chat``, ``wallet``). They import ``terminal`` and ``_common``, never ``app``; nothing here is
+``chat``). They import ``terminal`` and ``_common``, never ``app``; nothing here is
 imported when this package is, so no import circles through it.
 """
 

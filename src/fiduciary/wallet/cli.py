@@ -1,6 +1,6 @@
-"""The paper wallet's commands: ``fiduciary demo``, ``fiduciary chat``, ``fiduciary wallet
-reset``. ``register(app)`` adds them to the ``fiduciary`` command, as ``fiduciary.server.cli``
-adds its own; the terminal work is in ``console``, below them the CLI's ``terminal``."""
+"""The paper wallet's commands: ``fiduciary demo [--reset]`` and ``fiduciary chat``.
+``register(app)`` adds them to the ``fiduciary`` command, as ``fiduciary.server.cli`` adds its
+own; the terminal work is in ``console``, below them the CLI's ``terminal``."""
 
 from __future__ import annotations
 
@@ -32,17 +32,35 @@ def _environment() -> dict[str, str]:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``demo``, ``chat`` and the ``wallet`` group to the ``fiduciary`` command."""
+    """Add ``demo`` and ``chat`` to the ``fiduciary`` command."""
 
     @_command(app, "demo")
-    async def demo(yes: Yes = False, db: Db = DEFAULT_DB, model: ModelName = None) -> int:
+    async def demo(
+        yes: Yes = False,
+        db: Db = DEFAULT_DB,
+        model: ModelName = None,
+        reset: Annotated[
+            bool,
+            typer.Option(
+                "--reset",
+                help="Start afresh: delete the database file first (its runs, approvals and "
+                "the paper wallet's books), so the balances are the opening ones.",
+            ),
+        ] = False,
+    ) -> int:
         """The paper-wallet demo: two reads in parallel, a small save, a send that waits for
         you, a refused send, and a swap after a quote; then the balances and where the ledger
-        is."""
-        from .console import run_demo
+        is.
 
+        The paper wallet carries over from one demo to the next, in the database file; --reset
+        starts from the opening balances."""
+        from .console import reset_database, run_demo
+
+        out = Console()
+        if reset:
+            reset_database(db, out)
         try:
-            return await run_demo(db, yes=yes, out=Console(), env=_environment(), model=model)
+            return await run_demo(db, yes=yes, out=out, env=_environment(), model=model)
         except ConfigurationError as exc:
             raise CliError(str(exc)) from exc
 
