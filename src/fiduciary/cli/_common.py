@@ -19,6 +19,7 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 from uuid import UUID
 
 import typer
+from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.markup import escape
@@ -99,6 +100,64 @@ def resume_command(run_id: UUID, db: Path | None = None, agent: str | None = Non
     """The command that resumes a run, with the options it needs."""
     where = "" if db is None or db == DEFAULT_DB else f" --db {db}"
     return f"fiduciary runs resume {run_id}{where}" + (f" --agent {agent}" if agent else "")
+
+
+_TYPES = {
+    "string": "text",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "list": "a list",
+    "dict": "a table",
+    "model": "a table",
+    "model_attributes": "a table",
+}
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+
+
+def _field(location: Sequence[int | str]) -> str:
+    """``("notify", 0, "url")`` → ``notify[0].url``."""
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text or "(the whole file)"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def plain_errors(exc: ValidationError) -> str:
+    """What a validation error means, one ``field: what was expected`` per problem, in plain
+    words: without pydantic's type names, its error class names and its documentation URL."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        kind, ctx, given = error["type"], error.get("ctx") or {}, error.get("input")
+        if kind == "missing":
+            what = "is required"
+        elif kind == "extra_forbidden":
+            what = "is not a setting (check its spelling)"
+        elif kind == "literal_error":
+            what = f"expected one of {ctx.get('expected', '?')}, got {_shown(given)}"
+        elif kind.endswith(("_type", "_parsing")) and kind.rsplit("_", 1)[0] in _TYPES:
+            what = f"expected {_TYPES[kind.rsplit('_', 1)[0]]}, got {_shown(given)}"
+        elif kind in _BOUNDS:
+            key, words = _BOUNDS[kind]
+            what = f"must be {words} {ctx.get(key)}, got {_shown(given)}"
+        elif kind in ("string_too_short", "too_short"):
+            what = f"must have at least {ctx.get('min_length')} (characters or items)"
+        elif kind in ("string_too_long", "too_long"):
+            what = f"must have at most {ctx.get('max_length')} (characters or items)"
+        else:
+            what = f"{error['msg'][0].lower()}{error['msg'][1:]}, got {_shown(given)}"
+        problems.append(f"{_field(error['loc'])} {what}")
+    return "; ".join(problems)
 
 
 def _explain(exc: Exception) -> tuple[str, int]:
