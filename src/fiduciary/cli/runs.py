@@ -273,7 +273,12 @@ async def runs_export(
             async for event in _all_events(store, record.run_id):
                 sink.write(encode_event(event) + "\n")
                 count += 1
-    Console(stderr=True).print(f"{count} events of run {record.run_id} written to {output}")
+    Console(stderr=True).print(
+        f"{count} events of run {record.run_id} written to {output}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 

@@ -262,7 +262,7 @@ async def _decide_at_terminal(
     for action in actions:
         typed: Decimal | str | None = action.amount_usd
         if yes:
-            out.print(f"  [green]auto-approving ({action.name}) because of --yes[/]")
+            out.print(f"  [green]auto-approving ({escape(action.name)}) because of --yes[/]")
             approved = True
         else:
             approved, typed = _ask(action, out)

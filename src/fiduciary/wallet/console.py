@@ -219,7 +219,8 @@ async def run_demo(
         start = wallet.balances(DEMO_PRINCIPAL)
         out.print(
             Panel(
-                f"A paper wallet: real bookkeeping, simulated market. Model: {chosen.name}.\n"
+                "A paper wallet: real bookkeeping, simulated market. "
+                f"Model: {escape(chosen.name)}.\n"
                 f"Principal [bold]{DEMO_PRINCIPAL}[/], address {start.address}.",
                 title="[bold]fiduciary demo[/]",
                 expand=False,

@@ -45,3 +45,15 @@ def test_runs_list_keeps_each_run_on_one_line_at_80_columns(demo_db: Path) -> No
     assert "What's my balance" in lines[1]
     wide = fiduciary("runs", "list", "--db", demo_db, columns=200).stdout.splitlines()
     assert wide[1].rstrip().endswith("Put 20 USDC into savings.")  # whole when it fits
+
+
+def test_export_names_a_file_with_brackets_exactly(demo_db: Path, tmp_path: Path) -> None:
+    target = tmp_path / "run[server].jsonl"
+    result = fiduciary("runs", "export", demo_run(demo_db), "-o", target, "--db", demo_db)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.endswith(f"written to {target}\n")  # rich took [server] for markup
+    assert target.read_text(encoding="utf-8").count("\n") == 89
+
+
+def demo_run(db: Path) -> str:
+    return fiduciary("runs", "list", "--json", "--db", db).stdout.split('"run_id": "')[1][:8]
