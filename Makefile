@@ -11,8 +11,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# the server extra too, so that `fiduciary serve` works after `make demo`
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[server]'
 	touch $@
 
 $(DEVSTAMP): pyproject.toml | $(BIN)/python
@@ -21,6 +22,7 @@ $(DEVSTAMP): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP)
 	$(BIN)/fiduciary demo $(ARGS)
+	@echo "Next: $(BIN)/fiduciary serve  (the console and API), $(BIN)/fiduciary --help"
 
 test: $(DEVSTAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -15,7 +15,8 @@ from uuid import UUID
 import pytest
 from typer.testing import CliRunner, Result
 
-from fiduciary.cli import app, follow_events
+from fiduciary.cli.app import app
+from fiduciary.cli.terminal import follow_events
 from fiduciary.events import (
     ActionResolved,
     Event,
@@ -194,7 +195,7 @@ def test_chat_offline_plays_the_script_and_asks(tmp_path: Path) -> None:
     lines = [DEMO_CONVERSATION[0], "/balances", DEMO_CONVERSATION[1], "y", "/quit"]
     result = cli("chat", "--db", db, input="\n".join(lines) + "\n")
     assert result.exit_code == 0, result.output
-    assert "only the scripted model is available" in result.output
+    assert "I am the offline scripted model" in result.output
     assert "Saved 20.00 USDC" in result.output
     assert "Balances" in result.output
     assert "approval needed" in result.output

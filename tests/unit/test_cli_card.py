@@ -13,7 +13,8 @@ from uuid import UUID, uuid4
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fiduciary.cli import app, pending_card
+from fiduciary.cli.app import app
+from fiduciary.cli.terminal import pending_card
 from fiduciary.events import GuardNote, PendingAction
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect

@@ -165,4 +165,4 @@ def test_every_logger_of_fiduciary_redacts() -> None:
         if "logging.getLogger(" in path.read_text(encoding="utf-8")
     ]
     # _logs makes them; the CLI only attaches a handler to "fiduciary"
-    assert sorted(bare) == ["_logs.py", "cli/__init__.py"]
+    assert sorted(bare) == ["_logs.py", "cli/app.py"]

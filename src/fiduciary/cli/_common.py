@@ -6,23 +6,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 from uuid import UUID
 
 import typer
+from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.markup import escape
 
-from ..agent import Agent
-from ..agent_factory import agent_of, load_factory
+from ..agent_factory import load_factory
 from ..display import show_usd
 from ..events import Event
 from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError, StoreError
@@ -77,6 +79,87 @@ class CliError(Exception):
         self.code = code
 
 
+class PromptInterruptedError(Exception):
+    """Ctrl-C while the person was asked about a pending action of ``run_id``: the run waits,
+    and can be resumed; ``db`` names its file for the command that resumes it."""
+
+    def __init__(self, run_id: UUID, db: Path | None = None, agent: str | None = None) -> None:
+        super().__init__(f"interrupted at run {run_id}")
+        self.run_id = run_id
+        self.db = db
+        self.agent = agent
+
+    def advice(self) -> str:
+        return (
+            f"interrupted: run {self.run_id} waits for your decision. Continue it with: "
+            f"{resume_command(self.run_id, self.db, self.agent)}"
+        )
+
+
+def resume_command(run_id: UUID, db: Path | None = None, agent: str | None = None) -> str:
+    """The command that resumes a run, with the options it needs."""
+    where = "" if db is None or db == DEFAULT_DB else f" --db {db}"
+    return f"fiduciary runs resume {run_id}{where}" + (f" --agent {agent}" if agent else "")
+
+
+_TYPES = {
+    "string": "text",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "list": "a list",
+    "dict": "a table",
+    "model": "a table",
+    "model_attributes": "a table",
+}
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+
+
+def _field(location: Sequence[int | str]) -> str:
+    """``("notify", 0, "url")`` → ``notify[0].url``."""
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text or "(the whole file)"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def plain_errors(exc: ValidationError) -> str:
+    """What a validation error means, one ``field: what was expected`` per problem, in plain
+    words: without pydantic's type names, its error class names and its documentation URL."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        kind, ctx, given = error["type"], error.get("ctx") or {}, error.get("input")
+        if kind == "missing":
+            what = "is required"
+        elif kind == "extra_forbidden":
+            what = "is not a setting (check its spelling)"
+        elif kind == "literal_error":
+            what = f"expected one of {ctx.get('expected', '?')}, got {_shown(given)}"
+        elif kind.endswith(("_type", "_parsing")) and kind.rsplit("_", 1)[0] in _TYPES:
+            what = f"expected {_TYPES[kind.rsplit('_', 1)[0]]}, got {_shown(given)}"
+        elif kind in _BOUNDS:
+            key, words = _BOUNDS[kind]
+            what = f"must be {words} {ctx.get(key)}, got {_shown(given)}"
+        elif kind in ("string_too_short", "too_short"):
+            what = f"must have at least {ctx.get('min_length')} (characters or items)"
+        elif kind in ("string_too_long", "too_long"):
+            what = f"must have at most {ctx.get('max_length')} (characters or items)"
+        else:
+            what = f"{error['msg'][0].lower()}{error['msg'][1:]}, got {_shown(given)}"
+        problems.append(f"{_field(error['loc'])} {what}")
+    return "; ".join(problems)
+
+
 def _explain(exc: Exception) -> tuple[str, int]:
     match exc:
         case CliError():
@@ -93,15 +176,34 @@ def _explain(exc: Exception) -> tuple[str, int]:
             return str(exc), 2  # OSError
 
 
+def print_error(message: str) -> None:
+    """``error: message`` in red on stderr, as one line, the message never taken for markup."""
+    line = " ".join(message.split())  # one line, whatever the error's text holds
+    Console(stderr=True).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+
+
+def missing_extra(what: str, extra: str) -> NoReturn:
+    """Stop a command that needs an extra this installation lacks, naming how to get it."""
+    print_error(f"{what} needs the '{extra}' extra: pip install 'fiduciary[{extra}]'")
+    raise typer.Exit(2)
+
+
 def _run(coro: Coroutine[Any, Any, int], *, interrupted: tuple[str, int] = _INTERRUPTED) -> int:
     """Run a command's coroutine; every expected failure becomes one line and an exit code."""
     try:
         return asyncio.run(coro)
+    except BrokenPipeError:
+        # the reader went away (`| head`): nothing to tell it; exit as a SIGPIPE'd command does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the flush at exit must not fail again
+        return 141
     except (CliError, FiduciaryError, sqlite3.Error, OSError) as exc:
         message, code = _explain(exc)
-        line = " ".join(message.split())  # one line, whatever the error's text holds
-        Console(stderr=True).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+        print_error(message)
         return code
+    except PromptInterruptedError as exc:
+        Console(stderr=True).print(exc.advice(), markup=False, highlight=False, soft_wrap=True)
+        return 130
     except KeyboardInterrupt:
         Console(stderr=True).print(interrupted[0])
         return interrupted[1]
@@ -138,45 +240,12 @@ async def _closing(store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-@asynccontextmanager
-async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
-    """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
-    scripted demo's by default)."""
-    from ..wallet import PaperWallet
-    from ..wallet.demo import build_wallet_agent, load_model
-
-    chosen = None if model is None or model == "scripted" else load_model(model)
-    with PaperWallet(store.path) as wallet:
-        yield build_wallet_agent(store, wallet, model=chosen)
-
-
 def load_agent_factory(spec: str) -> Callable[[Store], object]:
     """``--agent module:attribute`` → its factory; a bad name is a usage error."""
     try:
         return load_factory(spec)
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
-
-
-@asynccontextmanager
-async def _agent(
-    store: SQLiteStore, spec: str | None, *, model: str | None = None
-) -> AsyncIterator[Agent]:
-    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
-    if spec is None:
-        async with _wallet_agent(store, model) as wallet_agent:
-            yield wallet_agent
-        return
-    factory = load_agent_factory(spec)
-    try:
-        made = factory(store)
-    except Exception as exc:  # someone else's code: its failure is one line too
-        raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
-    try:
-        agent = agent_of(made, spec)
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from exc
-    yield agent
 
 
 # --- ids and reading --------------------------------------------------------------------------
@@ -253,8 +322,13 @@ def _styled(status: str) -> str:
 
 
 def _clip(text: str, width: int = 80) -> str:
+    """``text`` on one line in ``width`` characters, cut between words."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
+    if len(flat) <= width:
+        return flat
+    head = flat[: width - 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _jsonable(value: Any) -> str:

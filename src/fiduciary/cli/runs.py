@@ -4,8 +4,10 @@ decide pending actions."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,10 +22,12 @@ from rich.table import Table
 
 from .. import events as ev
 from ..agent import Agent
+from ..agent_factory import agent_of
 from ..display import show_value
 from ..events import Event, encode_event
-from ..exceptions import ApprovalError, RunError
+from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
+from ..stores.sqlite import SQLiteStore
 from ._common import (
     _FINISHED,
     DEFAULT_DB,
@@ -33,11 +37,10 @@ from ._common import (
     CliError,
     Db,
     JsonFlag,
+    PromptInterruptedError,
     RunRef,
     Yes,
-    _agent,
     _all_events,
-    _clip,
     _command,
     _find_approval,
     _find_run,
@@ -47,6 +50,8 @@ from ._common import (
     _styled,
     _usd,
     _when,
+    load_agent_factory,
+    resume_command,
 )
 from .terminal import Renderer, describe, follow_events, resume_with_approvals
 
@@ -54,6 +59,48 @@ __all__ = ["approvals_app", "runs_app"]
 
 runs_app = typer.Typer(help="Inspect, export and resume runs.", no_args_is_help=True)
 approvals_app = typer.Typer(help="List and decide pending actions.", no_args_is_help=True)
+
+
+# --- the run's agent ---
+
+
+@asynccontextmanager
+async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
+    """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
+    scripted demo's by default)."""
+    from ..wallet import PaperWallet
+    from ..wallet.demo import build_wallet_agent, load_model, require_key
+
+    chosen = None
+    if model is not None and model != "scripted":
+        try:
+            chosen = load_model(model)
+            require_key(model, os.environ)
+        except ConfigurationError as exc:
+            raise CliError(f"{exc} (the run's model)") from exc
+    with PaperWallet(store.path) as wallet:
+        yield build_wallet_agent(store, wallet, model=chosen)
+
+
+@asynccontextmanager
+async def _agent(
+    store: SQLiteStore, spec: str | None, *, model: str | None = None
+) -> AsyncIterator[Agent]:
+    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
+    if spec is None:
+        async with _wallet_agent(store, model) as wallet_agent:
+            yield wallet_agent
+        return
+    factory = load_agent_factory(spec)
+    try:
+        made = factory(store)
+    except Exception as exc:  # someone else's code: its failure is one line too
+        raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        agent = agent_of(made, spec)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from exc
+    yield agent
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -74,12 +121,23 @@ async def runs_list(
         for run in runs:
             typer.echo(_jsonable(asdict(run)))
         return 0
-    table = Table("id", "principal", "status", "events", "updated (UTC)", "title")
-    for r in runs:
-        title = escape(_clip(r.title, 60))
-        row = (escape(r.principal), _styled(r.status), str(r.last_seq), _when(r.updated_at), title)
-        table.add_row(_short(r.run_id), *row)
-    Console().print(table if runs else "[dim]no runs[/]")
+    out = Console()
+    rows = [
+        (_short(r.run_id), escape(r.principal), r.status, str(r.last_seq), _when(r.updated_at))
+        for r in runs
+    ]
+    headers = ("id", "principal", "status", "events", "updated (UTC)")
+    # one line per run at any width: the title takes what is left, cut with an ellipsis
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    left = out.width - sum(widths) - 2 * len(headers)  # two spaces between columns
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    for name in headers:
+        table.add_column(name, no_wrap=True, justify="right" if name == "events" else "left")
+    table.add_column("title", no_wrap=True, overflow="ellipsis", max_width=max(8, left))
+    for r, row in zip(runs, rows, strict=True):
+        title = escape(" ".join(r.title.split()))
+        table.add_row(*row[:2], _styled(row[2]), *row[3:], title)
+    out.print(table if runs else "[dim]no runs[/]")
     return 0
 
 
@@ -215,7 +273,12 @@ async def runs_export(
             async for event in _all_events(store, record.run_id):
                 sink.write(encode_event(event) + "\n")
                 count += 1
-    Console(stderr=True).print(f"{count} events of run {record.run_id} written to {output}")
+    Console(stderr=True).print(
+        f"{count} events of run {record.run_id} written to {output}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -252,9 +315,17 @@ async def runs_resume(
         model = await _recorded_model(store, record.run_id)
         async with _agent(store, agent_spec, model=model) as agent:
             await _check_agent(agent, record.run_id, agent_spec, any_model=any_model)
-            await resume_with_approvals(
-                agent, record.run_id, by or record.principal, yes=yes, out=out, any_model=any_model
-            )
+            try:
+                await resume_with_approvals(
+                    agent,
+                    record.run_id,
+                    by or record.principal,
+                    yes=yes,
+                    out=out,
+                    any_model=any_model,
+                )
+            except PromptInterruptedError as exc:
+                raise PromptInterruptedError(exc.run_id, db, agent_spec) from None
             final = await agent.get_run(record.run_id)
     out.print(
         f"run [bold]{final.run_id}[/] is {_styled(final.status)} after {final.last_seq} events."
@@ -393,8 +464,7 @@ async def _decide(
     )
     if shown.warning:
         out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
-    where = ("" if db == DEFAULT_DB else f" --db {db}") + (f" --agent {spec}" if spec else "")
-    hint = f"resume the run with: fiduciary runs resume {decided.run_id}{where}"
+    hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
     out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0
 

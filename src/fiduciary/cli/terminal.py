@@ -4,9 +4,13 @@ followed as other processes commit it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+import json
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from decimal import Decimal
-from typing import assert_never
+from typing import Any, assert_never
 from uuid import UUID
 
 from rich.console import Console
@@ -15,15 +19,28 @@ from rich.panel import Panel
 from rich.table import Table
 
 from .. import events as ev
+from .._text import NOTES_MARKER
 from ..agent import Agent
 from ..display import card_flags, show_text, show_value
 from ..events import Event, PendingAction
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
-from ._common import _FINISHED, _WAITING, CliError, _all_events, _clip, _short, _usd
+from ._common import (
+    _FINISHED,
+    _WAITING,
+    CliError,
+    PromptInterruptedError,
+    _all_events,
+    _clip,
+    _short,
+    _usd,
+)
 
 __all__ = [
+    "PromptInterruptedError",
     "Renderer",
+    "ask",
+    "brief",
     "describe",
     "drive_with_approvals",
     "follow_events",
@@ -42,10 +59,11 @@ def describe(event: Event) -> str:
         case ev.ThinkingDone():
             return f"thinking block {event.block_index} done"
         case ev.ToolCallStart():
-            return f"{event.name} {_clip(show_value(event.input).text)}"
+            return f"{event.name} {brief(show_value(event.input).text, 80)}"
         case ev.ToolCallEnd():
             tag = f" ({event.recovery})" if event.recovery else ""
-            return f"{event.name} {'error' if event.is_error else 'ok'}{tag}: {_clip(event.output)}"
+            outcome = "error" if event.is_error else "ok"
+            return f"{event.name} {outcome}{tag}: {brief(event.output, 80)}"
         case ev.ToolCallRejected():
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
         case ev.GuardFired():
@@ -73,6 +91,57 @@ def describe(event: Event) -> str:
             return f"{event.reason}: {event.message}"
         case _:
             assert_never(event)
+
+
+# --- tool results, shortened for a line ------------------------------------------------------
+
+_RESULT_CHARS = 160
+
+
+def brief(output: str, room: int = _RESULT_CHARS) -> str:
+    """A tool result in at most about ``room`` characters, shortened where a reader expects it:
+    a JSON body keeps whole keys and values, nested ones abbreviated (``{…}``, ``[3 items]``)
+    and the rest counted (``… 4 more``); other text is cut between words. Guard notes after
+    the body are left out (the events show them)."""
+    body = output.split(NOTES_MARKER, 1)[0]
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return _clip(" ".join(output.split()), room)
+    shown = _fit(value, room)
+    return shown if shown is not None else _clip(" ".join(body.split()), room)
+
+
+def _fit(value: Any, room: int) -> str | None:
+    """``value`` as JSON in ``room`` characters, or None when it cannot be shown there without
+    cutting a value (a number, an id, a time): then the caller counts it instead."""
+    whole = json.dumps(value, ensure_ascii=False)
+    if len(whole) <= room:
+        return whole
+    if isinstance(value, str) and " " in value.strip() and room >= 16:
+        return json.dumps(_clip(value, room - 2), ensure_ascii=False)  # prose: between words
+    if isinstance(value, dict):
+        items = [(json.dumps(k, ensure_ascii=False) + ": ", v) for k, v in value.items()]
+        opening, closing, short = "{", "}", "{…}"
+    elif isinstance(value, list):
+        items = [("", v) for v in value]
+        opening, closing, short = "[", "]", f"[{len(value)} items]"
+    else:
+        return None
+    parts: list[str] = []
+    used = 2
+    for index, (prefix, item) in enumerate(items):
+        more = f"… {len(items) - index} more"
+        last = index == len(items) - 1
+        shown = _fit(item, room - used - len(prefix) - (0 if last else len(more) + 2))
+        if shown is None:
+            if not parts:
+                return short if len(short) <= room else None
+            parts.append(more)
+            break
+        parts.append(prefix + shown)
+        used += len(parts[-1]) + 2
+    return opening + ", ".join(parts) + closing
 
 
 _MARKS = {
@@ -107,7 +176,7 @@ class Renderer:
         elif isinstance(event, ev.ToolCallEnd):
             mark = "[red]✗[/]" if event.is_error else "[green]✓[/]"
             tag = f" [yellow]({event.recovery})[/]" if event.recovery else ""
-            body = event.output if len(event.output) < 160 else event.output[:157] + "..."
+            body = brief(event.output)
             self.out.print(f"  {mark} {event.name}{tag} [dim]{escape(body)}[/]", highlight=False)
         elif isinstance(event, ev.RunCompleted):
             self.out.print(
@@ -143,20 +212,47 @@ def pending_card(event: PendingAction) -> Panel:
 # --- driving a run with a person at the terminal ----------------------------------------------
 
 
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let one Ctrl-C stop a blocking read. ``asyncio.run`` turns the first Ctrl-C into a
+    cancellation that waits for the event loop, which a read at the terminal blocks: a person
+    had to press it twice. Python's own handler raises at once, in the read."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ask(out: Console, prompt: str) -> str:
+    """A line typed at the terminal (``prompt`` is markup). ``EOFError`` at the end of input;
+    ``KeyboardInterrupt`` at the first Ctrl-C."""
+    with _interruptible():
+        return out.input(prompt)
+
+
 def _ask(event: PendingAction, out: Console) -> tuple[bool, str | None]:
-    """Ask the person at the terminal. End of input counts as a refusal."""
+    """Ask the person at the terminal. End of input counts as a refusal; Ctrl-C leaves the
+    run waiting (``PromptInterruptedError``)."""
     try:
         if event.tier == "explicit" and event.amount_usd is not None:
-            typed = out.input(
+            typed = ask(
+                out,
                 f"Type the amount (${event.amount_usd:,.2f}) to approve, "
-                "or anything else to decline: "
+                "or anything else to decline: ",
             )
             return True, typed
         # the backslash keeps rich from taking [y/N] for markup (it printed "Approve? " alone)
-        answer = out.input("Approve? \\[y/N] ").strip().lower()
+        answer = ask(out, "Approve? \\[y/N] ").strip().lower()
     except EOFError:
         out.print("[dim](no input: declining)[/]")
         return False, None
+    except KeyboardInterrupt:
+        out.print()
+        raise PromptInterruptedError(event.run_id) from None
     return answer in ("y", "yes"), None
 
 
@@ -166,7 +262,7 @@ async def _decide_at_terminal(
     for action in actions:
         typed: Decimal | str | None = action.amount_usd
         if yes:
-            out.print(f"  [green]auto-approving ({action.name}) because of --yes[/]")
+            out.print(f"  [green]auto-approving ({escape(action.name)}) because of --yes[/]")
             approved = True
         else:
             approved, typed = _ask(action, out)

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._sweep import SWEEP_SECONDS
+from ..cli._common import plain_errors
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
 from .auth import (
@@ -145,7 +146,9 @@ class ServerConfig(_Config):
             return cls()
         try:
             return cls.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
-        except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        except ValidationError as exc:
+            raise ValueError(f"{path}: {plain_errors(exc)}") from exc
+        except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ValueError(f"{path}: {exc}") from exc
 
     def inbound(self) -> list[InboundChannel]:

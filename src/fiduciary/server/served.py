@@ -59,12 +59,12 @@ def wallet_agent(store: Store) -> ServedAgent:
     """The paper wallet's agent, on the store's own SQLite file (or in memory).
 
     The model is ``FIDUCIARY_MODEL``, else a provider's when its API key is set, else the
-    scripted demo conversation (which plays whatever the first message is).
+    wallet's scripted model (the demo's conversation, else only what each message asks).
     """
     from ..stores.memory import MemoryStore
     from ..stores.sqlite import SQLiteStore
     from ..wallet import PaperWallet, build_wallet_agent
-    from ..wallet.demo import default_model_name, demo_script, load_model
+    from ..wallet.demo import default_model_name, load_model
 
     if not isinstance(store, SQLiteStore | MemoryStore):
         raise ConfigurationError(
@@ -74,7 +74,7 @@ def wallet_agent(store: Store) -> ServedAgent:
         )
     wallet = PaperWallet(getattr(store, "path", ":memory:"))
     name = default_model_name(os.environ)
-    model = load_model(name, scripted=demo_script(match=lambda _: True))
+    model = load_model(name)  # offline: the wallet's scripted model, which does what is asked
 
     def balances(principal: str) -> Balances:
         report = wallet.balances(principal)

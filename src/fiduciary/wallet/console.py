@@ -17,8 +17,17 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ..agent import Agent
+from ..cli.terminal import (
+    PromptInterruptedError,
+    ask,
+    drive_with_approvals,
+    resume_with_approvals,
+)
+from ..display import show_usd
+from ..events import UserMessage
 from ..exceptions import ConfigurationError
 from ..models.base import Model
+from ..stores.base import RunRecord
 from ..stores.sqlite import SQLiteStore
 from .assets import ASSETS, get_asset
 from .demo import (
@@ -26,13 +35,14 @@ from .demo import (
     DEMO_PRINCIPAL,
     build_wallet_agent,
     default_model_name,
-    demo_script,
     load_model,
+    require_key,
 )
+from .scripted import CAN_DO
 from .views import BalanceReport
 from .wallet import PaperWallet
 
-__all__ = ["balances_table", "run_chat", "run_demo"]
+__all__ = ["balances_table", "reset_database", "run_chat", "run_demo"]
 
 _BOOKS = ("available", "savings", "debt", "rewards")
 
@@ -104,31 +114,100 @@ async def _where(
     out.print(f"Ledger:    [bold]{where}[/] (tables wallet_transactions, wallet_postings).")
 
 
-def choose_model(name: str | None, env: Mapping[str, str], out: Console) -> Model:
-    """The model named, else a provider's when its key is set, else the scripted one.
+def reset_database(db: Path, out: Console) -> None:
+    """Delete the demo's SQLite file (and its journal files): runs and books start afresh."""
+    removed = False
+    for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        if path.exists():
+            path.unlink()
+            removed = True
+    where = escape(_location(db))
+    out.print(f"{'Deleted' if removed else 'Nothing to delete at'} {where}: a fresh start.")
 
-    A model named explicitly must load (``ConfigurationError`` otherwise); one chosen because
-    an API key is set falls back to the scripted model when the provider models are missing.
+
+def choose_model(name: str | None, env: Mapping[str, str], out: Console) -> Model:
+    """The model named (``--model``, else ``FIDUCIARY_MODEL``), else a provider's when its key
+    is set, else the scripted one. Checked before anything starts.
+
+    A model named must load and have its API key (``ConfigurationError`` otherwise); one chosen
+    because an API key is set falls back to the scripted model when the provider models are
+    missing.
     """
-    chosen = name or default_model_name(env)
+    named = name or env.get("FIDUCIARY_MODEL") or None
+    chosen = named or default_model_name(env)
     try:
-        return load_model(chosen)
+        model = load_model(chosen)
     except ConfigurationError:
-        if name is not None:
+        if named is not None:
             raise
         out.print(
             f"[dim]({escape(chosen)} is not available in this installation: "
             "playing the scripted conversation instead)[/]"
         )
         return load_model("scripted")
+    require_key(chosen, env)
+    return model
+
+
+async def _waiting_demo_runs(agent: Agent) -> list[RunRecord]:
+    """The demo's runs left waiting for a person (an interrupted demo), oldest first."""
+    runs = await agent.store.list_runs(principal=DEMO_PRINCIPAL, limit=100)
+    waiting = []
+    for run in reversed(runs):  # newest first from the store
+        if run.status not in ("awaiting_approval", "awaiting_client_result"):
+            continue
+        first = await agent.store.read_events(run.run_id, limit=5)
+        if any(isinstance(e, UserMessage) and e.text == DEMO_CONVERSATION[0] for e in first):
+            waiting.append(run)
+    return waiting
+
+
+async def _said(agent: Agent, run_id: UUID) -> int:
+    """How many of the demo's messages a run has been told."""
+    events = await agent.store.read_events(run_id)
+    return sum(1 for e in events if isinstance(e, UserMessage))
+
+
+def _continue_or_cancel(out: Console, run: RunRecord, *, yes: bool) -> bool:
+    """Ask whether to continue a waiting run (True) or cancel it."""
+    if yes:
+        out.print("[green]continuing it because of --yes[/]")
+        return True
+    try:
+        answer = ask(out, "Continue it (c) or cancel it (x)? \\[C/x] ").strip().lower()
+    except EOFError:
+        answer = ""
+    return answer not in ("x", "cancel")
+
+
+async def _take_up(
+    agent: Agent, waiting: list[RunRecord], *, yes: bool, out: Console
+) -> tuple[UUID | None, int]:
+    """Offer to continue or cancel each demo run left waiting; the run continued (if any) and
+    how many of the demo's messages it was told. A cancelled run's pending action is denied:
+    resuming it later pays nothing (the send a new demo asks for again is not paid twice)."""
+    for run in waiting:
+        pending = await agent.pending_approvals(run_id=run.run_id)
+        what = ", ".join(f"{a.capability} {show_usd(a.amount_usd)}" for a in pending) or "a result"
+        out.print(
+            f"[yellow]A demo run from {run.created_at:%Y-%m-%d %H:%M} UTC is waiting for your "
+            f"decision:[/] run {run.run_id} ({escape(what)})."
+        )
+        if _continue_or_cancel(out, run, yes=yes):
+            await resume_with_approvals(agent, run.run_id, DEMO_PRINCIPAL, yes=yes, out=out)
+            return run.run_id, await _said(agent, run.run_id)
+        await agent.cancel(
+            run.run_id, by=DEMO_PRINCIPAL, reason="cancelled when the demo restarted"
+        )
+        out.print(f"run {run.run_id} cancelled: what it waited for will never run.")
+    return None, 0
 
 
 async def run_demo(
     db: Path, *, yes: bool, out: Console, env: Mapping[str, str], model: str | None = None
 ) -> int:
-    """Play ``DEMO_CONVERSATION`` against the wallet agent; 0 when every turn completed."""
-    from ..cli import drive_with_approvals  # the terminal's approval flow lives in the CLI
-
+    """Play ``DEMO_CONVERSATION`` against the wallet agent; 0 when every turn completed. A demo
+    run left waiting (interrupted at a question) is offered first: continue it or cancel it."""
     chosen = choose_model(model, env, out)
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
@@ -140,24 +219,32 @@ async def run_demo(
         start = wallet.balances(DEMO_PRINCIPAL)
         out.print(
             Panel(
-                f"A paper wallet: real bookkeeping, simulated market. Model: {chosen.name}.\n"
+                "A paper wallet: real bookkeeping, simulated market. "
+                f"Model: {escape(chosen.name)}.\n"
                 f"Principal [bold]{DEMO_PRINCIPAL}[/], address {start.address}.",
                 title="[bold]fiduciary demo[/]",
                 expand=False,
             )
         )
         out.print(balances_table(start, title="Balances before"))
-        for message in DEMO_CONVERSATION:
-            out.print()
-            out.print(Panel(escape(message), title=f"[bold]{DEMO_PRINCIPAL}[/]", expand=False))
-            seen = await drive_with_approvals(
-                agent, message, DEMO_PRINCIPAL, yes=yes, out=out, run_id=run_id
-            )
-            run_id = seen[0].run_id
-            status = (await agent.get_run(run_id)).status
-            if status != "completed":
-                out.print(f"[red]the run is {status}; the demo stops here[/]")
-                break
+        try:
+            run_id, said = await _take_up(agent, await _waiting_demo_runs(agent), yes=yes, out=out)
+            if run_id is not None:
+                status = (await agent.get_run(run_id)).status
+            for message in DEMO_CONVERSATION[said:] if status == "completed" else ():
+                out.print()
+                out.print(Panel(escape(message), title=f"[bold]{DEMO_PRINCIPAL}[/]", expand=False))
+                seen = await drive_with_approvals(
+                    agent, message, DEMO_PRINCIPAL, yes=yes, out=out, run_id=run_id
+                )
+                run_id = seen[0].run_id
+                status = (await agent.get_run(run_id)).status
+                if status != "completed":
+                    break
+        except PromptInterruptedError as exc:
+            raise PromptInterruptedError(exc.run_id, db) from None
+        if status != "completed":
+            out.print(f"[red]the run is {status}; the demo stops here[/]")
         out.print()
         end = wallet.balances(DEMO_PRINCIPAL)
         out.print(balances_table(end, title="Balances after", before=start))
@@ -181,22 +268,9 @@ async def run_chat(
     model: str | None = None,
 ) -> int:
     """Talk to the wallet agent at the terminal until /quit or the end of input."""
-    from ..cli import drive_with_approvals
-
     chosen = choose_model(model, env, out)
     if chosen.name == "scripted":
-        chosen = load_model("scripted", scripted=demo_script(match=lambda _: True))
-        out.print(
-            Panel(
-                "Offline, only the scripted model is available: it plays the demo conversation "
-                "one step per message, whatever you type. Try, in order:\n"
-                + "\n".join(f"  {i}. {escape(m)}" for i, m in enumerate(DEMO_CONVERSATION, 1))
-                + "\nSet ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass --model, to talk to a "
-                "real model.",
-                title="[bold]fiduciary chat[/]",
-                expand=False,
-            )
-        )
+        out.print(Panel(escape(CAN_DO), title="[bold]fiduciary chat[/]", expand=False))
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
     wallet = PaperWallet(db)
@@ -206,8 +280,8 @@ async def run_chat(
         out.print(f"[dim]{escape(principal)} · model {escape(chosen.name)} · {_CHAT_HELP}[/]")
         while True:
             try:
-                text = out.input("[bold cyan]you ›[/] ").strip()
-            except EOFError:
+                text = ask(out, "[bold cyan]you ›[/] ").strip()
+            except (EOFError, KeyboardInterrupt):
                 out.print()
                 break
             if not text:
@@ -224,9 +298,12 @@ async def run_chat(
                 run_id = None
                 out.print("[dim]a new conversation[/]")
                 continue
-            seen = await drive_with_approvals(
-                agent, text, principal, yes=yes, out=out, run_id=run_id
-            )
+            try:
+                seen = await drive_with_approvals(
+                    agent, text, principal, yes=yes, out=out, run_id=run_id
+                )
+            except PromptInterruptedError as exc:
+                raise PromptInterruptedError(exc.run_id, db) from None
             run_id = seen[0].run_id
             status = (await agent.get_run(run_id)).status
             if status != "completed":
