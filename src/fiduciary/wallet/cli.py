@@ -19,9 +19,9 @@ ModelName = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="A model name: scripted, anthropic:MODEL, openai:MODEL. Default: FIDUCIARY_MODEL, "
-        "else a provider's when ANTHROPIC_API_KEY or OPENAI_API_KEY is set, else the scripted "
-        "model.",
+        help="A model name: scripted, anthropic:MODEL, openai:MODEL, gemini:MODEL. Default: "
+        "FIDUCIARY_MODEL, else a provider's when ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+        "GEMINI_API_KEY is set, else the scripted model.",
         show_default=False,
     ),
 ]

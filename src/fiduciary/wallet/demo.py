@@ -123,19 +123,27 @@ def default_model_name(env: Mapping[str, str]) -> str:
         return "anthropic:claude-sonnet-4-6"
     if env.get("OPENAI_API_KEY"):
         return "openai:gpt-5.1"
+    if env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY"):
+        return "gemini:gemini-2.5-flash"
     return "scripted"
 
 
 # the variable each provider reads its key from (OpenAI-compatible servers and the CLI agents
 # need none of fiduciary's)
-_KEYS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+_KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "openai": ("OPENAI_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
 
 
 def require_key(name: str, env: Mapping[str, str]) -> None:
     """Refuse, before anything starts, a provider model whose API key is not set."""
-    variable = _KEYS.get(name.strip().partition(":")[0])
-    if variable is not None and not env.get(variable):
-        raise ConfigurationError(f"the model {name!r} needs an API key: set {variable}")
+    variables = _KEYS.get(name.strip().partition(":")[0], ())
+    if variables and not any(env.get(v) for v in variables):
+        raise ConfigurationError(
+            f"the model {name!r} needs an API key: set {' or '.join(variables)}"
+        )
 
 
 def load_model(name: str, *, scripted: Script | None = None) -> Model:

@@ -203,7 +203,8 @@ CAN_DO = (
     "I am the offline scripted model, so I only understand a few plain requests: "
     '"What\'s my balance?", "What do savings pay?", "Put 20 USDC into savings", '
     '"Send 75 USDC to 0x…" (an address you give), "Swap 15 USDC for SUI with at most 1% '
-    'slippage". Set ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass --model, to talk to a real model.'
+    'slippage". Set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY, or pass --model, to '
+    "talk to a real model."
 )
 
 _NUMBER = r"(\d+(?:\.\d+)?)"

@@ -17,7 +17,14 @@ _ENTRY = (
     "from fiduciary.cli import main\n"
     "main()\n"
 )
-OFFLINE = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "FIDUCIARY_MODEL", "FIDUCIARY_DB")
+OFFLINE = (
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "FIDUCIARY_MODEL",
+    "FIDUCIARY_DB",
+)
 
 
 def environment(columns: int = 80, **extra: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(120)
 
 BOGUS = (
     "error: a model string is PROVIDER:MODEL (or 'scripted'); got 'bogus'. Providers: "
-    "anthropic, openai, openai-compatible, claude-cli, codex-cli, scripted\n"
+    "anthropic, openai, openai-compatible, gemini, claude-cli, codex-cli, scripted\n"
 )
 
 
@@ -30,7 +30,11 @@ def test_fiduciary_model_bogus_fails_like_model_bogus(tmp_path: Path, command: s
 
 @pytest.mark.parametrize(
     ("name", "variable"),
-    [("anthropic:claude-sonnet-4-6", "ANTHROPIC_API_KEY"), ("openai:gpt-5.1", "OPENAI_API_KEY")],
+    [
+        ("anthropic:claude-sonnet-4-6", "ANTHROPIC_API_KEY"),
+        ("openai:gpt-5.1", "OPENAI_API_KEY"),
+        ("gemini:gemini-2.5-flash", "GEMINI_API_KEY or GOOGLE_API_KEY"),
+    ],
 )
 def test_a_missing_key_is_reported_once_before_the_demo_starts(
     tmp_path: Path, name: str, variable: str

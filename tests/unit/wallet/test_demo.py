@@ -135,6 +135,7 @@ async def test_no_float_reaches_the_ledger_in_the_whole_demo(
 def test_model_names(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_model_name({}) == "scripted"
     assert default_model_name({"OPENAI_API_KEY": "k"}) == "openai:gpt-5.1"
+    assert default_model_name({"GOOGLE_API_KEY": "k"}) == "gemini:gemini-2.5-flash"
     assert default_model_name({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}).startswith(
         "anthropic:"
     )
