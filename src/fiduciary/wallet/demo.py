@@ -26,11 +26,11 @@ from typing import Any, cast
 from ..agent import Agent
 from ..clock import Clock
 from ..exceptions import ConfigurationError
+from ..gates import AuthorizationRequest, Authorize
 from ..guards import Guard, default_guards
 from ..models.base import Model
 from ..models.scripted import Call, Reply, Results, Script, ScriptedModel, ToolCalls
 from ..policy import Policy
-from ..registry import AuthorizationRequest, Authorize
 from ..stores.base import Store
 from .assets import get_asset
 from .capabilities import wallet_capabilities
