@@ -121,12 +121,16 @@ class ParsedCall:
     args: BaseModel | None = None
     error: str | None = None
     digest: str = ""
+    _json: dict[str, Any] | None = None
+    _shown: dict[str, Any] | None = None
 
     @property
     def args_json(self) -> dict[str, Any]:
-        if self.args is not None:
-            return self.args.model_dump(mode="json")
-        return self.raw or {}
+        """The validated arguments as JSON (the raw ones when they did not validate); made
+        once: the digest, the guards, the event, the approval and the audit row share it."""
+        if self._json is None:
+            self._json = self.args.model_dump(mode="json") if self.args is not None else None
+        return self._json if self._json is not None else (self.raw or {})
 
 
 @dataclass(slots=True)
@@ -300,6 +304,12 @@ class Gates:
         call.digest = args_digest(call.args_json)
         return call
 
+    def shown(self, call: ParsedCall) -> dict[str, Any]:
+        """The call's arguments as events and audit rows show them: redacted, once."""
+        if call._shown is None:
+            call._shown = self.redactor.redact(call.args_json)
+        return call._shown
+
     # --- the whole path ---------------------------------------------------------------------
     async def run(self, a: Attempt) -> Verdict:
         """Admit the call; then a write that is not automatic, or that its client executes,
@@ -394,7 +404,7 @@ class Gates:
         call, scope = a.call, a.scope
         gcall = GuardCall(
             capability=a.cap,
-            args=a.args.model_dump(mode="json"),
+            args=a.args.model_dump(mode="json"),  # its own copy: guards are host code
             args_digest=call.digest,
             tool_use_id=call.tool_use_id,
             run_id=scope.run_id,
@@ -439,7 +449,7 @@ class Gates:
             return False
         request = AuthorizationRequest(
             capability=cap,
-            args=a.args.model_dump(mode="json"),
+            args=a.args.model_dump(mode="json"),  # its own copy: the callback is host code
             principal=a.scope.principal,
             run_id=a.scope.run_id,
             tool_use_id=a.call.tool_use_id,
@@ -529,7 +539,7 @@ class Gates:
         cap, call, scope, redactor = a.cap, a.call, a.scope, self.redactor
         now = self.clock.now()
         tier: Literal["confirm", "explicit"] = "explicit" if a.tier == "explicit" else "confirm"
-        args = a.args.model_dump(mode="json")
+        args = call.args_json
         record = ApprovalRecord(
             approval_id=uuid4(),
             run_id=scope.run_id,
@@ -550,7 +560,7 @@ class Gates:
             approval_id=record.approval_id,
             tool_use_id=call.tool_use_id,
             name=cap.name,
-            input=redactor.redact(args),
+            input=self.shown(call),
             description=redactor.redact_text(cap.description_of(a.args, a.amount_usd)),
             amount_usd=a.amount_usd,
             tier=tier,
@@ -743,7 +753,6 @@ class Gates:
     ) -> AuditRecord:
         call, cap, scope = a.call, a.call.cap, a.scope
         assert cap is not None  # calls of unknown capabilities leave no audit row
-        data = call.args.model_dump(mode="json") if call.args is not None else (call.raw or {})
         return AuditRecord(
             run_id=scope.run_id,
             at=self.clock.now(),
@@ -754,7 +763,7 @@ class Gates:
             outcome=outcome,
             tier=tier,
             amount_usd=amount_usd,
-            input=self.redactor.redact(data),
+            input=self.shown(call),
             output=output if output is None else output[:4000],
             idempotency_key=key,
             duration_ms=None if started is None else (time.perf_counter() - started) * 1000,

@@ -24,7 +24,7 @@ def start(d: Drive, call: ParsedCall) -> None:
         ToolCallStartDraft(
             tool_use_id=call.tool_use_id,
             name=call.name,
-            input=d.rt.redactor.redact(call.args_json),
+            input=d.rt.gates.shown(call),
             args_digest=call.digest,
             kind=call.cap.kind.value if call.cap else None,
         )
