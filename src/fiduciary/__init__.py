@@ -43,11 +43,11 @@ from .exceptions import (
     RunError,
     StoreError,
 )
+from .gates import AuthorizationRequest
 from .guards import Guard, GuardCall, Verdict
 from .models.base import Model
 from .policy import Operation, Policy, Threshold
 from .redaction import Redactor
-from .registry import AuthorizationRequest
 from .stores.base import Store
 from .stores.memory import MemoryStore
 from .stores.sqlite import SQLiteStore

@@ -34,9 +34,9 @@ from .capabilities import (
 )
 from .clock import Clock
 from .exceptions import ApprovalError, CapabilityError
+from .gates import Attempt, CallScope, Gates
 from .policy import Policy
 from .redaction import Redactor
-from .registry import CallScope, Registry
 from .stores.base import ApprovalRecord, Store, existing_run
 
 __all__ = ["Deciding", "approve", "deny", "submit_result"]
@@ -49,7 +49,7 @@ class Deciding:
     """What a decision needs of its agent."""
 
     store: Store
-    registry: Registry
+    gates: Gates
     clock: Clock
     redactor: Redactor
     transcript: Callable[[], Transcript]  # a new, empty one (``Agent._transcript``)
@@ -66,7 +66,7 @@ async def approve(
 ) -> ApprovalRecord:
     """``Agent.approve``: approve a pending action (optionally editing its modifiable fields)."""
     record = await _open_approval(ctx, approval_id, by, args_digest, bind=True)
-    cap = ctx.registry.get(record.capability)
+    cap = ctx.gates.get(record.capability)
     if cap is None:
         raise ApprovalError("unknown", f"{record.capability} is no longer available")
     if cap.executor is Executor.CLIENT:
@@ -121,27 +121,24 @@ async def _recheck(
         transcript.apply(event)
     run = await existing_run(ctx.store, record.run_id)
 
-    async def quiet(*_: Any) -> None:
-        return None
-
-    registry = ctx.registry
+    gates = ctx.gates
     scope = CallScope(
         run_id=record.run_id,
         principal=Principal(run.principal, frozenset(run.scopes)),
-        allowed=frozenset(registry.names),
+        allowed=frozenset(gates.names),
         allowed_kinds=frozenset(Kind),
         history=transcript.history,
-        report_guard=quiet,
-        report_progress=quiet,
     )
-    call = registry.parse(record.tool_use_id, cap.name, model.model_dump(mode="json"))
-    outcome = await registry.run_guards(scope, call, model, "pre")
+    attempt = Attempt(
+        scope, gates.parse(record.tool_use_id, cap.name, model.model_dump(mode="json"))
+    )
+    outcome = await gates.run_guards(attempt, "pre")
     if outcome.block is not None:
         raise ApprovalError("invalid_edit", f"the edit is blocked: {outcome.block[2].message}")
-    if not await registry.authorized(scope, call, cap, model):
+    if not await gates.authorized(attempt):
         raise ApprovalError("invalid_edit", "the edited call is not authorized")
     try:
-        decision = await registry.decide(scope, cap, model, record.tool_use_id)
+        decision = await gates.decide(attempt)
     except CapabilityError as exc:  # an amount beyond any sane range
         raise ApprovalError("invalid_edit", f"the edit is refused: {exc.message}") from exc
     if decision.tier == "deny":
@@ -173,7 +170,7 @@ async def submit_result(
     record = await _open_approval(ctx, approval_id, by, None, bind=True)
     if record.executor != "client":
         raise ApprovalError("not_client_executed", "this action is executed by the server")
-    cap = ctx.registry.get(record.capability)
+    cap = ctx.gates.get(record.capability)
     if cap is None:
         raise ApprovalError("unknown", f"{record.capability} is no longer available")
     try:

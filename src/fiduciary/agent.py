@@ -19,29 +19,23 @@ from uuid import UUID, uuid4
 
 from . import _cancelling, _decisions
 from ._logs import REDACT_LOGS, logger
-from ._loop import DONE, Driver, Transcript
+from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._sweep import SWEEP_SECONDS, sweep_forever
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
-from .events import Event, RunStarted, UserMessage
+from .events import Event, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
+from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable
 from .models.tiers import Effort, Tier, plan_turn
 from .policy import Policy
 from .redaction import Redactor
-from .registry import (
-    DEFAULT_AUTHORIZE_TIMEOUT,
-    PLAN_FIRST_KINDS,
-    Authorize,
-    Registry,
-)
 from .stores.base import (
     IDLE,
     ApprovalRecord,
     ApprovalStatus,
-    HeldPrincipalLock,
     PrincipalLocking,
     RunRecord,
     RunStatus,
@@ -115,7 +109,7 @@ class Agent:
         self.max_tool_calls = max_tool_calls
         self.model_settings: dict[str, Any] = dict(model_settings or {})
         self.lease_seconds = lease_seconds
-        self.registry = Registry(
+        self.gates = Gates(
             capabilities,
             store=self.store,
             policy=self.policy,
@@ -154,15 +148,13 @@ class Agent:
             run, transcript, first = await self._create(
                 message, who, run_id, capabilities, plan_first
             )
-            driver = Driver(self, run, transcript, None)
+            driver = Driver(self._runtime(), run, transcript)
             for event in first:
                 yield event
         else:
             run, transcript = await self._continue(existing, who)
-            driver = Driver(self, run, transcript, None)
-            for event in await self._emit_first(
-                driver, UserMessage, {"text": self.redactor.redact_text(message)}
-            ):
+            driver = Driver(self._runtime(), run, transcript)
+            for event in await self._emit_first(driver, message):
                 yield event
         async for event in self._drive(driver):
             yield event
@@ -178,16 +170,16 @@ class Agent:
         leased: bool = True,
     ) -> tuple[RunRecord, Transcript, list[Event]]:
         """Record a new run (leased by this process unless ``leased`` is false)."""
-        names = self.registry.names
+        names = self.gates.names
         if capabilities is not None:
             wanted = list(dict.fromkeys(capabilities))
-            unknown = [n for n in wanted if self.registry.get(n) is None]
+            unknown = [n for n in wanted if self.gates.get(n) is None]
             if unknown:
                 raise RunError("invalid", f"unknown capabilities: {', '.join(unknown)}")
             names = wanted
         kinds = sorted(k.value for k in (PLAN_FIRST_KINDS if plan_first else frozenset(Kind)))
         plan = plan_turn(
-            [c for n in names if (c := self.registry.get(n)) is not None],
+            [c for n in names if (c := self.gates.get(n)) is not None],
             [UserTextMessage(message)],
             allowed_kinds=kinds,
             settings=self.model_settings,
@@ -242,11 +234,11 @@ class Agent:
             raise RunError("busy", "the run is still running")
         return run, transcript
 
-    async def _emit_first(
-        self, driver: Driver, cls: type[Any], fields: dict[str, Any]
-    ) -> list[Event]:
+    async def _emit_first(self, driver: Driver, message: str) -> list[Event]:
+        """The ``user_message`` that continues an idle run, committed."""
         try:
-            built = await driver.emit((cls, fields), status="running")
+            draft = UserMessageDraft(text=self.redactor.redact_text(message))
+            built = driver.emit(draft, status="running")
             await driver.barrier()
             return built
         except BaseException:
@@ -286,7 +278,7 @@ class Agent:
         if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
             return
-        driver = Driver(self, run, transcript, None)
+        driver = Driver(self._runtime(), run, transcript)
         async for event in self._drive(driver):
             yield event
 
@@ -317,10 +309,8 @@ class Agent:
             )
             return run
         run, transcript = await self._continue(existing, who)
-        driver = Driver(self, run, transcript, None)
-        first = await self._emit_first(
-            driver, UserMessage, {"text": self.redactor.redact_text(message)}
-        )
+        driver = Driver(self._runtime(), run, transcript)
+        first = await self._emit_first(driver, message)
         await self.store.release(run.run_id, epoch=run.epoch)
         return run.with_(
             status="running", last_seq=first[-1].seq, lease_owner=None, lease_until=None
@@ -388,7 +378,7 @@ class Agent:
             principal_lock=self.principal_lock,
             lease=self._lease,
             replay=self._replay,
-            driver=lambda run, transcript: Driver(self, run, transcript, None),
+            driver=lambda run, transcript: Driver(self._runtime(), run, transcript),
         )
 
     async def resume_all(self) -> list[UUID]:
@@ -434,7 +424,7 @@ class Agent:
         started = first[0] if first else None
         if not isinstance(started, RunStarted):
             return
-        missing = [n for n in started.capabilities if self.registry.get(n) is None]
+        missing = [n for n in started.capabilities if self.gates.get(n) is None]
         if missing:
             raise RunError(
                 "agent_mismatch",
@@ -520,9 +510,37 @@ class Agent:
     def _transcript(self) -> Transcript:
         return Transcript()
 
+    @property
+    def registry(self) -> Gates:
+        """The gates (this attribute's name before they were called so)."""
+        return self.gates
+
+    def _runtime(self) -> Runtime:
+        """What a drive of a run is given: built per drive, as the agent's attributes may be
+        replaced after construction."""
+        return Runtime(
+            model=self.model,
+            gates=self.gates,
+            store=self.store,
+            clock=self.clock,
+            redactor=self.redactor,
+            limits=Limits(
+                max_turns=self.max_turns,
+                max_tool_calls=self.max_tool_calls,
+                budget_usd=self.budget_usd,
+                lease_seconds=self.lease_seconds,
+            ),
+            system=self.system,
+            model_settings=self.model_settings,
+            model_tier=self.model_tier,
+            thinking_effort=self.thinking_effort,
+            prices=self.prices,
+            principal_lock=self.principal_lock,
+        )
+
     async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
         out: asyncio.Queue[Any] = asyncio.Queue()
-        driver.out = out
+        driver.writer.out = out
         task = asyncio.create_task(driver.drive())
         try:
             while True:
@@ -658,13 +676,13 @@ class Agent:
         # built per decision: the agent's attributes may be replaced after construction
         return _decisions.Deciding(
             store=self.store,
-            registry=self.registry,
+            gates=self.gates,
             clock=self.clock,
             redactor=self.redactor,
             transcript=self._transcript,
         )
 
-    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[_Held]:
+    def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Held]:
         """Writes of one principal run one at a time: in this process, and across processes
         when the store's locks span them (``PrincipalLocking``: PostgreSQL)."""
         lock = self._locks.get(actor_id)
@@ -676,7 +694,7 @@ class Agent:
             if isinstance(self.store, PrincipalLocking)
             else None
         )
-        return _Held(lock, shared)
+        return Held(lock, shared)
 
     async def list_runs(
         self,
@@ -696,42 +714,6 @@ class Agent:
     ) -> list[ApprovalRecord]:
         who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_approvals(principal=who, status=status)
-
-
-class _Held:
-    """The process's lock, then the store's (if any); keeps a strong reference to the process's
-    lock while it is held (the dict holds weak ones)."""
-
-    __slots__ = ("_guard", "_lock", "_shared")
-
-    def __init__(
-        self, lock: asyncio.Lock, shared: AbstractAsyncContextManager[HeldPrincipalLock] | None
-    ) -> None:
-        self._lock = lock
-        self._shared = shared
-        self._guard: HeldPrincipalLock | None = None
-
-    async def __aenter__(self) -> _Held:
-        await self._lock.acquire()
-        if self._shared is not None:
-            try:
-                self._guard = await self._shared.__aenter__()
-            except BaseException:
-                self._lock.release()
-                raise
-        return self
-
-    async def verify(self) -> None:
-        """Before an effect: raise ``StoreError`` if the store's lock was lost meanwhile."""
-        if self._guard is not None:
-            await self._guard.verify()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        try:
-            if self._shared is not None:
-                await self._shared.__aexit__(*exc)
-        finally:
-            self._lock.release()
 
 
 def _budget(value: Decimal | str | None) -> Decimal | None:

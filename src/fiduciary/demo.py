@@ -17,9 +17,9 @@ from .agent import Agent
 from .capabilities import CallContext, Capability, capability
 from .clock import Clock
 from .exceptions import CapabilityError
+from .gates import AuthorizationRequest
 from .models.scripted import Call, Reply, Results, Script, ScriptedModel, ToolCalls
 from .policy import Policy
-from .registry import AuthorizationRequest
 from .stores.base import Store
 
 __all__ = ["DEMO_MESSAGE", "DEMO_PRINCIPAL", "Billing", "build_demo_agent", "demo_script"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast, get_args
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -18,31 +18,51 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 __all__ = [
     "EVENT_ADAPTER",
     "ActionResolved",
+    "ActionResolvedDraft",
     "Compaction",
+    "CompactionDraft",
+    "Draft",
     "Event",
     "EventBase",
     "GuardFired",
+    "GuardFiredDraft",
     "GuardNote",
     "PendingAction",
+    "PendingActionDraft",
     "RunCompleted",
+    "RunCompletedDraft",
     "RunFailed",
+    "RunFailedDraft",
     "RunStarted",
+    "RunStartedDraft",
     "SSEMessage",
     "TextDelta",
+    "TextDeltaDraft",
     "ThinkingDelta",
+    "ThinkingDeltaDraft",
     "ThinkingDone",
+    "ThinkingDoneDraft",
     "ToolCallEnd",
+    "ToolCallEndDraft",
     "ToolCallRejected",
+    "ToolCallRejectedDraft",
     "ToolCallStart",
+    "ToolCallStartDraft",
     "ToolProgress",
+    "ToolProgressDraft",
     "TurnComplete",
+    "TurnCompleteDraft",
     "TurnRetracted",
+    "TurnRetractedDraft",
     "Usage",
+    "UsageDraft",
     "UserMessage",
+    "UserMessageDraft",
     "decode_event",
     "encode_event",
     "encode_sse",
     "parse_sse",
+    "stamp",
 ]
 
 RejectReason = Literal[
@@ -71,7 +91,17 @@ class EventBase(BaseModel):
     at: datetime
 
 
-class RunStarted(EventBase):
+class Draft(BaseModel):
+    """An event's own fields, checked as it is built, before the loop gives it its ``run_id``,
+    ``seq`` and ``at`` (``stamp``). ``XDraft`` is the draft of the event ``X``; the event class
+    derives from it, so the fields are declared once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str
+
+
+class RunStartedDraft(Draft):
     type: Literal["run_started"] = "run_started"
     principal: str
     capabilities: list[str]
@@ -81,31 +111,49 @@ class RunStarted(EventBase):
     effort: str | None = None  # low | medium | high, from the first message's complexity
 
 
-class UserMessage(EventBase):
+class RunStarted(RunStartedDraft, EventBase):
+    pass
+
+
+class UserMessageDraft(Draft):
     type: Literal["user_message"] = "user_message"
     text: str
 
 
-class TextDelta(EventBase):
+class UserMessage(UserMessageDraft, EventBase):
+    pass
+
+
+class TextDeltaDraft(Draft):
     type: Literal["text_delta"] = "text_delta"
     text: str
 
 
-class ThinkingDelta(EventBase):
+class TextDelta(TextDeltaDraft, EventBase):
+    pass
+
+
+class ThinkingDeltaDraft(Draft):
     type: Literal["thinking_delta"] = "thinking_delta"
     text: str
     block_index: int = 0
 
 
-class ThinkingDone(EventBase):
+class ThinkingDelta(ThinkingDeltaDraft, EventBase):
+    pass
+
+
+class ThinkingDoneDraft(Draft):
     type: Literal["thinking_done"] = "thinking_done"
     block_index: int = 0
     signature: str | None = None
 
 
-class ToolCallStart(EventBase):
-    """The model called a tool. Exactly one ``tool_call_end`` or ``tool_call_rejected`` follows."""
+class ThinkingDone(ThinkingDoneDraft, EventBase):
+    pass
 
+
+class ToolCallStartDraft(Draft):
     type: Literal["tool_call_start"] = "tool_call_start"
     tool_use_id: str
     name: str
@@ -114,7 +162,11 @@ class ToolCallStart(EventBase):
     kind: str | None = None
 
 
-class ToolCallEnd(EventBase):
+class ToolCallStart(ToolCallStartDraft, EventBase):
+    """The model called a tool. Exactly one ``tool_call_end`` or ``tool_call_rejected`` follows."""
+
+
+class ToolCallEndDraft(Draft):
     type: Literal["tool_call_end"] = "tool_call_end"
     tool_use_id: str
     name: str
@@ -126,7 +178,11 @@ class ToolCallEnd(EventBase):
     hints: list[str] = Field(default_factory=list)
 
 
-class ToolCallRejected(EventBase):
+class ToolCallEnd(ToolCallEndDraft, EventBase):
+    pass
+
+
+class ToolCallRejectedDraft(Draft):
     type: Literal["tool_call_rejected"] = "tool_call_rejected"
     tool_use_id: str
     name: str
@@ -134,7 +190,11 @@ class ToolCallRejected(EventBase):
     message: str
 
 
-class GuardFired(EventBase):
+class ToolCallRejected(ToolCallRejectedDraft, EventBase):
+    pass
+
+
+class GuardFiredDraft(Draft):
     type: Literal["guard_fired"] = "guard_fired"
     tool_use_id: str
     guard: str
@@ -142,6 +202,10 @@ class GuardFired(EventBase):
     phase: Literal["pre", "post"]
     verdict: Literal["hint", "warn", "block"]
     message: str
+
+
+class GuardFired(GuardFiredDraft, EventBase):
+    pass
 
 
 class GuardNote(BaseModel):
@@ -152,9 +216,7 @@ class GuardNote(BaseModel):
     message: str
 
 
-class PendingAction(EventBase):
-    """A write waits for a person. The approval binds to ``args_digest``."""
-
+class PendingActionDraft(Draft):
     type: Literal["pending_action"] = "pending_action"
     approval_id: UUID
     tool_use_id: str
@@ -171,7 +233,11 @@ class PendingAction(EventBase):
     executor: Literal["server", "client"] = "server"
 
 
-class ActionResolved(EventBase):
+class PendingAction(PendingActionDraft, EventBase):
+    """A write waits for a person. The approval binds to ``args_digest``."""
+
+
+class ActionResolvedDraft(Draft):
     type: Literal["action_resolved"] = "action_resolved"
     approval_id: UUID
     tool_use_id: str
@@ -182,7 +248,11 @@ class ActionResolved(EventBase):
     args_digest: str | None = None
 
 
-class ToolProgress(EventBase):
+class ActionResolved(ActionResolvedDraft, EventBase):
+    pass
+
+
+class ToolProgressDraft(Draft):
     type: Literal["tool_progress"] = "tool_progress"
     tool_use_id: str
     name: str
@@ -190,7 +260,11 @@ class ToolProgress(EventBase):
     pct: float | None = None
 
 
-class Compaction(EventBase):
+class ToolProgress(ToolProgressDraft, EventBase):
+    pass
+
+
+class CompactionDraft(Draft):
     type: Literal["compaction"] = "compaction"
     phase: Literal["start", "end"]
     summary: str | None = None
@@ -198,10 +272,11 @@ class Compaction(EventBase):
     tokens_after: int | None = None
 
 
-class Usage(EventBase):
-    """One model call: ``model`` answered it (a tiered model's choice), at ``cost_usd`` (None
-    when the model has no known price); ``total_cost_usd`` is the run's spend so far."""
+class Compaction(CompactionDraft, EventBase):
+    pass
 
+
+class UsageDraft(Draft):
     type: Literal["usage"] = "usage"
     model: str
     input_tokens: int = 0
@@ -216,19 +291,30 @@ class Usage(EventBase):
     total_cost_usd: Decimal | None = None
 
 
-class TurnComplete(EventBase):
+class Usage(UsageDraft, EventBase):
+    """One model call: ``model`` answered it (a tiered model's choice), at ``cost_usd`` (None
+    when the model has no known price); ``total_cost_usd`` is the run's spend so far."""
+
+
+class TurnCompleteDraft(Draft):
     type: Literal["turn_complete"] = "turn_complete"
     stop_reason: str
 
 
-class TurnRetracted(EventBase):
-    """A partial model turn lost in a crash: clients drop its text; the model is asked again."""
+class TurnComplete(TurnCompleteDraft, EventBase):
+    pass
 
+
+class TurnRetractedDraft(Draft):
     type: Literal["turn_retracted"] = "turn_retracted"
     from_seq: int
 
 
-class RunCompleted(EventBase):
+class TurnRetracted(TurnRetractedDraft, EventBase):
+    """A partial model turn lost in a crash: clients drop its text; the model is asked again."""
+
+
+class RunCompletedDraft(Draft):
     type: Literal["run_completed"] = "run_completed"
     text: str
     input_tokens: int = 0
@@ -237,10 +323,18 @@ class RunCompleted(EventBase):
     cost_usd: Decimal | None = None
 
 
-class RunFailed(EventBase):
+class RunCompleted(RunCompletedDraft, EventBase):
+    pass
+
+
+class RunFailedDraft(Draft):
     type: Literal["run_failed"] = "run_failed"
     reason: Literal["budget", "max_turns", "aborted", "error"]
     message: str
+
+
+class RunFailed(RunFailedDraft, EventBase):
+    pass
 
 
 Event = Annotated[
@@ -266,6 +360,30 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+_EVENT_OF: dict[str, type[EventBase]] = {
+    cls.model_fields["type"].default: cls for cls in get_args(get_args(Event)[0])
+}
+
+
+def stamp(draft: Draft, run_id: UUID, seq: int, at: datetime) -> Event:
+    """The event of ``draft`` as the ``seq``-th of run ``run_id``, recorded ``at``.
+
+    The draft's fields were validated when it was built and the envelope comes from the loop,
+    so the event is assembled as ``model_construct`` would, without its per-field work."""
+    event = _new(_EVENT_OF[draft.type])
+    fields = {"run_id": run_id, "seq": seq, "at": at}
+    fields.update(draft.__dict__)
+    _set(event, "__dict__", fields)
+    _set(event, "__pydantic_fields_set__", draft.__pydantic_fields_set__ | _ENVELOPE)
+    _set(event, "__pydantic_extra__", None)
+    _set(event, "__pydantic_private__", None)
+    return cast(Event, event)
+
+
+_new = object.__new__
+_set = object.__setattr__
+_ENVELOPE = frozenset({"run_id", "seq", "at"})
 
 
 def encode_event(event: Event) -> str:

@@ -15,8 +15,8 @@ from .agent import Agent
 from .capabilities import Principal
 from .clock import ManualClock
 from .events import Event, PendingAction
+from .gates import AuthorizationRequest
 from .models.scripted import Call, Reply, Results, Script, ScriptedModel, ToolCalls
-from .registry import AuthorizationRequest
 from .stores.memory import MemoryStore
 
 __all__ = [

@@ -17,6 +17,7 @@ from fiduciary.events import (
     EVENT_ADAPTER,
     ActionResolved,
     Compaction,
+    Draft,
     Event,
     GuardFired,
     GuardNote,
@@ -26,6 +27,7 @@ from fiduciary.events import (
     RunStarted,
     SSEMessage,
     TextDelta,
+    TextDeltaDraft,
     ThinkingDelta,
     ThinkingDone,
     ToolCallEnd,
@@ -34,12 +36,14 @@ from fiduciary.events import (
     ToolProgress,
     TurnComplete,
     TurnRetracted,
+    TurnRetractedDraft,
     Usage,
     UserMessage,
     decode_event,
     encode_event,
     encode_sse,
     parse_sse,
+    stamp,
 )
 
 RUN = UUID("6f1c2a4e-3b5d-4e8f-9a0b-1c2d3e4f5a6b")
@@ -369,3 +373,26 @@ def test_any_text_delta_round_trips_through_sse(text: str) -> None:
     event = TextDelta(run_id=RUN, seq=3, at=AT, text=text)
     (message,) = parse_sse(encode_sse(event))
     assert decode_event(message.data) == event
+
+
+# --- drafts: what the loop builds, stamped with run_id, seq and at ---------------------------
+
+
+@pytest.mark.parametrize("event", ALL_EVENTS, ids=lambda e: str(e.type))
+def test_a_stamped_draft_is_the_event_validated_in_full(event: Event) -> None:
+    draft_cls = type(event).__mro__[1]
+    assert issubclass(draft_cls, Draft)
+    assert draft_cls.__name__ == f"{type(event).__name__}Draft"
+    own = event.model_dump(exclude={"run_id", "seq", "at"})
+    stamped = stamp(draft_cls.model_validate(own), event.run_id, event.seq, event.at)
+    assert type(stamped) is type(event)
+    assert stamped == event
+    assert encode_event(stamped) == encode_event(event)  # same bytes, same field order
+    assert decode_event(encode_event(stamped)) == event
+
+
+def test_a_draft_checks_its_fields_as_it_is_built() -> None:
+    with pytest.raises(ValidationError):
+        TurnRetractedDraft.model_validate({"from_seq": "not a number"})
+    with pytest.raises(ValidationError):  # the envelope is the loop's, never the draft's
+        TextDeltaDraft.model_validate({"text": "x", "seq": 3})

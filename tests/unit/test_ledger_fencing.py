@@ -16,7 +16,7 @@ import pytest
 
 from fiduciary import Agent, CallContext, ToolCallEnd, capability
 from fiduciary.events import TurnComplete
-from fiduciary.registry import AuthorizationRequest
+from fiduciary.gates import AuthorizationRequest
 from fiduciary.stores.base import Store
 from fiduciary.testing import Call, ManualClock, Reply, Script, ScriptedModel, ToolCalls, collect
 

@@ -26,11 +26,11 @@ from typing import cast
 from ..agent import Agent
 from ..clock import Clock
 from ..exceptions import ConfigurationError
+from ..gates import AuthorizationRequest, Authorize
 from ..guards import Guard, default_guards
 from ..models.base import Model
 from ..models.scripted import Script, ScriptedModel
 from ..policy import Policy
-from ..registry import AuthorizationRequest, Authorize
 from ..stores.base import Store
 from .capabilities import wallet_capabilities
 from .guards import FinanceGuardConfig, finance_guards

@@ -1,10 +1,12 @@
 """The gate pipeline of one tool call.
 
-``Registry.admit`` runs steps 1-6 (whitelist, kind ceiling, input validation, pre-guards,
-server-side authorization, policy) and says whether the call may run, must wait for a person, or
-is refused. ``Registry.execute`` runs steps 7-11 (ledger, execution with timeout, output
-validation, post-guards, redaction + result budget + audit). The loop emits the events; this
-module decides.
+A call goes through the gates as one ``Attempt``: the run's ``CallScope``, the parsed call,
+and what the gates find on the way (its tier, its amount, the guards' notes). ``Gates.run``
+takes it through steps 1-6 (``admit``: whitelist, kind ceiling, input validation, pre-guards,
+server-side authorization, policy) and then either parks it for a person (``Pending``), or runs
+steps 7-11 (``execute``: ledger, execution with timeout, output validation, post-guards,
+redaction + result budget). Every verdict — ``Refused``, ``Pending``, ``Outcome`` — carries the
+event that records it and its audit row: the loop only emits them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,26 +37,36 @@ from .capabilities import (
     out_of_range,
 )
 from .clock import Clock
-from .events import GuardNote, RejectReason
+from .events import (
+    GuardFiredDraft,
+    GuardNote,
+    PendingActionDraft,
+    RejectReason,
+    ToolCallEndDraft,
+    ToolCallRejectedDraft,
+    ToolProgressDraft,
+)
 from .exceptions import CapabilityError, ConfigurationError
 from .guards import Guard, GuardCall, GuardOutcome, RunHistory, order_guards, run_guards
 from .models.base import ToolSpec
 from .policy import Policy, PolicyDecision
 from .redaction import Redactor
-from .stores.base import AuditRecord, LedgerEntry, Store
+from .stores.base import ApprovalRecord, AuditRecord, LedgerEntry, Store
 
 __all__ = [
-    "Admitted",
+    "Attempt",
     "AuthorizationRequest",
     "Authorize",
     "CallScope",
+    "Gates",
     "Outcome",
     "ParsedCall",
+    "Pending",
     "Refused",
-    "Registry",
+    "Verdict",
 ]
 
-log = logger("fiduciary.registry")
+log = logger("fiduciary.gates")
 
 DEFAULT_RESULT_CHARS = 16_000
 DEFAULT_AUTHORIZE_TIMEOUT = 10.0  # seconds; an authorizer that has not answered by then denies
@@ -75,17 +88,26 @@ class AuthorizationRequest:
 Authorize: TypeAlias = Callable[[AuthorizationRequest], "bool | Awaitable[bool]"]
 
 
-@dataclass(slots=True)
+async def _nothing(*_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class CallScope:
-    """What one run gives the pipeline: who, which capabilities, what happened so far."""
+    """What one run gives the pipeline: who, which capabilities, what happened so far, the
+    lease epoch its ledger rows are fenced by, and where the guards' and handlers' reports
+    (``guard_fired``, ``tool_progress``, redacted already) go.
+    ``before_effect`` is awaited before a call that is not ``concurrent`` starts its effect
+    (the loop makes its log durable and checks the principal's lock there)."""
 
     run_id: UUID
     principal: Principal
     allowed: frozenset[str]
     allowed_kinds: frozenset[Kind]
     history: RunHistory
-    report_guard: Callable[[str, str, str, str, str, str], Awaitable[None]]
-    report_progress: Callable[[str, str, str, float | None], Awaitable[None]]
+    epoch: int = 0
+    report: Callable[[GuardFiredDraft | ToolProgressDraft], Awaitable[None]] = _nothing
+    before_effect: Callable[[], Awaitable[None]] = _nothing
 
 
 @dataclass(slots=True)
@@ -99,33 +121,81 @@ class ParsedCall:
     args: BaseModel | None = None
     error: str | None = None
     digest: str = ""
+    _json: dict[str, Any] | None = None
+    _shown: dict[str, Any] | None = None
 
     @property
     def args_json(self) -> dict[str, Any]:
-        if self.args is not None:
-            return self.args.model_dump(mode="json")
-        return self.raw or {}
+        """The validated arguments as JSON (the raw ones when they did not validate); made
+        once: the digest, the guards, the event, the approval and the audit row share it."""
+        if self._json is None:
+            self._json = self.args.model_dump(mode="json") if self.args is not None else None
+        return self._json if self._json is not None else (self.raw or {})
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One call on its way through the gates, admit → execute.
+
+    ``tier``, ``amount_usd`` and ``notes`` are what admission found (or, for an approved call,
+    what the approval recorded); ``recovery`` marks a call re-run after a crash;
+    ``concurrent``: a read running beside the others of its turn — it never waits for a
+    person, and starts without ``before_effect``."""
+
+    scope: CallScope
+    call: ParsedCall
+    tier: str | None = None
+    amount_usd: Decimal | None = None
+    notes: tuple[GuardNote, ...] = ()
+    recovery: Literal["replayed"] | None = None
+    concurrent: bool = False
+    _ctx: CallContext | None = None
+
+    @property
+    def cap(self) -> Capability:
+        assert self.call.cap is not None  # admitted calls only
+        return self.call.cap
+
+    @property
+    def args(self) -> BaseModel:
+        assert self.call.args is not None  # admitted calls only
+        return self.call.args
 
 
 @dataclass(frozen=True, slots=True)
 class Refused:
+    """The call does not run: its ``tool_call_rejected`` and (a known capability's) audit row."""
+
+    call: ParsedCall
     reason: RejectReason
     message: str
+    audit: AuditRecord | None = None
+
+    @property
+    def draft(self) -> ToolCallRejectedDraft:
+        return ToolCallRejectedDraft(
+            tool_use_id=self.call.tool_use_id,
+            name=self.call.name,
+            reason=self.reason,
+            message=self.message,
+        )
 
 
 @dataclass(frozen=True, slots=True)
-class Admitted:
-    call: ParsedCall
-    cap: Capability
-    args: BaseModel
-    decision: PolicyDecision
-    notes: tuple[GuardNote, ...]
+class Pending:
+    """The call waits for a person (or for the client that executes it): the approval row, the
+    ``pending_action`` the person is shown, and the audit row."""
+
+    record: ApprovalRecord
+    draft: PendingActionDraft
+    audit: AuditRecord
 
 
 @dataclass(slots=True)
 class Outcome:
-    """The result of one executed call, ready for the model, the event and the audit row."""
+    """The result of one executed call: its ``tool_call_end`` and its audit row."""
 
+    call: ParsedCall
     content: str
     is_error: bool = False
     error_code: str | None = None
@@ -133,14 +203,29 @@ class Outcome:
     truncated: bool = False
     hints: list[str] = field(default_factory=list)
     audit: AuditRecord | None = None
-    ok_output: Any = None
+
+    @property
+    def draft(self) -> ToolCallEndDraft:
+        return ToolCallEndDraft(
+            tool_use_id=self.call.tool_use_id,
+            name=self.call.name,
+            output=self.content,
+            is_error=self.is_error,
+            error_code=self.error_code,
+            recovery=self.recovery,
+            truncated=self.truncated,
+            hints=self.hints,
+        )
+
+
+Verdict: TypeAlias = Refused | Pending | Outcome
 
 
 def error_content(code: str, message: str) -> str:
     return json.dumps({"error": code, "message": message}, ensure_ascii=False)
 
 
-class Registry:
+class Gates:
     """The capabilities of an agent and the gates every call goes through."""
 
     def __init__(
@@ -219,19 +304,40 @@ class Registry:
         call.digest = args_digest(call.args_json)
         return call
 
+    def shown(self, call: ParsedCall) -> dict[str, Any]:
+        """The call's arguments as events and audit rows show them: redacted, once."""
+        if call._shown is None:
+            call._shown = self.redactor.redact(call.args_json)
+        return call._shown
+
+    # --- the whole path ---------------------------------------------------------------------
+    async def run(self, a: Attempt) -> Verdict:
+        """Admit the call; then a write that is not automatic, or that its client executes,
+        waits for a person (``Pending``); anything else runs (``Outcome``)."""
+        refused = await self.admit(a)
+        if refused is not None:
+            return refused
+        if not a.concurrent and (a.tier != "auto" or a.cap.executor is not Executor.SERVER):
+            return self.pend(a)
+        return await self.execute(a)
+
     # --- steps 1-6 --------------------------------------------------------------------------
-    async def admit(self, scope: CallScope, call: ParsedCall) -> Admitted | Refused:
+    async def admit(self, a: Attempt) -> Refused | None:
+        """Steps 1-6; on success the attempt carries its tier, amount and notes."""
+        call, scope = a.call, a.scope
         cap = call.cap
         # 1 whitelist
         if cap is None or call.name not in scope.allowed:
             available = ", ".join(sorted(scope.allowed)) or "none"
-            return Refused(
+            return self.refuse(
+                a,
                 "not_allowed",
                 f"There is no capability named {call.name!r} in this run. Available: {available}.",
             )
         # 2 kind ceiling
         if cap.kind not in scope.allowed_kinds:
-            return Refused(
+            return self.refuse(
+                a,
                 "kind_not_allowed",
                 f"{cap.name} is a {cap.kind.value} capability and this run may only use "
                 f"{', '.join(sorted(k.value for k in scope.allowed_kinds))}: "
@@ -239,15 +345,18 @@ class Registry:
             )
         # 3 validate
         if call.raw is None:
-            return Refused("malformed_call", f"Arguments for {cap.name} must be a JSON object.")
+            return self.refuse(
+                a, "malformed_call", f"Arguments for {cap.name} must be a JSON object."
+            )
         if call.args is None:
-            return Refused("invalid_input", f"Invalid arguments for {cap.name}: {call.error}")
-        args = call.args
+            return self.refuse(
+                a, "invalid_input", f"Invalid arguments for {cap.name}: {call.error}"
+            )
         # 4 guards (pre)
-        outcome = await self.run_guards(scope, call, args, "pre")
+        outcome = await self.run_guards(a, "pre")
         if outcome.block is not None:
             name, _, verdict = outcome.block
-            return Refused("guard_blocked", f"Blocked by {name}: {verdict.message}")
+            return self.refuse(a, "guard_blocked", f"Blocked by {name}: {verdict.message}")
         notes = tuple(
             GuardNote(
                 guard=g.name, verdict="warn" if v.kind == "warn" else "hint", message=v.message
@@ -255,39 +364,47 @@ class Registry:
             for g, v in outcome.notes
         )
         # 5 authorize (server side; fail closed)
-        if not await self.authorized(scope, call, cap, args):
-            return Refused(
+        if not await self.authorized(a):
+            return self.refuse(
+                a,
                 "unauthorized",
                 f"{scope.principal.actor_id} is not authorized to use {cap.name}. "
                 "Do not retry; tell the person it is not permitted.",
             )
         # 6 policy (an auto write's spend is reserved here, in the store)
         try:
-            decision = await self.decide(
-                scope, cap, args, call.tool_use_id, held_by=outcome.needs_person, reserve=True
-            )
+            decision = await self.decide(a, held_by=outcome.needs_person, reserve=True)
         except CapabilityError as exc:  # an amount beyond any sane range
-            return Refused("invalid_input", f"Invalid arguments for {cap.name}: {exc.message}.")
+            return self.refuse(
+                a, "invalid_input", f"Invalid arguments for {cap.name}: {exc.message}."
+            )
         if decision.tier == "deny":
-            return Refused("policy_denied", f"{cap.name} is not permitted: {decision.reason}.")
+            return self.refuse(
+                a, "policy_denied", f"{cap.name} is not permitted: {decision.reason}."
+            )
         if decision.limited:  # the card says why this call waits for a person
             notes += (GuardNote(guard="daily_limit", verdict="warn", message=decision.reason),)
-        return Admitted(call=call, cap=cap, args=args, decision=decision, notes=notes)
+        a.tier, a.amount_usd, a.notes = decision.tier, decision.amount_usd, notes
+        return None
+
+    def refuse(self, a: Attempt, reason: RejectReason, message: str) -> Refused:
+        """The call does not run, for ``reason``: the model is told ``message`` (redacted)."""
+        message = self.redactor.redact_text(message)
+        call = a.call
+        audit = None
+        if call.cap is not None:
+            audit = self._audit(a, f"rejected:{reason}", None, None, output=message, key=None)
+        return Refused(call, reason, message, audit)
 
     async def run_guards(
-        self,
-        scope: CallScope,
-        call: ParsedCall,
-        args: BaseModel,
-        phase: Literal["pre", "post"],
-        output: Any = None,
+        self, a: Attempt, phase: Literal["pre", "post"], output: Any = None
     ) -> GuardOutcome:
         if not self.guards:
             return GuardOutcome()
-        assert call.cap is not None
+        call, scope = a.call, a.scope
         gcall = GuardCall(
-            capability=call.cap,
-            args=args.model_dump(mode="json"),
+            capability=a.cap,
+            args=a.args.model_dump(mode="json"),  # its own copy: guards are host code
             args_digest=call.digest,
             tool_use_id=call.tool_use_id,
             run_id=scope.run_id,
@@ -297,35 +414,52 @@ class Registry:
             output=output,
         )
         outcome = await run_guards(self.guards, gcall, phase)
+        redact = self.redactor.redact_text
         for guard, verdict in outcome.notes:
-            await scope.report_guard(
-                call.tool_use_id, guard.name, guard.tier, phase, verdict.kind, verdict.message
+            await scope.report(
+                GuardFiredDraft(
+                    tool_use_id=call.tool_use_id,
+                    guard=guard.name,
+                    tier=guard.tier,
+                    phase=phase,
+                    verdict="warn" if verdict.kind == "warn" else "hint",
+                    message=redact(verdict.message),
+                )
             )
         if outcome.block is not None:
             name, tier, verdict = outcome.block
-            await scope.report_guard(call.tool_use_id, name, tier, phase, "block", verdict.message)
+            await scope.report(
+                GuardFiredDraft(
+                    tool_use_id=call.tool_use_id,
+                    guard=name,
+                    tier=tier,
+                    phase=phase,
+                    verdict="block",
+                    message=redact(verdict.message),
+                )
+            )
         return outcome
 
-    async def authorized(
-        self, scope: CallScope, call: ParsedCall, cap: Capability, args: BaseModel
-    ) -> bool:
+    async def authorized(self, a: Attempt) -> bool:
         """Step 5: the host's verdict on the server; reads need none; no callback → denied."""
+        cap = a.cap
         if cap.kind not in (Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE):
             return True
         if self.authorize is None:
             return False
         request = AuthorizationRequest(
             capability=cap,
-            args=args.model_dump(mode="json"),
-            principal=scope.principal,
-            run_id=scope.run_id,
-            tool_use_id=call.tool_use_id,
+            args=a.args.model_dump(mode="json"),  # its own copy: the callback is host code
+            principal=a.scope.principal,
+            run_id=a.scope.run_id,
+            tool_use_id=a.call.tool_use_id,
         )
         try:
             verdict = self.authorize(request)
             if inspect.isawaitable(verdict):
                 # a hung authorizer would hold the principal's lock, and every write behind it
-                verdict = await asyncio.wait_for(verdict, timeout=self.authorize_timeout)
+                async with asyncio.timeout(self.authorize_timeout):
+                    verdict = await verdict
         except TimeoutError:  # no answer is a refusal
             log.warning(
                 "authorize did not answer within %gs; denying %s", self.authorize_timeout, cap.name
@@ -337,28 +471,22 @@ class Registry:
         return verdict is True
 
     async def decide(
-        self,
-        scope: CallScope,
-        cap: Capability,
-        args: BaseModel,
-        tool_use_id: str,
-        *,
-        held_by: Sequence[str] = (),
-        reserve: bool = False,
+        self, a: Attempt, *, held_by: Sequence[str] = (), reserve: bool = False
     ) -> PolicyDecision:
         """Step 6. ``held_by``: the guards that hold the call for a person (``Verdict.confirm``).
         ``reserve``: the call runs now if it is auto, so an auto write that counts toward the
         daily limit reserves its amount in the store (checked and reserved in one transaction:
         the limit holds for every agent and process sharing the store); refused, it goes to a
         person like any call over the limit."""
+        cap, args = a.cap, a.args
         if not cap.is_write:
             return PolicyDecision("auto", "reads and previews run on their own", None)
-        ctx = self.context(scope, cap, args, tool_use_id)
+        ctx = self.context(a)
         amount = await cap.amount(args, ctx)
         limit = self.policy.daily_autonomous_limit_usd
         if limit is None or amount is None:
             return self.policy.decide(cap, amount, held_by=held_by)
-        principal = scope.principal.actor_id
+        principal = a.scope.principal.actor_id
         since = self.policy.day_start(self.clock.now())
         if not (reserve and cap.executor is Executor.SERVER):
             spent = await self.store.autonomous_spend(principal, since=since)
@@ -376,9 +504,11 @@ class Registry:
         spent = await self.store.autonomous_spend(principal, since=since)  # for the reason
         return self.policy.over_limit(amount, spent)
 
-    def context(
-        self, scope: CallScope, cap: Capability, args: BaseModel, tool_use_id: str
-    ) -> CallContext:
+    def context(self, a: Attempt) -> CallContext:
+        """The handler's context of the call, made once per attempt (its idempotency key)."""
+        if a._ctx is not None:
+            return a._ctx
+        cap, scope, tool_use_id = a.cap, a.scope, a.call.tool_use_id
         ctx = CallContext(
             run_id=scope.run_id,
             principal=scope.principal,
@@ -387,53 +517,98 @@ class Registry:
             idempotency_key="",
             clock=self.clock,
         )
-        ctx.idempotency_key = cap.make_key(args, ctx)
+        ctx.idempotency_key = cap.make_key(a.args, ctx)
 
         async def progress(message: str, pct: float | None) -> None:
-            await scope.report_progress(tool_use_id, cap.name, message, pct)
+            await scope.report(
+                ToolProgressDraft(
+                    tool_use_id=tool_use_id,
+                    name=cap.name,
+                    message=self.redactor.redact_text(message),
+                    pct=pct,
+                )
+            )
 
         ctx._progress = progress
+        a._ctx = ctx
         return ctx
 
+    # --- waiting for a person ---------------------------------------------------------------
+    def pend(self, a: Attempt) -> Pending:
+        """The approval an admitted call waits for, and the card the person is shown."""
+        cap, call, scope, redactor = a.cap, a.call, a.scope, self.redactor
+        now = self.clock.now()
+        tier: Literal["confirm", "explicit"] = "explicit" if a.tier == "explicit" else "confirm"
+        args = call.args_json
+        record = ApprovalRecord(
+            approval_id=uuid4(),
+            run_id=scope.run_id,
+            tool_use_id=call.tool_use_id,
+            principal=scope.principal.actor_id,
+            capability=cap.name,
+            args=args,
+            args_digest=args_digest(args),
+            tier=tier,
+            amount_usd=a.amount_usd,
+            modifiable_fields=cap.modifiable_fields,
+            executor=cap.executor.value,
+            status="pending",
+            created_at=now,
+            expires_at=now + timedelta(seconds=self.policy.approval_ttl_seconds),
+        )
+        draft = PendingActionDraft(
+            approval_id=record.approval_id,
+            tool_use_id=call.tool_use_id,
+            name=cap.name,
+            input=self.shown(call),
+            description=redactor.redact_text(cap.description_of(a.args, a.amount_usd)),
+            amount_usd=a.amount_usd,
+            tier=tier,
+            acknowledge="amount" if tier == "explicit" else None,
+            modifiable_fields=list(cap.modifiable_fields),
+            guard_notes=[
+                GuardNote(guard=n.guard, verdict=n.verdict, message=redactor.redact_text(n.message))
+                for n in a.notes
+            ],
+            expires_at=record.expires_at,
+            args_digest=record.args_digest,
+            executor=cap.executor.value,
+        )
+        audit = self._audit(a, "pending", tier, a.amount_usd, output=None, key=None)
+        return Pending(record, draft, audit)
+
     # --- steps 7-11 -------------------------------------------------------------------------
-    async def execute(
-        self,
-        scope: CallScope,
-        cap: Capability,
-        call: ParsedCall,
-        args: BaseModel,
-        *,
-        epoch: int,
-        tier: str | None,
-        amount_usd: Decimal | None,
-        recovery: Literal["replayed"] | None = None,
-        notes: Sequence[GuardNote] = (),
-    ) -> Outcome:
-        """Run an admitted call. ``epoch`` is the caller's lease epoch of the run: the ledger
-        row is refused with ``StaleEpochError`` (and the handler not entered) if the run was
-        taken over since."""
-        ctx = self.context(scope, cap, args, call.tool_use_id)
+    async def execute(self, a: Attempt) -> Outcome:
+        """Run an admitted (or approved) call. The ledger row is fenced by the scope's lease
+        epoch: refused with ``StaleEpochError`` (the handler not entered) if the run was taken
+        over since. A call that is not ``concurrent`` awaits the scope's ``before_effect``
+        first."""
+        cap, call, args = a.cap, a.call, a.args
+        if not a.concurrent:
+            await a.scope.before_effect()
+        ctx = self.context(a)
         started = time.perf_counter()
         # 7 ledger: a non-replayable call runs at most once per key, and only by the lease holder
         if cap.replay is Replay.NEVER:
             entry = LedgerEntry(
                 key=ctx.idempotency_key,
-                run_id=scope.run_id,
+                run_id=a.scope.run_id,
                 tool_use_id=call.tool_use_id,
                 capability=cap.name,
                 status="started",
                 started_at=self.clock.now(),
             )
-            existing = await self.store.ledger_begin(entry, epoch=epoch)
+            existing = await self.store.ledger_begin(entry, epoch=a.scope.epoch)
             if existing is not None and not (
                 _retryable(existing)
                 and await self.store.ledger_retry(existing.key, at=entry.started_at)
             ):
-                return self._from_ledger(scope, cap, call, args, existing, tier, amount_usd)
+                return self._from_ledger(a, existing)
         # 8 execute with timeout
         try:
             try:
-                raw = await asyncio.wait_for(cap.invoke(args, ctx), timeout=cap.timeout)
+                async with asyncio.timeout(cap.timeout):
+                    raw = await cap.invoke(args, ctx)
             except BaseException:
                 # tell a handler still running in a thread (sync handlers cannot be cancelled)
                 ctx.cancelled.set()
@@ -441,70 +616,26 @@ class Registry:
             # 9 validate output (extra fields dropped)
             output = cap.dump_output(raw)
         except CapabilityError as exc:
-            if tier == "auto" and cap.is_write and recovery is None:
+            if a.tier == "auto" and cap.is_write and a.recovery is None:
                 # refused before any effect: its reservation no longer counts (a replayed call
                 # keeps it: the attempt before the crash may have acted)
                 await self.store.release_autonomous(ctx.idempotency_key)
-            return await self._failed(
-                scope,
-                cap,
-                call,
-                args,
-                ctx,
-                exc.code,
-                self.redactor.redact_text(exc.message),
-                tier,
-                amount_usd,
-                started,
-                effect_possible=False,
-            )
+            message = self.redactor.redact_text(exc.message)
+            return await self._failed(a, started, exc.code, message, effect_possible=False)
         except TimeoutError:
-            return await self._failed(
-                scope,
-                cap,
-                call,
-                args,
-                ctx,
-                "timeout",
-                f"{cap.name} did not finish within {cap.timeout:g}s.",
-                tier,
-                amount_usd,
-                started,
-                effect_possible=True,
-            )
+            message = f"{cap.name} did not finish within {cap.timeout:g}s."
+            return await self._failed(a, started, "timeout", message, effect_possible=True)
         except ValidationError:
             log.warning("%s returned output that does not match its declared type", cap.name)
-            return await self._failed(
-                scope,
-                cap,
-                call,
-                args,
-                ctx,
-                "invalid_output",
-                f"{cap.name} ran but its result did not match its declared output.",
-                tier,
-                amount_usd,
-                started,
-                effect_possible=True,
-            )
+            message = f"{cap.name} ran but its result did not match its declared output."
+            return await self._failed(a, started, "invalid_output", message, effect_possible=True)
         except Exception as exc:
             log.exception("handler of %s failed", cap.name)
-            return await self._failed(
-                scope,
-                cap,
-                call,
-                args,
-                ctx,
-                "handler_error",
-                f"{cap.name} failed unexpectedly ({type(exc).__name__}).",
-                tier,
-                amount_usd,
-                started,
-                effect_possible=True,
-            )
+            message = f"{cap.name} failed unexpectedly ({type(exc).__name__})."
+            return await self._failed(a, started, "handler_error", message, effect_possible=True)
         # 10 guards (post): hints for the model
-        post = await self.run_guards(scope, call, args, "post", output=output)
-        hints = [n.message for n in notes] + [v.message for _, v in post.notes]
+        post = await self.run_guards(a, "post", output=output)
+        hints = [n.message for n in a.notes] + [v.message for _, v in post.notes]
         # 11 redact, truncate, audit
         safe = self.redactor.redact(output)
         content, truncated = self.render(cap, safe, hints)
@@ -512,33 +643,15 @@ class Registry:
             await self.store.ledger_finish(
                 ctx.idempotency_key, status="done", at=self.clock.now(), result=safe
             )
-        audit = self.audit(
-            scope, cap, call, "ok", tier, amount_usd, args, content, ctx.idempotency_key, started
-        )
+        audit = self._audit(a, "ok", a.tier, a.amount_usd, content, ctx.idempotency_key, started)
         return Outcome(
-            content=content,
-            truncated=truncated,
-            hints=hints,
-            audit=audit,
-            recovery=recovery,
-            ok_output=safe,
+            call, content, truncated=truncated, hints=hints, audit=audit, recovery=a.recovery
         )
 
     async def _failed(
-        self,
-        scope: CallScope,
-        cap: Capability,
-        call: ParsedCall,
-        args: BaseModel,
-        ctx: CallContext,
-        code: str,
-        message: str,
-        tier: str | None,
-        amount_usd: Decimal | None,
-        started: float,
-        *,
-        effect_possible: bool,
+        self, a: Attempt, started: float, code: str, message: str, *, effect_possible: bool
     ) -> Outcome:
+        cap, key = a.cap, self.context(a).idempotency_key
         if effect_possible and cap.is_write:
             message += (
                 " Its outcome is unknown: check the current state with a read capability "
@@ -546,7 +659,7 @@ class Registry:
             )
         if cap.replay is Replay.NEVER:
             await self.store.ledger_finish(
-                ctx.idempotency_key,
+                key,
                 status="failed",
                 at=self.clock.now(),
                 error=json.dumps({"code": code, "message": message, "unknown": effect_possible}),
@@ -554,35 +667,25 @@ class Registry:
         content = error_content(code, message)
         # "unknown": the call may have acted (it counts toward the daily autonomous limit)
         outcome = "unknown" if effect_possible and cap.is_write else "error"
-        audit = self.audit(
-            scope, cap, call, outcome, tier, amount_usd, args, content, ctx.idempotency_key, started
-        )
-        return Outcome(content=content, is_error=True, error_code=code, audit=audit)
+        audit = self._audit(a, outcome, a.tier, a.amount_usd, content, key, started)
+        return Outcome(a.call, content, is_error=True, error_code=code, audit=audit)
 
-    def _from_ledger(
-        self,
-        scope: CallScope,
-        cap: Capability,
-        call: ParsedCall,
-        args: BaseModel,
-        entry: LedgerEntry,
-        tier: str | None,
-        amount_usd: Decimal | None,
-    ) -> Outcome:
+    async def recorded(self, a: Attempt) -> Outcome | None:
+        """What the ledger recorded of a non-replayable call (it may have acted), or None when
+        the ledger has no row for it (or the call is replayable: it can simply run again)."""
+        if a.cap.replay is not Replay.NEVER:
+            return None
+        entry = await self.store.ledger_get(self.context(a).idempotency_key)
+        return None if entry is None else self._from_ledger(a, entry)
+
+    def _from_ledger(self, a: Attempt, entry: LedgerEntry) -> Outcome:
         """A second attempt with a key already in the ledger: never execute again."""
         started = time.perf_counter()
+        cap, call = a.cap, a.call
         if entry.status == "done":
             content, truncated = self.render(cap, entry.result, [])
-            audit = self.audit(
-                scope, cap, call, "ledger", tier, amount_usd, args, content, entry.key, started
-            )
-            return Outcome(
-                content=content,
-                truncated=truncated,
-                recovery="ledger",
-                audit=audit,
-                ok_output=entry.result,
-            )
+            audit = self._audit(a, "ledger", a.tier, a.amount_usd, content, entry.key, started)
+            return Outcome(call, content, truncated=truncated, recovery="ledger", audit=audit)
         if entry.status == "failed":
             try:
                 err = json.loads(entry.error or "{}")
@@ -590,15 +693,9 @@ class Registry:
                 err = {}
             code = str(err.get("code") or "failed")
             content = error_content(code, str(err.get("message", "")))
-            audit = self.audit(
-                scope, cap, call, "ledger", tier, amount_usd, args, content, entry.key, started
-            )
+            audit = self._audit(a, "ledger", a.tier, a.amount_usd, content, entry.key, started)
             return Outcome(
-                content=content,
-                is_error=True,
-                error_code=code,
-                recovery="ledger",
-                audit=audit,
+                call, content, is_error=True, error_code=code, recovery="ledger", audit=audit
             )
         message = (
             f"{cap.name} was started before an interruption and its outcome is unknown. It will "
@@ -606,26 +703,28 @@ class Registry:
             "else, then tell the person what happened."
         )
         content = error_content("outcome_unknown", message)
-        audit = self.audit(
-            scope, cap, call, "unknown", tier, amount_usd, args, content, entry.key, started
-        )
+        audit = self._audit(a, "unknown", a.tier, a.amount_usd, content, entry.key, started)
         return Outcome(
-            content=content,
+            call,
+            content,
             is_error=True,
             error_code="outcome_unknown",
             recovery="unknown",
             audit=audit,
         )
 
-    def recorded(
-        self,
-        scope: CallScope,
-        cap: Capability,
-        call: ParsedCall,
-        args: BaseModel,
-        entry: LedgerEntry,
-    ) -> Outcome:
-        return self._from_ledger(scope, cap, call, args, entry, None, None)
+    def client_result(self, a: Attempt, result: Any) -> Outcome:
+        """The outcome of a call its client executed, from the result the client reported."""
+        cap = a.cap
+        try:
+            output = self.redactor.redact(cap.dump_output(result))
+        except Exception:
+            content = error_content("invalid_output", "The client's result was not understood.")
+            audit = self._audit(a, "error", a.tier, a.amount_usd, content, None)
+            return Outcome(a.call, content, is_error=True, error_code="invalid_output", audit=audit)
+        content, truncated = self.render(cap, output, [])
+        audit = self._audit(a, "ok", a.tier, a.amount_usd, content, None)
+        return Outcome(a.call, content, truncated=truncated, audit=audit)
 
     def render(self, cap: Capability, output: Any, hints: Sequence[str]) -> tuple[str, bool]:
         """The text the model sees: JSON, cut to the result budget, then guard notes."""
@@ -642,20 +741,18 @@ class Registry:
             body += NOTES_MARKER + " ".join(f"- {h}" for h in hints)
         return body, truncated
 
-    def audit(
+    def _audit(
         self,
-        scope: CallScope,
-        cap: Capability,
-        call: ParsedCall,
+        a: Attempt,
         outcome: str,
         tier: str | None,
         amount_usd: Decimal | None,
-        args: BaseModel | None,
         output: str | None,
         key: str | None,
         started: float | None = None,
     ) -> AuditRecord:
-        data = args.model_dump(mode="json") if args is not None else (call.raw or {})
+        call, cap, scope = a.call, a.call.cap, a.scope
+        assert cap is not None  # calls of unknown capabilities leave no audit row
         return AuditRecord(
             run_id=scope.run_id,
             at=self.clock.now(),
@@ -666,7 +763,7 @@ class Registry:
             outcome=outcome,
             tier=tier,
             amount_usd=amount_usd,
-            input=self.redactor.redact(data),
+            input=self.shown(call),
             output=output if output is None else output[:4000],
             idempotency_key=key,
             duration_ms=None if started is None else (time.perf_counter() - started) * 1000,

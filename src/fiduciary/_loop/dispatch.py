@@ -1,0 +1,67 @@
+"""Dispatch: the calls of a model turn through the gates, and their verdicts into the log.
+
+A read starts as soon as its arguments are complete and runs beside the others of its turn
+(``concurrent``: it never waits for a person). Writes run after the turn, one at a time in the
+model's order, under the principal's lock; before each, the earlier writes' rows are committed
+(they count toward the daily limit), and before its effect the log is durable and the lock
+verified (the scope's ``before_effect``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..events import RejectReason, ToolCallStartDraft
+from ..gates import ParsedCall
+from ..stores.base import ApprovalRecord
+from .state import Drive
+
+__all__ = ["dispatch", "dispatch_writes", "reject", "run_read", "start"]
+
+
+def start(d: Drive, call: ParsedCall) -> None:
+    d.emit(
+        ToolCallStartDraft(
+            tool_use_id=call.tool_use_id,
+            name=call.name,
+            input=d.rt.gates.shown(call),
+            args_digest=call.digest,
+            kind=call.cap.kind.value if call.cap else None,
+        )
+    )
+
+
+def reject(d: Drive, call: ParsedCall, reason: RejectReason, message: str) -> None:
+    """The call does not run, for a reason the loop knows (a limit, a decision, a cancel)."""
+    d.record(d.rt.gates.refuse(d.attempt(call), reason, message))
+
+
+async def run_read(d: Drive, call: ParsedCall) -> None:
+    d.record(await d.rt.gates.run(d.attempt(call, concurrent=True)))
+
+
+async def dispatch(
+    d: Drive, call: ParsedCall, recovery: Literal["replayed"] | None = None
+) -> ApprovalRecord | None:
+    """One call, in the serial path: its verdict recorded; the approval it waits for, if any."""
+    # earlier writes' audit rows count toward the daily limit: commit them first
+    await d.barrier()
+    return d.record(await d.rt.gates.run(d.attempt(call, recovery=recovery)))
+
+
+async def dispatch_writes(d: Drive, calls: list[ParsedCall]) -> list[ApprovalRecord]:
+    pending: list[ApprovalRecord] = []
+    if not calls:
+        return pending
+    async with d.rt.principal_lock(d.principal.actor_id) as held:
+        d.held = held
+        try:
+            for call in calls:
+                record = await dispatch(d, call)
+                if record is not None:
+                    pending.append(record)
+            # what the writes spent is committed before the next holder reads the daily spend
+            await d.barrier()
+        finally:
+            d.held = None
+    return pending

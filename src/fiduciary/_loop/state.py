@@ -1,0 +1,103 @@
+"""The state of one drive of a run, shared by the turn, dispatch and settle steps.
+
+A ``Drive`` holds the runtime, the leased run, its transcript, its writer, the ``CallScope``
+the gates see, and the principal's lock while a section of writes runs. The steps are
+functions over it, in their own modules (``turn``, ``dispatch``, ``settle``); ``Driver``
+(``driver``) strings them together.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..capabilities import Kind, Principal
+from ..events import Draft, Event, GuardFiredDraft, ToolProgressDraft
+from ..gates import Attempt, CallScope, Outcome, ParsedCall, Pending, Verdict
+from ..models.base import ToolSpec
+from ..models.tiers import TurnPlan
+from ..stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus
+from .runtime import Held, Runtime
+from .transcript import Transcript
+from .writer import Writer
+
+__all__ = ["Drive"]
+
+
+class Drive:
+    """One leased run being driven; events reach ``writer.out`` only once committed."""
+
+    def __init__(self, rt: Runtime, run: RunRecord, transcript: Transcript) -> None:
+        self.rt = rt
+        self.run = run
+        self.run_id = run.run_id
+        self.epoch = run.epoch
+        self.t = transcript
+        self.writer = Writer(rt.store, rt.clock, run, transcript, rt.limits.lease_seconds)
+        self.principal = Principal(run.principal, frozenset(run.scopes))
+        gates, started = rt.gates, transcript.started
+        allowed_names = gates.names if started is None else started.capabilities
+        self.allowed = frozenset(n for n in allowed_names if gates.get(n) is not None)
+        kinds = [k.value for k in Kind] if started is None else started.allowed_kinds
+        self.allowed_kinds = frozenset(Kind(k) for k in kinds)
+        self.scope = CallScope(
+            run_id=run.run_id,
+            principal=self.principal,
+            allowed=self.allowed,
+            allowed_kinds=self.allowed_kinds,
+            history=transcript.history,
+            epoch=run.epoch,
+            report=self._report,
+            before_effect=self._before_effect,
+        )
+        self.held: Held | None = None  # the principal lock, while a section of writes runs
+        # the same for every turn of a drive (no user message arrives during one)
+        self.tools: tuple[ToolSpec, ...] | None = None
+        self.plan: TurnPlan | None = None
+
+    # --- emission ------------------------------------------------------------------------
+    def emit(
+        self,
+        *drafts: Draft,
+        status: RunStatus | None = None,
+        approvals: tuple[ApprovalRecord, ...] = (),
+        audit: tuple[AuditRecord, ...] = (),
+    ) -> list[Event]:
+        return self.writer.emit(*drafts, status=status, approvals=approvals, audit=audit)
+
+    async def barrier(self) -> None:
+        await self.writer.barrier()
+
+    def record(self, verdict: Verdict) -> ApprovalRecord | None:
+        """Emit a call's verdict with its audit row (and its approval, when it waits for one)."""
+        audit = () if verdict.audit is None else (verdict.audit,)
+        if isinstance(verdict, Pending):
+            self.emit(verdict.draft, approvals=(verdict.record,), audit=audit)
+            return verdict.record
+        self.emit(verdict.draft, audit=audit)
+        return None
+
+    def end(self, outcome: Outcome | None) -> bool:
+        """Record the outcome of a call, if there is one; whether there was."""
+        if outcome is None:
+            return False
+        self.record(outcome)
+        return True
+
+    def attempt(
+        self,
+        call: ParsedCall,
+        *,
+        recovery: Literal["replayed"] | None = None,
+        concurrent: bool = False,
+    ) -> Attempt:
+        return Attempt(self.scope, call, recovery=recovery, concurrent=concurrent)
+
+    async def _report(self, draft: GuardFiredDraft | ToolProgressDraft) -> None:
+        self.emit(draft)
+
+    async def _before_effect(self) -> None:
+        """The log up to here is durable, and the principal's lock still held, before any
+        effect starts."""
+        await self.barrier()
+        if self.held is not None:
+            await self.held.verify()

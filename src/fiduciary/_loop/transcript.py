@@ -1,0 +1,208 @@
+"""The fold: a run's log, event by event, into what the model and the guards need.
+
+The same fold serves a live run (each event as it is emitted) and a resumed one (the whole log
+read back), so a run continues identically in a new process. Every event type is handled or
+explicitly ignored: a new type that is not is a type error (``assert_never``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import assert_never
+from uuid import UUID, uuid4
+
+from ..events import (
+    ActionResolved,
+    Compaction,
+    Event,
+    GuardFired,
+    GuardNote,
+    PendingAction,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingDone,
+    ToolCallEnd,
+    ToolCallRejected,
+    ToolCallStart,
+    ToolProgress,
+    TurnComplete,
+    TurnRetracted,
+    Usage,
+    UserMessage,
+)
+from ..gates import error_content
+from ..guards import CallRecord, RunHistory
+from ..models.base import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolResult,
+    ToolResultsMessage,
+    ToolUsePart,
+    UserTextMessage,
+)
+
+__all__ = ["Transcript"]
+
+
+@dataclass(slots=True)
+class Transcript:
+    """A run's log folded into messages, open calls, approvals and the guards' history."""
+
+    started: RunStarted | None = None
+    messages: list[Message] = field(default_factory=list)
+    parts: list[TextPart | ThinkingPart | ToolUsePart] = field(default_factory=list)
+    partial_from: int | None = None
+    open_uses: list[ToolUsePart] = field(default_factory=list)
+    results: dict[str, ToolResult] = field(default_factory=dict)
+    approvals: dict[str, UUID] = field(default_factory=dict)
+    # what each approval showed the person: the row is checked against it before execution
+    pending_actions: dict[str, PendingAction] = field(default_factory=dict)
+    notes: dict[str, list[GuardNote]] = field(default_factory=dict)
+    resolved: set[UUID] = field(default_factory=set)
+    history: RunHistory = field(default_factory=RunHistory)
+    turns_since_user: int = 0
+    calls_since_user: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)  # what the run's model calls cost so far (known prices)
+    tool_calls: int = 0
+    last_seq: int = 0
+    last_text: str = ""
+    _records: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, event: Event) -> None:
+        self.last_seq = event.seq
+        match event:
+            case TextDelta(text=text):
+                self._start_partial(event.seq)
+                if self.parts and isinstance(self.parts[-1], TextPart):
+                    self.parts[-1] = TextPart(self.parts[-1].text + text)
+                else:
+                    self.parts.append(TextPart(text))
+            case ThinkingDelta(text=text):
+                self._start_partial(event.seq)
+                last = self.parts[-1] if self.parts else None
+                if isinstance(last, ThinkingPart) and last.signature is None:
+                    self.parts[-1] = ThinkingPart(last.text + text)
+                else:
+                    self.parts.append(ThinkingPart(text))
+            case ThinkingDone(signature=signature):
+                last = self.parts[-1] if self.parts else None
+                if isinstance(last, ThinkingPart):
+                    self.parts[-1] = ThinkingPart(last.text, signature or "")
+            case ToolCallStart():
+                self._start_partial(event.seq)
+                self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
+                self.calls_since_user += 1
+                self.tool_calls += 1
+                self._records[event.tool_use_id] = len(self.history.calls)
+                self.history.calls.append(
+                    CallRecord(
+                        tool_use_id=event.tool_use_id,
+                        name=event.name,
+                        kind=event.kind,
+                        input=event.input,
+                        args_digest=event.args_digest,
+                        at=event.at,
+                    )
+                )
+            case ToolCallEnd():
+                self._result(
+                    event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
+                )
+                self._outcome(event.tool_use_id, not event.is_error, event.output)
+            case ToolCallRejected():
+                content = error_content(event.reason, event.message)
+                self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
+                self._outcome(event.tool_use_id, False, content)
+            case PendingAction():
+                self.approvals[event.tool_use_id] = event.approval_id
+                self.pending_actions[event.tool_use_id] = event
+                if event.guard_notes:
+                    self.notes[event.tool_use_id] = list(event.guard_notes)
+            case ActionResolved():
+                self.resolved.add(event.approval_id)
+            case TurnComplete():
+                message = AssistantMessage(tuple(self.parts))
+                self.messages.append(message)
+                self.last_text = message.text
+                self.open_uses = message.tool_uses
+                self.parts = []
+                self.partial_from = None
+                self.turns_since_user += 1
+                self._close_turn()
+            case TurnRetracted():
+                for part in self.parts:
+                    if isinstance(part, ToolUsePart):
+                        self.results.pop(part.id, None)
+                self.parts = []
+                self.partial_from = None
+            case UserMessage(text=text):
+                self.messages.append(UserTextMessage(text))
+                self.history.add_user_message(text)
+                self.turns_since_user = 0
+                self.calls_since_user = 0
+            case Usage():
+                self.input_tokens = event.total_input_tokens
+                self.output_tokens = event.total_output_tokens
+                if event.total_cost_usd is not None:
+                    self.cost_usd = event.total_cost_usd
+            case RunStarted():
+                self.started = event
+            case GuardFired() | ToolProgress() | Compaction() | RunCompleted() | RunFailed():
+                pass  # nothing the model or the guards are told
+            case _:
+                assert_never(event)
+
+    def new_call_id(self, proposed: str | None) -> str:
+        """The id a call the model just made is recorded under: the provider's when no call of
+        this run has it yet, else a fresh one. Ids are the call's identity in the run — its
+        result, its approval and its idempotency key are all found by it — and providers do
+        not promise unique ones (counters restart every turn, some servers send none)."""
+        if proposed and proposed not in self._records:
+            return proposed
+        while True:
+            fresh = f"call_{uuid4().hex}"
+            if fresh not in self._records:
+                return fresh
+
+    def _start_partial(self, seq: int) -> None:
+        if self.partial_from is None:
+            self.partial_from = seq
+
+    def _result(self, tool_use_id: str, result: ToolResult) -> None:
+        self.results[tool_use_id] = result
+        if self.open_uses:
+            self._close_turn()
+
+    def _outcome(self, tool_use_id: str, ok: bool, output: str) -> None:
+        index = self._records.get(tool_use_id)
+        if index is not None:
+            record = self.history.calls[index]
+            self.history.calls[index] = CallRecord(
+                tool_use_id=record.tool_use_id,
+                name=record.name,
+                kind=record.kind,
+                input=record.input,
+                args_digest=record.args_digest,
+                at=record.at,
+                ok=ok,
+                output=output,
+            )
+
+    def _close_turn(self) -> None:
+        if self.open_uses and all(u.id in self.results for u in self.open_uses):
+            self.messages.append(
+                ToolResultsMessage(tuple(self.results[u.id] for u in self.open_uses))
+            )
+            self.open_uses = []
+
+    @property
+    def unresolved(self) -> list[ToolUsePart]:
+        return [u for u in self.open_uses if u.id not in self.results]

@@ -1,0 +1,167 @@
+"""One model turn: ask the model, stream its answer into the log, start its reads.
+
+The request's tools and its plan (tier, effort, settings) are computed once per drive: no
+user message arrives during one. A turn is priced against the run's budget before it is
+asked; a model that fails ends the run (``run_failed``, reason ``error``), its partial turn
+retracted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+
+from .._logs import logger
+from ..events import (
+    Draft,
+    RunFailedDraft,
+    TextDeltaDraft,
+    ThinkingDeltaDraft,
+    ThinkingDoneDraft,
+    TurnCompleteDraft,
+    TurnRetractedDraft,
+    UsageDraft,
+)
+from ..exceptions import StoreError
+from ..gates import ParsedCall
+from ..models.base import (
+    ModelRequest,
+    StreamRetry,
+    StreamStop,
+    StreamTextDelta,
+    StreamThinkingDelta,
+    StreamThinkingDone,
+    StreamToolCall,
+    StreamUsage,
+)
+from ..models.pricing import budget_refusal, cost_usd, estimate_call_usd, price_of
+from ..models.tiers import plan_turn
+from .dispatch import reject, run_read, start
+from .state import Drive
+
+__all__ = ["model_turn"]
+
+log = logger("fiduciary.loop")
+
+
+async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
+    """Stream one turn; reads start as soon as their arguments are complete.
+
+    Returns whether the model called anything and the calls still to dispatch (writes and
+    refusals), or None when the run failed.
+    """
+    rt, t = d.rt, d.t
+    gates, redact = rt.gates, rt.redactor.redact_text
+    if d.tools is None or d.plan is None:
+        names = sorted(d.allowed)
+        d.tools = gates.tool_specs(names)
+        d.plan = plan_turn(
+            [c for n in names if (c := gates.get(n)) is not None],
+            t.messages,
+            allowed_kinds=d.allowed_kinds,
+            settings=rt.model_settings,
+            tier=rt.model_tier,
+            effort=rt.thinking_effort,
+        )
+    plan = d.plan
+    request = ModelRequest(
+        system=rt.system, messages=tuple(t.messages), tools=d.tools, settings=plan.settings
+    )
+    # the model that will answer (a tiered model routes by the plan's tier), and its price
+    route = getattr(rt.model, "model_for", None)
+    answering = route(request) if callable(route) else rt.model
+    budget = rt.limits.budget_usd
+    if budget is not None:
+        refusal = budget_refusal(
+            budget_usd=budget,
+            spent_usd=t.cost_usd,
+            next_call_usd=estimate_call_usd(price_of(answering, table=rt.prices), request),
+            model=answering.name,
+        )
+        if refusal is not None:
+            d.emit(RunFailedDraft(reason="budget", message=refusal), status="failed")
+            return None
+    reads: list[asyncio.Task[None]] = []
+    later: list[ParsedCall] = []
+    any_calls = False
+    usage = StreamUsage()
+    answered_by: str | None = None
+    stop = "end_turn"
+    max_calls = rt.limits.max_tool_calls
+    try:
+        async for item in rt.model.stream(request):
+            match item:
+                case StreamTextDelta(text=text):
+                    if text:
+                        d.emit(TextDeltaDraft(text=redact(text)))
+                case StreamThinkingDelta(text=text, block_index=index):
+                    d.emit(ThinkingDeltaDraft(text=redact(text), block_index=index))
+                case StreamThinkingDone(block_index=index, signature=signature):
+                    d.emit(ThinkingDoneDraft(block_index=index, signature=signature))
+                case StreamToolCall(id=call_id, name=name, arguments=arguments):
+                    any_calls = True
+                    call = gates.parse(t.new_call_id(call_id), name, arguments)
+                    over = t.calls_since_user >= max_calls
+                    start(d, call)
+                    if over:
+                        reject(
+                            d,
+                            call,
+                            "tool_call_limit",
+                            f"The limit of {max_calls} tool calls per request was reached; "
+                            "answer with what you have.",
+                        )
+                    elif call.cap is not None and not call.cap.is_write:
+                        reads.append(asyncio.create_task(run_read(d, call)))
+                    else:
+                        later.append(call)
+                case StreamUsage():
+                    answered_by = item.model or answered_by
+                    usage = StreamUsage(
+                        usage.input_tokens + item.input_tokens,
+                        usage.output_tokens + item.output_tokens,
+                        usage.cache_read_tokens + item.cache_read_tokens,
+                        usage.cache_write_tokens + item.cache_write_tokens,
+                    )
+                case StreamStop(reason=reason):
+                    stop = reason
+                case StreamRetry():
+                    # the model is asked again: what this turn streamed so far is void
+                    if t.partial_from is not None:
+                        d.emit(TurnRetractedDraft(from_seq=t.partial_from))
+    except (asyncio.CancelledError, StoreError):  # a failing store is not the model's
+        for task in reads:
+            task.cancel()
+        raise
+    except Exception as exc:
+        for task in reads:
+            task.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
+        log.warning("model %s failed: %s", rt.model.name, exc)
+        events: list[Draft] = []
+        if t.partial_from is not None:
+            events.append(TurnRetractedDraft(from_seq=t.partial_from))
+        message = redact(str(exc))[:500] or type(exc).__name__
+        events.append(RunFailedDraft(reason="error", message=f"model error: {message}"))
+        d.emit(*events, status="failed")
+        return None
+    cost = cost_usd(price_of(answering, answered_by, rt.prices), usage)
+    d.emit(
+        UsageDraft(
+            model=answered_by or rt.model.name,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            total_input_tokens=t.input_tokens + usage.input_tokens,
+            total_output_tokens=t.output_tokens + usage.output_tokens,
+            tier=plan.tier,
+            effort=plan.effort,
+            cost_usd=cost,
+            total_cost_usd=t.cost_usd + (cost or Decimal(0)),
+        ),
+        TurnCompleteDraft(stop_reason=stop),
+    )
+    if reads:
+        await asyncio.gather(*reads)
+    return any_calls, later
