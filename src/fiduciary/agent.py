@@ -510,11 +510,6 @@ class Agent:
     def _transcript(self) -> Transcript:
         return Transcript()
 
-    @property
-    def registry(self) -> Gates:
-        """The gates (this attribute's name before they were called so)."""
-        return self.gates
-
     def _runtime(self) -> Runtime:
         """What a drive of a run is given: built per drive, as the agent's attributes may be
         replaced after construction."""

@@ -422,7 +422,7 @@ def _refusal(exc: ApprovalError, record: ApprovalRecord, by: str, agent: Agent) 
             text = f"{exc.message}; pass --amount {record.amount_usd}"
         case "field_not_modifiable":
             text = f"{exc.message} (editable: {', '.join(record.modifiable_fields) or 'none'})"
-        case "unknown" if agent.registry.get(record.capability) is None:
+        case "unknown" if agent.gates.get(record.capability) is None:
             text = f"{record.capability} is not a capability of this agent (see --agent)"
         case "client_executed":
             text = "the client performs this action and reports its result; it is not approved"

@@ -229,7 +229,7 @@ class GeminiModel:
         max_tokens = wanted if isinstance(wanted, int) and wanted > 0 else self._max_tokens
         temperature = request.settings.get("temperature")
         system = "\n\n".join(s for s in request.system if s)
-        tools = [
+        tools: list[gt.Tool | Any] = [  # the SDK's list also takes callables: not invariant here
             gt.Tool(
                 function_declarations=[
                     gt.FunctionDeclaration(

@@ -27,7 +27,7 @@ def cancelling_agent(
     base = make_agent(store, clock, effects, billing)
     return Agent(
         model=model,
-        capabilities=[c for n in base.registry.names if (c := base.registry.get(n)) is not None],
+        capabilities=[c for n in base.gates.names if (c := base.gates.get(n)) is not None],
         store=store,
         clock=clock,
         authorize=lambda request: True,
