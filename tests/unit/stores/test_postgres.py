@@ -26,8 +26,8 @@ if os.environ.get("CI") != "true":  # in CI a missing driver fails instead of sk
     pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
-from fiduciary.stores._postgres_sql import MIGRATIONS_DIR  # noqa: E402
 from fiduciary.stores.postgres import (  # noqa: E402  (after the skip: needs the extra)
+    MIGRATIONS_DIR,
     SCHEMA_PATH,
     PostgresStore,
     apply_migrations,
