@@ -7,15 +7,15 @@ ledger's finish and retry, releasing a reservation) and the encoding of ``commit
 
 - ``dialect``: its named queries (``sqlite.sql``, ``postgres.sql``), its codecs (``Codec``) and
   its parameter style;
-- ``_fetch(sql, params)``: the rows of one read; ``_write(sql, params, durable=, always=)``: the
-  row count of one write, durable before it returns when ``durable`` (a ledger row: the side
-  effect starts next), and written even if its caller is cancelled when ``always``;
+- ``_fetch(sql, params)``: the rows of one read; ``_write(sql, params, mode)``: the row count
+  of one write (``WriteMode``);
 - ``_append(append)``: a ``commit`` or ``create_run`` through its group-commit writer, which
   checks it with the shared rules (``_rules``) against the run row in its transaction and hands
   its events to listeners after the COMMIT;
 - ``_lease(params)``: ``acquire``'s statement, returning the leased run's row;
-- ``ledger_begin``, ``reserve_autonomous``, ``subscribe``, ``close`` and opening, whose
-  locking (and notifications) are the dialect's own.
+- ``_reserve(reservation)``: ``reserve_autonomous``, whose lock is the dialect's own;
+- ``ledger_begin``, ``subscribe``, ``close`` and opening, which differ in locking and in
+  notifications.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, LiteralString
+from typing import Any, Literal, LiteralString
 from uuid import UUID
 
 from ...events import Event, decode_event
@@ -41,7 +41,12 @@ from ..base import (
 from .codec import APPROVAL_FIELDS, Codec, EventRow, Params, json_text_or_none
 from .queries import SharedQueries
 
-__all__ = ["Append", "Dialect", "SQLStore"]
+__all__ = ["Append", "Dialect", "Named", "Reservation", "SQLStore", "WriteMode"]
+
+Named = dict[str, Any]  # the named parameters of a query
+WriteMode = Literal["plain", "durable", "always"]
+"""How a one-statement write is made: ``durable`` on disk before it returns (a ledger row: the
+side effect starts next); ``always`` written even if its caller is cancelled meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,18 @@ class Append:
     create: Params | None = None  # the runs row of a create_run
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """One ``reserve_autonomous``: times encoded for the dialect."""
+
+    principal: str
+    amount_usd: Decimal
+    limit: Decimal
+    since: Any
+    key: str
+    at: Any
+
+
 class SQLStore:
     """The shared core of the SQL stores (see the module docstring)."""
 
@@ -88,14 +105,10 @@ class SQLStore:
     async def _fetch(self, sql: LiteralString, params: Params | dict[str, Any] = ()) -> list[Any]:
         raise NotImplementedError
 
-    async def _write(
-        self,
-        sql: LiteralString,
-        params: dict[str, Any],
-        *,
-        durable: bool = False,
-        always: bool = False,
-    ) -> int:
+    async def _write(self, sql: LiteralString, params: Named, mode: WriteMode = "plain") -> int:
+        raise NotImplementedError
+
+    async def _reserve(self, reservation: Reservation) -> bool:
         raise NotImplementedError
 
     async def _append(self, append: Append) -> None:
@@ -211,12 +224,12 @@ class SQLStore:
             "run_id": d.codec.uuid(run_id),
             "epoch": epoch,
         }
-        return await self._write(d.queries.renew, params, always=True) == 1
+        return await self._write(d.queries.renew, params, "always") == 1
 
     async def release(self, run_id: UUID, *, epoch: int) -> None:
         d = self.dialect
         params = {"run_id": d.codec.uuid(run_id), "epoch": epoch}
-        await self._write(d.queries.release, params, always=True)
+        await self._write(d.queries.release, params, "always")
 
     async def runs_to_resume(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
         d = self.dialect
@@ -260,7 +273,7 @@ class SQLStore:
         d = self.dialect
         params = dict(zip(APPROVAL_FIELDS, d.codec.approval_row(approval), strict=True))
         params["expected_status"] = expected_status
-        return await self._write(d.queries.decide_approval, params, always=True) == 1
+        return await self._write(d.queries.decide_approval, params, "always") == 1
 
     # --- ledger ---------------------------------------------------------------------------
     async def ledger_finish(
@@ -280,14 +293,14 @@ class SQLStore:
             "error": error,
             "key": key,
         }
-        if await self._write(d.queries.ledger_finish, params, always=True) != 1:
+        if await self._write(d.queries.ledger_finish, params, "always") != 1:
             raise StoreError(f"no ledger entry {key!r}")
 
     async def ledger_retry(self, key: str, *, at: datetime) -> bool:
         d = self.dialect
         params = {"started_at": d.codec.time(at), "key": key}
         # durable: a new attempt's row is on disk before the caller starts it
-        return await self._write(d.queries.ledger_retry, params, durable=True) == 1
+        return await self._write(d.queries.ledger_retry, params, "durable") == 1
 
     async def ledger_get(self, key: str) -> LedgerEntry | None:
         d = self.dialect
@@ -315,5 +328,20 @@ class SQLStore:
             total += money_in(amount) or 0
         return total
 
+    async def reserve_autonomous(
+        self,
+        principal: str,
+        amount_usd: Decimal,
+        *,
+        limit: Decimal,
+        since: datetime,
+        key: str,
+        at: datetime,
+    ) -> bool:
+        codec = self.dialect.codec
+        return await self._reserve(
+            Reservation(principal, amount_usd, limit, codec.time(since), key, codec.time(at))
+        )
+
     async def release_autonomous(self, key: str) -> None:
-        await self._write(self.dialect.queries.release_autonomous, {"key": key}, always=True)
+        await self._write(self.dialect.queries.release_autonomous, {"key": key}, "always")

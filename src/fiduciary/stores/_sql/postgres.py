@@ -110,7 +110,6 @@ import contextlib
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, LiteralString
 from uuid import UUID
@@ -123,7 +122,7 @@ from ...exceptions import FiduciaryError, StoreError
 from .._rules import copy_error, epoch_refusal
 from ..base import BroadcastSubscription, CancelRequest, LedgerEntry, RunRecord
 from .codec import Params
-from .core import Append, SQLStore
+from .core import Append, Named, Reservation, SQLStore, WriteMode
 from .migrations import Migration, load_migrations, to_apply
 from .postgres_listen import Listener
 from .postgres_locks import HeldLock, PrincipalLocks
@@ -364,14 +363,7 @@ class PostgresStore(SQLStore):
             raise translate(exc) from exc
 
     # --- the core's seams (core.SQLStore) --------------------------------------------------
-    async def _write(
-        self,
-        sql: LiteralString,
-        params: dict[str, Any],
-        *,
-        durable: bool = False,
-        always: bool = False,
-    ) -> int:
+    async def _write(self, sql: LiteralString, params: Named, mode: WriteMode = "plain") -> int:
         # every connection commits with synchronous_commit = on: each write is durable, and
         # it is one statement the server finishes even if its caller is cancelled
         return await self._rowcount(sql, params)
@@ -571,50 +563,28 @@ class PostgresStore(SQLStore):
             raise StoreError(f"ledger entry {entry.key!r} conflicted but cannot be read")
         return existing
 
-    async def reserve_autonomous(
-        self,
-        principal: str,
-        amount_usd: Decimal,
-        *,
-        limit: Decimal,
-        since: datetime,
-        key: str,
-        at: datetime,
-    ) -> bool:
+    async def _reserve(self, r: Reservation) -> bool:
+        """On one connection, in one transaction: the principal's reservations are serialised
+        by an advisory lock; each statement after it reads a new snapshot (READ COMMITTED), so
+        it sees every reservation committed before the lock was granted."""
         pool = await self._ready()
         try:
-            async with pool.connection() as conn:
-                return await self._reserve(
-                    conn, principal, amount_usd, limit, utc(since), key, utc(at)
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute(QUERIES.spend_lock, (spend_lock_key(r.principal),))
+                cur = await conn.execute(QUERIES.has_reservation, (r.key,))
+                if await cur.fetchone() is not None:
+                    return True
+                cur = await conn.execute(
+                    QUERIES.autonomous_spend, {"principal": r.principal, "since": r.since}
                 )
+                if self._spent(await cur.fetchall()) + r.amount_usd > r.limit:
+                    return False
+                await conn.execute(
+                    QUERIES.insert_reservation, (r.key, r.principal, r.amount_usd, r.at)
+                )
+                return True
         except psycopg.Error as exc:
             raise translate(exc) from exc
-
-    async def _reserve(
-        self,
-        conn: Conn,
-        principal: str,
-        amount_usd: Decimal,
-        limit: Decimal,
-        since: datetime,
-        key: str,
-        at: datetime,
-    ) -> bool:
-        """``reserve_autonomous`` on a connection: one transaction, the principal's reservations
-        serialised by an advisory lock; each statement after it reads a new snapshot (READ
-        COMMITTED), so it sees every reservation committed before the lock was granted."""
-        async with conn.transaction():
-            await conn.execute(QUERIES.spend_lock, (spend_lock_key(principal),))
-            cur = await conn.execute(QUERIES.has_reservation, (key,))
-            if await cur.fetchone() is not None:
-                return True
-            cur = await conn.execute(
-                QUERIES.autonomous_spend, {"principal": principal, "since": since}
-            )
-            if self._spent(await cur.fetchall()) + amount_usd > limit:
-                return False
-            await conn.execute(QUERIES.insert_reservation, (key, principal, amount_usd, at))
-            return True
 
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:

@@ -87,7 +87,6 @@ import sqlite3
 from collections.abc import Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, LiteralString, TypeVar
 from uuid import UUID
@@ -96,7 +95,7 @@ from ...exceptions import FiduciaryError, StoreError
 from .._rules import copy_error, epoch_refusal
 from ..base import Broadcaster, BroadcastSubscription, LedgerEntry, RunRecord
 from .codec import Params
-from .core import Append, SQLStore
+from .core import Append, Named, Reservation, SQLStore, WriteMode
 from .migrations import Migration, load_migrations, to_apply
 from .sqlite_writer import (
     DIALECT,
@@ -297,20 +296,13 @@ class SQLiteStore(SQLStore):
         # on the event-loop thread: a read in WAL mode never waits (see the module docstring)
         return self._read(sql, params)
 
-    async def _write(
-        self,
-        sql: LiteralString,
-        params: dict[str, Any],
-        *,
-        durable: bool = False,
-        always: bool = False,
-    ) -> int:
+    async def _write(self, sql: LiteralString, params: Named, mode: WriteMode = "plain") -> int:
         self._connection()
 
         def apply(conn: sqlite3.Connection) -> int:
             return conn.execute(sql, params).rowcount
 
-        return await self._submit(Call(apply, full_sync=durable, always=always))
+        return await self._submit(Call(apply, full_sync=mode == "durable", always=mode == "always"))
 
     async def _append(self, append: Append) -> None:
         self._connection()
@@ -424,27 +416,18 @@ class SQLiteStore(SQLStore):
         return await self._submit(Call(apply, full_sync=True))
 
     # --- spend ----------------------------------------------------------------------------
-    async def reserve_autonomous(
-        self,
-        principal: str,
-        amount_usd: Decimal,
-        *,
-        limit: Decimal,
-        since: datetime,
-        key: str,
-        at: datetime,
-    ) -> bool:
+    async def _reserve(self, r: Reservation) -> bool:
         self._connection()
-        spend_params = {"principal": principal, "since": ts(since)}
-        insert = (key, principal, str(amount_usd), ts(at))
+        spend_params = {"principal": r.principal, "since": r.since}
+        insert = (r.key, r.principal, str(r.amount_usd), r.at)
 
         def apply(conn: sqlite3.Connection) -> bool:
             # inside the batch's BEGIN IMMEDIATE: no other connection writes between the sum
             # and the insert, and earlier requests of this batch are visible
-            if conn.execute(QUERIES.has_reservation, (key,)).fetchone():
+            if conn.execute(QUERIES.has_reservation, (r.key,)).fetchone():
                 return True
             spent = self._spent(conn.execute(QUERIES.autonomous_spend, spend_params).fetchall())
-            if spent + amount_usd > limit:
+            if spent + r.amount_usd > r.limit:
                 return False
             conn.execute(QUERIES.insert_reservation, insert)
             return True
