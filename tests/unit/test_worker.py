@@ -15,7 +15,7 @@ from fiduciary.events import Event, PendingAction, RunCompleted
 from fiduciary.exceptions import ConfigurationError, RunError
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import new_database, open_stores
+from tests.postgres_support import open_stores
 
 from .conftest import Effects, toy_capabilities
 
@@ -51,14 +51,9 @@ def make_agent(store: Any, effects: Effects) -> Agent:
 
 
 @pytest.fixture
-async def dsn() -> str:
-    return await new_database()
-
-
-@pytest.fixture
-async def stores(dsn: str) -> AsyncIterator[list[PostgresStore]]:
+async def stores(postgres_dsn: str) -> AsyncIterator[list[PostgresStore]]:
     """Three stores on one database: two workers' and one server's."""
-    async with open_stores(3, dsn) as opened:
+    async with open_stores(3, postgres_dsn) as opened:
         yield opened
 
 

@@ -15,7 +15,7 @@ from fiduciary import Agent, PendingAction, Policy
 from fiduciary.stores.base import RunRecord
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import new_database, open_stores
+from tests.postgres_support import open_stores
 
 from .conftest import Effects, toy_capabilities
 
@@ -43,7 +43,7 @@ def make_agent(store: Any, effects: Effects, *, without_send: bool = False) -> A
 
 @pytest.fixture
 async def stores() -> AsyncIterator[list[PostgresStore]]:
-    async with open_stores(2, await new_database()) as opened:
+    async with open_stores(2) as opened:
         yield opened
 
 
