@@ -13,11 +13,12 @@ import pytest
 from fiduciary import Agent, Policy
 from fiduciary.events import Event, PendingAction, RunCompleted
 from fiduciary.exceptions import ConfigurationError, RunError
-from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ToolCalls
 from fiduciary.worker import run_worker, submit
 from tests.postgres_support import open_stores
 
-from .conftest import Effects, toy_capabilities
+from . import conftest
+from .conftest import Effects
 
 pytestmark = pytest.mark.postgres
 
@@ -40,12 +41,12 @@ SCRIPT = Script(
 
 
 def make_agent(store: Any, effects: Effects) -> Agent:
-    return Agent(
-        model=ScriptedModel([SCRIPT]),
-        capabilities=toy_capabilities(effects),
-        store=store,
+    return conftest.make_agent(
+        effects,
+        store,
+        None,
+        SCRIPT,
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
-        authorize=allow_all,
         lease_seconds=5.0,
     )
 
