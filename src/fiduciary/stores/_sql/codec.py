@@ -1,7 +1,7 @@
 """Private: records into rows and back, the same for every SQL dialect but for its codecs.
 
 Both SQL stores keep the same records in the same columns in the same order; what differs is
-how a value is written in a column: a ``Codec`` subclass gives a dialect's ids, times, money and
+how a value is written in a column: a ``Codec`` value gives a dialect's ids, times, money and
 arrays (SQLite: UUID text, ISO-8601 UTC text, decimal text, JSON text; PostgreSQL: uuid,
 timestamptz, numeric, text[] read back). Structured values (approval args, ledger results,
 audit inputs) are JSON text in both: values JSON has no type for (Decimal, UUID, datetime,
@@ -12,7 +12,8 @@ refused with ``StoreError`` (the store keeps timezone-aware UTC times).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -86,34 +87,20 @@ def naive_time_error(value: datetime) -> StoreError:
     return StoreError(f"naive datetime {value!r}: the store keeps timezone-aware UTC times")
 
 
+@dataclass(frozen=True, slots=True)
 class Codec:
-    """A dialect's column codecs (the primitives below) and the row mapping built on them."""
+    """A dialect's column codecs (the functions below, called directly: they are values, not
+    methods) and the row mapping built on them."""
 
-    __slots__ = ()
-
-    # --- the primitives, per dialect -------------------------------------------------------
-    def uuid(self, value: UUID) -> Any:
-        raise NotImplementedError
-
-    def uuid_in(self, value: Any) -> UUID:
-        raise NotImplementedError
-
-    def time(self, value: datetime) -> Any:
-        """A time as the column keeps it (a naive one: ``naive_time_error``)."""
-        raise NotImplementedError
-
-    def time_in(self, value: Any) -> datetime:
-        raise NotImplementedError
-
-    def money(self, value: Decimal | None) -> Any:
-        raise NotImplementedError
-
-    def money_in(self, value: Any) -> Decimal | None:
-        raise NotImplementedError
-
-    def texts_in(self, value: Any) -> tuple[str, ...]:
-        """An array column read back (written as JSON text, see ``run_row``)."""
-        raise NotImplementedError
+    uuid: Callable[[UUID], Any]
+    uuid_in: Callable[[Any], UUID]
+    time: Callable[[datetime], Any]
+    """A time as the column keeps it (a naive one: ``naive_time_error``)."""
+    time_in: Callable[[Any], datetime]
+    money: Callable[[Decimal | None], Any]
+    money_in: Callable[[Any], Decimal | None]
+    texts_in: Callable[[Any], tuple[str, ...]]
+    """An array column read back (written as JSON text, see ``run_row``)."""
 
     # --- derived ---------------------------------------------------------------------------
     def time_or_none(self, value: datetime | None) -> Any:

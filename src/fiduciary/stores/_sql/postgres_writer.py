@@ -13,7 +13,6 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, LiteralString
 from uuid import UUID
@@ -82,34 +81,27 @@ def utc(value: datetime) -> datetime:
     return value
 
 
-class PostgresCodec(Codec):
-    """psycopg adapts uuid, timestamptz and numeric itself; arrays come back as lists."""
-
-    __slots__ = ()
-
-    def uuid(self, value: UUID) -> UUID:
-        return value
-
-    def uuid_in(self, value: Any) -> UUID:
-        return value  # type: ignore[no-any-return]
-
-    def time(self, value: datetime) -> datetime:
-        return utc(value)
-
-    def time_in(self, value: Any) -> datetime:
-        return value  # type: ignore[no-any-return]
-
-    def money(self, value: Decimal | None) -> Decimal | None:
-        return value
-
-    def money_in(self, value: Any) -> Decimal | None:
-        return value  # type: ignore[no-any-return]
-
-    def texts_in(self, value: Any) -> tuple[str, ...]:
-        return tuple(value)
+def _same(value: Any) -> Any:
+    return value
 
 
-DIALECT = Dialect(QUERIES, PostgresCodec(), lambda name: f"%({name})s", None)
+def _texts_in(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+# psycopg adapts uuid, timestamptz and numeric itself; arrays come back as lists
+CODEC = Codec(
+    uuid=_same,
+    uuid_in=_same,
+    time=utc,
+    time_in=_same,
+    money=_same,
+    money_in=_same,
+    texts_in=_texts_in,
+)
+
+
+DIALECT = Dialect(QUERIES, CODEC, lambda name: f"%({name})s", None)
 
 
 def configure_types(conn: Conn) -> None:

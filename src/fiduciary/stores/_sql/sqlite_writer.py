@@ -73,35 +73,32 @@ def dt(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-class SQLiteCodec(Codec):
-    """UUID text, ISO-8601 UTC text, decimal TEXT (read back with ``Decimal()``, never a
-    float), arrays as JSON text."""
-
-    __slots__ = ()
-
-    def uuid(self, value: UUID) -> str:
-        return str(value)
-
-    def uuid_in(self, value: Any) -> UUID:
-        return UUID(value)
-
-    def time(self, value: datetime) -> str:
-        return ts(value)
-
-    def time_in(self, value: Any) -> datetime:
-        return datetime.fromisoformat(value)
-
-    def money(self, value: Decimal | None) -> str | None:
-        return None if value is None else str(value)
-
-    def money_in(self, value: Any) -> Decimal | None:
-        return None if value is None else Decimal(value)
-
-    def texts_in(self, value: Any) -> tuple[str, ...]:
-        return tuple(json.loads(value))
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
 
 
-DIALECT = Dialect(QUERIES, SQLiteCodec(), lambda name: f":{name}", -1)
+def _money_in(value: Any) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def _texts_in(value: Any) -> tuple[str, ...]:
+    return tuple(json.loads(value))
+
+
+# UUID text, ISO-8601 UTC text, decimal TEXT (read back with Decimal(), never a float), arrays
+# as JSON text
+CODEC = Codec(
+    uuid=str,
+    uuid_in=UUID,
+    time=ts,
+    time_in=datetime.fromisoformat,
+    money=_money,
+    money_in=_money_in,
+    texts_in=_texts_in,
+)
+
+
+DIALECT = Dialect(QUERIES, CODEC, lambda name: f":{name}", -1)
 
 
 # --- errors -------------------------------------------------------------------------------
@@ -221,7 +218,8 @@ class Commit(Op[None]):
     def __init__(self, append: Append) -> None:
         super().__init__()
         self.append = append
-        self.key = str(append.run_id)
+        rows = append.event_rows
+        self.key = rows[0][0] if rows else str(append.run_id)  # encoded once, with the rows
 
     def apply(self, conn: sqlite3.Connection, rows: Rows) -> None:
         # First the run row: one guarded UPDATE checks epoch and seqs and advances last_seq;
