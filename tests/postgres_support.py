@@ -6,18 +6,22 @@ When it cannot be reached, a test that needs it is skipped, with the reason, exc
 
 The template is named after a digest of the migrations, so a changed schema gets a new one; it
 is built by ``PostgresStore`` itself (its migration runner). Each test gets
-``CREATE DATABASE ... TEMPLATE ...`` (tens of milliseconds), so it starts empty and isolated.
+``CREATE DATABASE ... TEMPLATE ...`` (tens of milliseconds), so it starts empty and isolated:
+ask for the ``postgres_dsn`` fixture (``tests/conftest.py``), or call ``create_database()``
+where a fixture cannot reach (a helper, a parametrised fixture).
 The clones are dropped when the test process exits; those of a process that was killed are
 dropped by the next test process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import hashlib
 import itertools
 import os
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
@@ -126,8 +130,9 @@ def drop_orphans() -> None:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
-async def template() -> str:
-    """The name of the migrated template database (built on first use)."""
+def template() -> str:
+    """The name of the migrated template database (built on first use, by ``PostgresStore``
+    itself, in a thread of its own so that any caller, inside an event loop or not, may ask)."""
     drop_orphans()
     name = f"fiduciary_template_{_schema_digest()}"
     if _exists(name):
@@ -136,8 +141,13 @@ async def template() -> str:
 
     building = f"{name}_{os.getpid()}"
     admin_execute(f'DROP DATABASE IF EXISTS "{building}"', f'CREATE DATABASE "{building}"')
-    store = await PostgresStore.open(dsn_for(building))
-    await store.close()
+
+    async def migrate() -> None:
+        store = await PostgresStore.open(dsn_for(building))
+        await store.close()
+
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, migrate()).result()
     try:
         admin_execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
     except Exception:  # another test process built it meanwhile
@@ -147,10 +157,11 @@ async def template() -> str:
     return name
 
 
-async def new_database() -> str:
-    """A fresh, migrated, empty database for one test; returns its DSN."""
+def create_database() -> str:
+    """A fresh, migrated, empty database for one test; returns its DSN. Skips the test
+    without a server (fails in CI). Tests take it as the ``postgres_dsn`` fixture."""
     require_postgres()
-    source = await template()
+    source = template()
     name = f"{PREFIX}{os.getpid()}_{next(_counter)}"
     if not _created:
         atexit.register(drop_created)
@@ -159,6 +170,22 @@ async def new_database() -> str:
     )
     _created.append(name)
     return dsn_for(name)
+
+
+def empty_database(tag: str) -> str:
+    """A new database with nothing in it, not even the migrations (dropped at exit)."""
+    require_postgres()
+    name = f"{PREFIX}{os.getpid()}_{tag}_{next(_counter)}"
+    if not _created:
+        atexit.register(drop_created)
+    admin_execute(f'CREATE DATABASE "{name}"')
+    _created.append(name)
+    return dsn_for(name)
+
+
+async def new_database() -> str:
+    """``create_database`` for code that awaits (fixtures parametrised over backends)."""
+    return create_database()
 
 
 def drop_created() -> None:
@@ -174,7 +201,7 @@ def drop_created() -> None:
 
 async def open_postgres(tmp_path: Path) -> PostgresStore:
     """An open ``PostgresStore`` on a fresh database (the contract suite's opener)."""
-    dsn = await new_database()
+    dsn = create_database()
     from fiduciary.stores.postgres import PostgresStore
 
     return await PostgresStore.open(dsn)
@@ -186,7 +213,7 @@ async def open_stores(count: int, dsn: str | None = None) -> AsyncIterator[list[
     own pool and LISTEN connection, as that many processes sharing it would have; closed after."""
     from fiduciary.stores.postgres import PostgresStore
 
-    dsn = dsn or await new_database()
+    dsn = dsn or create_database()
     opened = [await PostgresStore.open(dsn) for _ in range(count)]
     try:
         yield opened

@@ -411,7 +411,7 @@ class Paths:
 
     root: Path
     backend: Backend = "sqlite"
-    dsn: str = ""  # postgres: a database of its own (tests.postgres_support.new_database)
+    dsn: str = ""  # postgres: a database of its own (tests.postgres_support.create_database)
 
     @property
     def db(self) -> Path:

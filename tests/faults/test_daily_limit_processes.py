@@ -6,7 +6,6 @@ fits is paid; the rest waits for a person.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -89,8 +88,8 @@ def test_the_limit_holds_for_processes_on_one_sqlite_file(tmp_path: Path) -> Non
 
 @pytest.mark.postgres
 def test_the_limit_holds_for_processes_on_one_postgres_database(tmp_path: Path) -> None:
-    from tests.postgres_support import new_database
+    from tests.postgres_support import create_database
 
-    dsn = asyncio.run(new_database())
+    dsn = create_database()
     paid = spend_from_processes("postgres", dsn, tmp_path)
     check(paid)

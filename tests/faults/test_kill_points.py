@@ -14,7 +14,6 @@ random per run, so that runs together cover every point, and shown in every fail
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from fiduciary.events import RunCompleted, decode_event
-from tests.postgres_support import new_database
+from tests.postgres_support import create_database
 
 from .harness import (
     BACKENDS,
@@ -57,7 +56,7 @@ def new_paths(root: Path, backend: Backend) -> Paths:
     """A directory for one play, and a database of its own."""
     root.mkdir(parents=True, exist_ok=True)
     if backend == "postgres":
-        return Paths(root, backend, asyncio.run(new_database()))
+        return Paths(root, backend, create_database())
     return Paths(root, backend)
 
 

@@ -15,7 +15,6 @@ one key, no payee paid twice, nothing paid that the person did not approve, gapl
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -351,9 +350,9 @@ def test_postgres_workers_and_a_server_struck_at_random_leave_no_run_stranded(
 ) -> None:
     if os.environ.get("CI") != "true":
         pytest.importorskip("psycopg")
-    from tests.postgres_support import new_database
+    from tests.postgres_support import create_database
 
-    dsn = asyncio.run(new_database())
+    dsn = create_database()
     worker = ["worker", "--agent", AGENT, "--postgres", dsn, "--poll-interval", str(SWEEP_SECONDS)]
     serve = [
         "serve",

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.postgres_support import new_database
+from tests.postgres_support import create_database
 
 if os.environ.get("CI") != "true":
     pytest.importorskip("psycopg")
@@ -140,7 +140,7 @@ def lines(path: Path) -> int:
 
 
 def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
-    dsn = asyncio.run(new_database())
+    dsn = create_database()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(EFFECTS_DDL)
 

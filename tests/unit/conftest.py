@@ -1,4 +1,5 @@
-"""Shared fixtures for unit tests: a manual clock, an in-memory store, a ledger of effects."""
+"""Shared fixtures for unit tests: a manual clock, an in-memory store, a ledger of effects, and
+``make_agent``, the one way tests build an agent over the toy capabilities."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from fiduciary import CallContext, ManualClock, capability
+from fiduciary import Agent, CallContext, Clock, ManualClock, capability
 from fiduciary.capabilities import Capability
 from fiduciary.stores.base import Store
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import MemoryStore
+from fiduciary.testing import MemoryStore, Script, ScriptedModel, allow_all
 
 
 @dataclass
@@ -74,3 +75,25 @@ def toy_capabilities(effects: Effects) -> list[Capability]:
         return {"sent": str(amount), "to": to, "reference": ctx.idempotency_key[-8:]}
 
     return [balance, rates, send]
+
+
+def make_agent(
+    effects: Effects,
+    store: Store,
+    clock: Clock | None = None,
+    *scripts: Script,
+    **overrides: Any,
+) -> Agent:
+    """An agent over the toy capabilities and a model playing ``scripts``, whose host allows
+    every call; any other ``Agent`` option (or these: ``model=``, ``capabilities=``,
+    ``authorize=``) by keyword."""
+    options: dict[str, Any] = {
+        "model": ScriptedModel(list(scripts)),
+        "capabilities": toy_capabilities(effects),
+        "store": store,
+        "authorize": allow_all,
+    }
+    if clock is not None:
+        options["clock"] = clock
+    options.update(overrides)
+    return Agent(**options)

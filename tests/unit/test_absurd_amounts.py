@@ -18,9 +18,9 @@ from fiduciary import (
     capability,
 )
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+from fiduciary.testing import Call, Reply, Script, ToolCalls, collect
 
-from .conftest import Effects, toy_capabilities
+from .conftest import Effects, make_agent, toy_capabilities
 
 ALICE = "alice"
 
@@ -36,13 +36,7 @@ def _agent(effects: Effects, store: Store, clock: ManualClock, *calls: Call) -> 
         return {"ok": "yes"}
 
     script = Script("pay", [*(ToolCalls([c]) for c in calls), Reply("reported")])
-    return Agent(
-        model=ScriptedModel([script]),
-        capabilities=[*toy_capabilities(effects), bet],
-        store=store,
-        clock=clock,
-        authorize=allow_all,
-    )
+    return make_agent(effects, store, clock, script, capabilities=[*toy_capabilities(effects), bet])
 
 
 @pytest.mark.parametrize(

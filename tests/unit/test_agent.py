@@ -43,30 +43,13 @@ from fiduciary.testing import (
     collect,
 )
 
-from .conftest import Effects, toy_capabilities
+from .conftest import Effects, make_agent, toy_capabilities
 
 ALICE = "alice"
 
 
 class Out(BaseModel):
     usd: str
-
-
-def make_agent(
-    effects: Effects,
-    store: Store,
-    clock: ManualClock,
-    *scripts: Script,
-    **kwargs: Any,
-) -> Agent:
-    kwargs.setdefault("authorize", allow_all)
-    return Agent(
-        model=ScriptedModel(list(scripts)),
-        capabilities=toy_capabilities(effects),
-        store=store,
-        clock=clock,
-        **kwargs,
-    )
 
 
 def of(events: list[Event], kind: type[Any]) -> list[Any]:

@@ -11,8 +11,9 @@ import pytest
 from fiduciary import Agent, ManualClock, PendingAction, RunCompleted, RunError
 from fiduciary.events import Event
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect
 
+from . import conftest
 from .conftest import Effects, toy_capabilities
 
 ALICE = "alice"
@@ -28,12 +29,12 @@ def make_agent(
     capabilities = toy_capabilities(effects)
     if kw.pop("without_send", False):
         capabilities = [c for c in capabilities if c.name != "send"]
-    return Agent(
+    return conftest.make_agent(
+        effects,
+        store,
+        clock,
         model=ScriptedModel([PAY], name=model),
         capabilities=capabilities,
-        store=store,
-        clock=clock,
-        authorize=allow_all,
         **kw,
     )
 

@@ -31,7 +31,7 @@ from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
 
 from ..postgres_support import new_database
-from .conftest import Effects, toy_capabilities
+from .conftest import Effects, make_agent
 
 ALICE = "alice"
 
@@ -82,13 +82,7 @@ def _agent(effects: Effects, store: Store, clock: ManualClock, amount: str) -> A
         "pay",
         [ToolCalls([Call("send", {"to": "bob", "amount": amount})]), Reply("reported")],
     )
-    return Agent(
-        model=ScriptedModel([script]),
-        capabilities=toy_capabilities(effects),
-        store=store,
-        clock=clock,
-        authorize=allow_all,
-    )
+    return make_agent(effects, store, clock, script)
 
 
 async def _pending(agent: Agent) -> PendingAction:

@@ -23,13 +23,12 @@ from fiduciary.testing import (
     MemoryStore,
     Reply,
     Script,
-    ScriptedModel,
     ToolCalls,
-    allow_all,
     collect,
 )
 
-from .conftest import Effects, toy_capabilities
+from . import conftest
+from .conftest import Effects
 
 ALICE = "alice"
 TIMEOUT = 30.0  # catches a hang, never slowness
@@ -45,14 +44,7 @@ PAY = Script(
 
 
 def make_agent(effects: Effects, store: Store, clock: ManualClock, **kwargs: Any) -> Agent:
-    return Agent(
-        model=ScriptedModel([PAY]),
-        capabilities=toy_capabilities(effects),
-        store=store,
-        clock=clock,
-        authorize=allow_all,
-        **kwargs,
-    )
+    return conftest.make_agent(effects, store, clock, PAY, **kwargs)
 
 
 class DiskFull(MemoryStore):

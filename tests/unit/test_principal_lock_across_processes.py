@@ -18,7 +18,7 @@ from fiduciary import Agent, CallContext, Policy, Threshold, capability
 from fiduciary.capabilities import Capability
 from fiduciary.events import PendingAction
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
-from tests.postgres_support import new_database, open_stores
+from tests.postgres_support import open_stores
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -106,12 +106,12 @@ async def test_other_principals_are_not_held_up(stores: list[PostgresStore]) -> 
     assert payments.most_inside > 1  # different principals' writes ran at the same time
 
 
-async def test_a_stalled_process_loses_its_principal_locks() -> None:
+async def test_a_stalled_process_loses_its_principal_locks(postgres_dsn: str) -> None:
     """A frozen holder must not stall the principal everywhere: PostgreSQL ends its lock session
     after ``lock_idle_seconds`` without keep-alive, and another process takes the lock."""
     import time
 
-    dsn = await new_database()
+    dsn = postgres_dsn
     stalled = await PostgresStore.open(dsn, lock_idle_seconds=0.5)
     other = await PostgresStore.open(dsn)
     try:
@@ -152,13 +152,13 @@ async def test_the_daily_limit_holds_for_concurrent_runs_of_one_process(tmp_path
     assert payments.sent == [AMOUNT, AMOUNT]
 
 
-async def test_cancelled_sections_never_leave_a_principal_locked() -> None:
+async def test_cancelled_sections_never_leave_a_principal_locked(postgres_dsn: str) -> None:
     """A section cancelled while it takes, holds or gives back its lock gives it back: another
     process always gets it afterwards."""
     import random
 
     chance = random.Random(7)
-    dsn = await new_database()
+    dsn = postgres_dsn
     mine, theirs = await PostgresStore.open(dsn), await PostgresStore.open(dsn)
     try:
         for _ in range(200):
@@ -178,12 +178,12 @@ async def test_cancelled_sections_never_leave_a_principal_locked() -> None:
         await theirs.close()
 
 
-async def test_a_section_learns_that_its_lock_was_lost() -> None:
+async def test_a_section_learns_that_its_lock_was_lost(postgres_dsn: str) -> None:
     """If the database ends the lock's session (a stall past lock_idle_seconds, a network
     failure), the section's next check fails, so no effect starts without the lock."""
     from fiduciary.exceptions import StoreError
 
-    dsn = await new_database()
+    dsn = postgres_dsn
     store = await PostgresStore.open(dsn)
     try:
         async with store.principal_lock("alice") as held:

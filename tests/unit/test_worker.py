@@ -13,11 +13,12 @@ import pytest
 from fiduciary import Agent, Policy
 from fiduciary.events import Event, PendingAction, RunCompleted
 from fiduciary.exceptions import ConfigurationError, RunError
-from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ToolCalls
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import new_database, open_stores
+from tests.postgres_support import open_stores
 
-from .conftest import Effects, toy_capabilities
+from . import conftest
+from .conftest import Effects
 
 pytestmark = pytest.mark.postgres
 
@@ -40,25 +41,20 @@ SCRIPT = Script(
 
 
 def make_agent(store: Any, effects: Effects) -> Agent:
-    return Agent(
-        model=ScriptedModel([SCRIPT]),
-        capabilities=toy_capabilities(effects),
-        store=store,
+    return conftest.make_agent(
+        effects,
+        store,
+        None,
+        SCRIPT,
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
-        authorize=allow_all,
         lease_seconds=5.0,
     )
 
 
 @pytest.fixture
-async def dsn() -> str:
-    return await new_database()
-
-
-@pytest.fixture
-async def stores(dsn: str) -> AsyncIterator[list[PostgresStore]]:
+async def stores(postgres_dsn: str) -> AsyncIterator[list[PostgresStore]]:
     """Three stores on one database: two workers' and one server's."""
-    async with open_stores(3, dsn) as opened:
+    async with open_stores(3, postgres_dsn) as opened:
         yield opened
 
 

@@ -13,10 +13,11 @@ import pytest
 
 from fiduciary import Agent, PendingAction, Policy
 from fiduciary.stores.base import RunRecord
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import new_database, open_stores
+from tests.postgres_support import open_stores
 
+from . import conftest
 from .conftest import Effects, toy_capabilities
 
 pytestmark = pytest.mark.postgres
@@ -31,19 +32,20 @@ PAY = Script("pay", [ToolCalls([Call("send", {"to": "carol", "amount": "5"})]), 
 
 def make_agent(store: Any, effects: Effects, *, without_send: bool = False) -> Agent:
     capabilities = [c for c in toy_capabilities(effects) if not (without_send and c.name == "send")]
-    return Agent(
-        model=ScriptedModel([PAY]),
+    return conftest.make_agent(
+        effects,
+        store,
+        None,
+        PAY,
         capabilities=capabilities,
-        store=store,
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
-        authorize=allow_all,
         lease_seconds=5.0,
     )
 
 
 @pytest.fixture
 async def stores() -> AsyncIterator[list[PostgresStore]]:
-    async with open_stores(2, await new_database()) as opened:
+    async with open_stores(2) as opened:
         yield opened
 
 

@@ -4,6 +4,11 @@ The store holds runs (status, lease, fencing epoch), events (primary key run_id,
 idempotency ledger, approvals, audit records and the per-principal autonomous spend. One contract
 test suite (``tests/contract``) runs against every implementation.
 
+The contract is drawn as roles, each a small protocol: ``RunLog`` (runs and their events),
+``Leases`` (who drives a run), ``Approvals``, ``Ledger``, ``Audit`` (with the autonomous spend)
+and ``LiveEvents``; ``Store`` is their union, and what every backend implements. Stores may also
+offer ``CancelChannel`` and ``PrincipalLocking`` (PostgreSQL), checked at run time.
+
 Rules every implementation keeps:
 - ``commit`` is all or nothing: its events, status change, approvals and audit rows land together.
 - Events are appended with the next seqs (last_seq + 1, + 2 ...) or the commit is refused with
@@ -34,14 +39,20 @@ __all__ = [
     "IDLE",
     "ApprovalRecord",
     "ApprovalStatus",
+    "Approvals",
+    "Audit",
     "AuditRecord",
     "Broadcaster",
     "CancelChannel",
     "CancelRequest",
     "HeldPrincipalLock",
+    "Leases",
+    "Ledger",
     "LedgerEntry",
     "LedgerStatus",
+    "LiveEvents",
     "PrincipalLocking",
+    "RunLog",
     "RunRecord",
     "RunStatus",
     "Store",
@@ -151,10 +162,9 @@ class Subscription(Protocol):
     def close(self) -> None: ...
 
 
-class Store(Protocol):
-    """The durable state of fiduciary. Every method is a coroutine and every write is atomic."""
+class RunLog(Protocol):
+    """Runs and their event logs: the role the loop writes through."""
 
-    # --- runs -----------------------------------------------------------------------------
     async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
         """Record a new run (and its first events) durably. ``ConflictError`` if it exists."""
 
@@ -185,6 +195,10 @@ class Store(Protocol):
         self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
     ) -> list[Event]: ...
 
+
+class Leases(Protocol):
+    """Who drives a run: a lease with an epoch that fences a stale holder's writes."""
+
     async def acquire(
         self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float
     ) -> RunRecord | None:
@@ -203,7 +217,10 @@ class Store(Protocol):
         process: the run's wake marker, cleared by the commit that sets it ``running`` again or
         ends it); suspended with a pending approval that has expired by ``now``."""
 
-    # --- approvals ------------------------------------------------------------------------
+
+class Approvals(Protocol):
+    """Pending actions and the decisions on them (created by ``RunLog.commit``)."""
+
     async def get_approval(self, approval_id: UUID) -> ApprovalRecord | None: ...
 
     async def list_approvals(
@@ -219,7 +236,10 @@ class Store(Protocol):
     ) -> bool:
         """Write a decision only if the row is still in ``expected_status``; False otherwise."""
 
-    # --- ledger ---------------------------------------------------------------------------
+
+class Ledger(Protocol):
+    """The idempotency ledger: a write's effect happens at most once."""
+
     async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         """Insert a ``started`` row durably. If the key exists, return the existing row.
 
@@ -250,7 +270,10 @@ class Store(Protocol):
 
     async def ledger_get(self, key: str) -> LedgerEntry | None: ...
 
-    # --- audit and spend ------------------------------------------------------------------
+
+class Audit(Protocol):
+    """The audit trail (written by ``RunLog.commit``) and the autonomous spend it counts."""
+
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]: ...
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
@@ -280,9 +303,18 @@ class Store(Protocol):
         """Delete the reservation of ``key`` (none: nothing happens). Only for a call that
         failed before any effect: any other reservation keeps counting."""
 
-    # --- live events ----------------------------------------------------------------------
+
+class LiveEvents(Protocol):
+    """Committed events, as they are committed."""
+
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:
         """Committed events of a run as they are committed (not the past: read those first)."""
+
+
+class Store(RunLog, Leases, Approvals, Ledger, Audit, LiveEvents, Protocol):
+    """The durable state of fiduciary: every role above, in one store. Every method is a
+    coroutine (``subscribe`` aside) and every write is atomic. A part of fiduciary that needs
+    one role asks for that role (a ``RunLog``, a ``Ledger`` ...); every store gives them all."""
 
     async def close(self) -> None: ...
 

@@ -13,8 +13,8 @@ from typing import Any
 from uuid import UUID
 
 from ..events import Event
-from ..exceptions import ConflictError, StaleEpochError, StoreError
-from ._rows import _seq_error
+from ..exceptions import ConflictError, StoreError
+from ._rules import epoch_refusal, seq_error
 from .base import (
     ApprovalRecord,
     ApprovalStatus,
@@ -54,10 +54,9 @@ class MemoryStore:
     def _check_epoch(self, run_id: UUID, epoch: int) -> RunRecord:
         """The run, if ``epoch`` is its current epoch (the fencing of commit and ledger_begin)."""
         run = self._runs.get(run_id)
-        if run is None:
-            raise StoreError(f"run {run_id} does not exist")
-        if run.epoch != epoch:
-            raise StaleEpochError(f"run {run_id}: epoch {epoch} is stale (now {run.epoch})")
+        error = epoch_refusal(run_id, epoch, None if run is None else run.epoch)
+        if error is not None or run is None:
+            raise error or StoreError(f"run {run_id} does not exist")
         return run
 
     # --- runs ----------------------------------------------------------------------------
@@ -323,6 +322,6 @@ class MemoryStore:
 
 
 def _check_seqs(run_id: UUID, last_seq: int, events: Sequence[Event]) -> None:
-    error = _seq_error(run_id, last_seq, events)
+    error = seq_error(run_id, last_seq, events)
     if error is not None:
         raise error

@@ -26,7 +26,7 @@ from fiduciary.server.served import wallet_agent
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 from fiduciary.worker import run_worker
-from tests.postgres_support import new_database
+from tests.postgres_support import create_database
 
 from ..conftest import Effects, toy_capabilities
 from .conftest import bearer, client_for
@@ -77,8 +77,8 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
-    dsn = await new_database()
+async def cluster(postgres_dsn: str) -> AsyncIterator[Cluster]:
+    dsn = postgres_dsn
     effects = Effects()
     stores = [await PostgresStore.open(dsn) for _ in range(3)]
     keys = [await PostgresKeyStore.open(dsn) for _ in range(2)]
@@ -239,7 +239,7 @@ def test_the_cli_serves_and_keeps_keys_on_postgres(
     cli = typer.Typer()
     register(cli)
     runner = CliRunner()
-    dsn = asyncio.run(new_database())
+    dsn = create_database()
     monkeypatch.delenv("FIDUCIARY_POSTGRES", raising=False)
 
     created = runner.invoke(cli, ["keys", "create", "--postgres", dsn, "--principal", "alice"])

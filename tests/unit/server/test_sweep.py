@@ -22,13 +22,12 @@ from fiduciary.testing import (
     MemoryStore,
     Reply,
     Script,
-    ScriptedModel,
     ToolCalls,
-    allow_all,
     collect,
 )
 
-from ..conftest import Effects, toy_capabilities
+from .. import conftest
+from ..conftest import Effects
 
 TIMEOUT = 30.0  # catches a hang, never slowness
 PAY = Script(
@@ -38,13 +37,7 @@ PAY = Script(
 
 
 def make_agent(store: Store, clock: ManualClock, effects: Effects) -> Agent:
-    return Agent(
-        model=ScriptedModel([PAY]),
-        capabilities=toy_capabilities(effects),
-        store=store,
-        clock=clock,
-        authorize=allow_all,
-    )
+    return conftest.make_agent(effects, store, clock, PAY)
 
 
 @pytest.fixture
@@ -139,12 +132,12 @@ async def test_the_sweep_tries_another_agents_run_once(clock: ManualClock) -> No
     store = _CountingStore()
     effects = Effects()
     run = await make_agent(store, clock, effects).submit("pay carol", principal="alice")
-    other = Agent(
-        model=ScriptedModel([PAY]),
-        capabilities=[c for c in toy_capabilities(effects) if c.name != "send"],
-        store=store,
-        clock=clock,
-        authorize=allow_all,
+    other = conftest.make_agent(
+        effects,
+        store,
+        clock,
+        PAY,
+        capabilities=[c for c in conftest.toy_capabilities(effects) if c.name != "send"],
     )
     app = create_app(other, keys=MemoryKeyStore(clock=clock), sweep_seconds=0.01)
     async with app.router.lifespan_context(app), asyncio.timeout(TIMEOUT):

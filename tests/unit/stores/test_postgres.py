@@ -18,7 +18,7 @@ from fiduciary.events import Event
 from fiduciary.exceptions import ConflictError, StaleEpochError, StoreError
 from fiduciary.stores.base import RunRecord, Subscription
 from tests.contract.builders import at, deltas, make_approval, make_ledger, make_run, started
-from tests.postgres_support import admin_execute, dsn_for, new_database, require_postgres
+from tests.postgres_support import empty_database
 
 pytestmark = pytest.mark.postgres
 
@@ -26,8 +26,8 @@ if os.environ.get("CI") != "true":  # in CI a missing driver fails instead of sk
     pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
-from fiduciary.stores._postgres_sql import MIGRATIONS_DIR  # noqa: E402
 from fiduciary.stores.postgres import (  # noqa: E402  (after the skip: needs the extra)
+    MIGRATIONS_DIR,
     SCHEMA_PATH,
     PostgresStore,
     apply_migrations,
@@ -40,13 +40,8 @@ TIMEOUT = 5.0
 
 
 @pytest.fixture
-async def dsn() -> str:
-    return await new_database()
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[PostgresStore]:
-    opened = await PostgresStore.open(dsn)
+async def store(postgres_dsn: str) -> AsyncIterator[PostgresStore]:
+    opened = await PostgresStore.open(postgres_dsn)
     try:
         yield opened
     finally:
@@ -54,9 +49,9 @@ async def store(dsn: str) -> AsyncIterator[PostgresStore]:
 
 
 @pytest.fixture
-async def other(dsn: str) -> AsyncIterator[PostgresStore]:
+async def other(postgres_dsn: str) -> AsyncIterator[PostgresStore]:
     """A second store on the same database: another process or machine, as far as it knows."""
-    opened = await PostgresStore.open(dsn)
+    opened = await PostgresStore.open(postgres_dsn)
     try:
         yield opened
     finally:
@@ -136,24 +131,14 @@ async def catalog(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
         await conn.close()
 
 
-def fresh_database(tag: str) -> str:
-    require_postgres()
-    name = f"fiduciary_test_{os.getpid()}_{tag}_{uuid4().hex[:8]}"
-    admin_execute(f'CREATE DATABASE "{name}"')
-    from tests import postgres_support
-
-    postgres_support._created.append(name)
-    return dsn_for(name)
-
-
 async def test_schema_sql_and_the_migrations_build_identical_catalogs() -> None:
-    from_schema = fresh_database("schema")
+    from_schema = empty_database("schema")
     conn = await raw(from_schema)
     try:
         await conn.execute(SCHEMA_PATH.read_text(encoding="utf-8").encode())
     finally:
         await conn.close()
-    from_migrations = fresh_database("migrations")
+    from_migrations = empty_database("migrations")
     store = await PostgresStore.open(from_migrations)
     await store.close()
 
@@ -165,8 +150,8 @@ async def test_schema_sql_and_the_migrations_build_identical_catalogs() -> None:
         assert schema_catalog[part] == migrated_catalog[part], part
 
 
-async def test_migrations_apply_once_and_are_recorded(dsn: str) -> None:
-    conn = await raw(dsn)
+async def test_migrations_apply_once_and_are_recorded(postgres_dsn: str) -> None:
+    conn = await raw(postgres_dsn)
     try:
         assert await apply_migrations(conn) == []  # the clone is migrated already
         cur = await conn.execute("SELECT version, name FROM schema_migrations")
@@ -177,7 +162,7 @@ async def test_migrations_apply_once_and_are_recorded(dsn: str) -> None:
 
 
 async def test_processes_opening_a_fresh_database_together_migrate_it_once() -> None:
-    dsn = fresh_database("race")
+    dsn = empty_database("race")
     stores = await asyncio.gather(*(PostgresStore.open(dsn) for _ in range(4)))
     try:
         run = await new_run(stores[0])
@@ -196,7 +181,7 @@ async def test_processes_opening_a_fresh_database_together_migrate_it_once() -> 
 async def test_a_database_of_the_first_release_is_upgraded_keeping_its_runs() -> None:
     """A database migrated to 0001 only (the first release) gets the later migrations when a
     newer fiduciary opens it, and its runs are still there."""
-    dsn = fresh_database("upgrade")
+    dsn = empty_database("upgrade")
     conn = await raw(dsn)
     try:
         assert await apply_migrations(conn, MIGRATIONS[:1]) == [1]
@@ -229,15 +214,15 @@ async def test_a_database_of_the_first_release_is_upgraded_keeping_its_runs() ->
         await store.close()
 
 
-async def test_a_database_with_a_newer_schema_is_refused(dsn: str) -> None:
-    conn = await raw(dsn)
+async def test_a_database_with_a_newer_schema_is_refused(postgres_dsn: str) -> None:
+    conn = await raw(postgres_dsn)
     try:
         await conn.execute("INSERT INTO schema_migrations VALUES (99, 'from_the_future', now())")
     finally:
         await conn.close()
 
     with pytest.raises(StoreError, match="newer"):
-        await PostgresStore.open(dsn)
+        await PostgresStore.open(postgres_dsn)
 
 
 async def test_an_unreachable_server_is_a_store_error() -> None:
@@ -387,8 +372,8 @@ async def drain_until_closed(sub: Subscription, stop_after: int | None = None) -
     return received
 
 
-async def test_a_subscription_before_the_store_listens_ends_overflowed(dsn: str) -> None:
-    store = PostgresStore(dsn)  # not opened yet
+async def test_a_subscription_before_the_store_listens_ends_overflowed(postgres_dsn: str) -> None:
+    store = PostgresStore(postgres_dsn)  # not opened yet
     try:
         sub = store.subscribe(uuid4())
         assert await drain_until_closed(sub) == []
@@ -420,11 +405,11 @@ async def test_a_stale_worker_on_another_instance_is_fenced(
 
 
 async def test_a_ledger_begin_waits_for_a_takeover_in_flight_and_is_fenced_by_it(
-    store: PostgresStore, dsn: str
+    store: PostgresStore, postgres_dsn: str
 ) -> None:
     run = await new_run(store)
     entry = make_ledger(run.run_id)
-    conn = await raw(dsn)
+    conn = await raw(postgres_dsn)
     try:
         async with conn.transaction():  # another instance's acquire, not committed yet
             await conn.execute(
@@ -469,11 +454,11 @@ async def test_concurrent_appends_from_two_instances_never_interleave_seqs(
 
 
 async def test_claim_skips_runs_locked_by_another_connection(
-    store: PostgresStore, dsn: str
+    store: PostgresStore, postgres_dsn: str
 ) -> None:
     locked = await new_run(store, created=1)
     free = await new_run(store, created=2)
-    conn = await raw(dsn)
+    conn = await raw(postgres_dsn)
     try:
         async with conn.transaction():
             await conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (locked.run_id,))

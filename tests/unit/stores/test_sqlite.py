@@ -25,14 +25,14 @@ from hypothesis import strategies as st
 
 from fiduciary.events import Event, TextDelta
 from fiduciary.exceptions import ConflictError, StaleEpochError, StoreError
+from fiduciary.stores._sql.sqlite_writer import dt as _dt
+from fiduciary.stores._sql.sqlite_writer import ts as _ts
 from fiduciary.stores.base import RunRecord, Subscription
 from fiduciary.stores.sqlite import (
     MIGRATIONS_DIR,
     SCHEMA_PATH,
     Migration,
     SQLiteStore,
-    _dt,
-    _ts,
     apply_migrations,
     load_migrations,
     split_statements,

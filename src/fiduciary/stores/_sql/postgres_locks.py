@@ -30,9 +30,9 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from .._logs import logger
-from ..exceptions import StoreError
-from ._postgres_sql import _Conn, _translate
+from ..._logs import logger
+from ...exceptions import StoreError
+from .postgres_writer import Conn, translate
 
 log = logger("fiduciary.stores.postgres")
 
@@ -63,7 +63,7 @@ class PrincipalLocks:
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[_Conn]],
+        connect: Callable[[], Awaitable[Conn]],
         *,
         idle_seconds: float = 10.0,
         max_wait_step: float = 0.005,
@@ -71,7 +71,7 @@ class PrincipalLocks:
         self._connect = connect
         self.idle_seconds = idle_seconds
         self._max_step = max_wait_step
-        self._conn: _Conn | None = None
+        self._conn: Conn | None = None
         self._generation = 0  # which connection a held lock was taken on
         self._io = asyncio.Lock()  # one statement at a time on the connection
         self._local: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -136,7 +136,7 @@ class PrincipalLocks:
                 except psycopg.Error as exc:
                     if retry and isinstance(exc, psycopg.OperationalError):
                         continue
-                    raise _translate(exc, "taking a principal lock") from exc
+                    raise translate(exc, "taking a principal lock") from exc
                 return self._generation if row is not None and row[0] else None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -159,7 +159,7 @@ class PrincipalLocks:
                 raise StoreError(f"the principal lock was lost: {exc!r}") from exc
 
     async def _statement(
-        self, conn: _Conn, sql: LiteralString, *params: object
+        self, conn: Conn, sql: LiteralString, *params: object
     ) -> psycopg.AsyncCursor[Any]:
         """One statement on the lock connection (``_io`` held), bounded by ``idle_seconds`` (a
         network that hangs); if it fails, the connection is given up (and its locks with it)."""
@@ -170,7 +170,7 @@ class PrincipalLocks:
             await self._lost(exc)
             raise
 
-    async def _connection(self) -> _Conn:
+    async def _connection(self) -> Conn:
         if self._closed:
             raise StoreError("the store is closed")
         if self._conn is not None and not self._conn.closed:

@@ -18,18 +18,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from .._logs import logger
-from ..events import Event, decode_event
-from ._postgres_sql import (
-    _READ_CANCEL,
-    _READ_RANGES,
-    CANCEL_CHANNEL,
-    EVENTS_CHANNEL,
-    RUNNABLE_CHANNEL,
-    Params,
-    _Conn,
-)
-from .base import Broadcaster, CancelRequest
+from ..._logs import logger
+from ...events import Event, decode_event
+from ..base import Broadcaster, CancelRequest
+from .codec import Params
+from .postgres_writer import CANCEL_CHANNEL, EVENTS_CHANNEL, QUERIES, RUNNABLE_CHANNEL, Conn
 
 log = logger("fiduciary.stores.postgres")
 
@@ -39,7 +32,7 @@ Fetch = Callable[[str, Params], Awaitable[list[Any]]]
 class Listener:
     """The LISTEN connection of one store, and what arrives on it."""
 
-    def __init__(self, *, instance: str, connect: Callable[[], Awaitable[_Conn]], fetch: Fetch):
+    def __init__(self, *, instance: str, connect: Callable[[], Awaitable[Conn]], fetch: Fetch):
         self.instance = instance
         self.fanout = Broadcaster()
         self.listening = asyncio.Event()
@@ -94,7 +87,7 @@ class Listener:
         delay = 0.05
         first = True
         while not self._stopped:
-            conn: _Conn | None = None
+            conn: Conn | None = None
             try:
                 conn = await self._connect()
                 await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
@@ -142,7 +135,7 @@ class Listener:
 
     async def _read_cancel(self, request_id: UUID) -> None:
         try:
-            rows = await self._fetch(_READ_CANCEL, (request_id,))
+            rows = await self._fetch(QUERIES.read_cancel, (request_id,))
         except Exception as exc:  # the sender sends it again
             log.warning("could not read cancel request %s (%s)", request_id, exc)
             return
@@ -186,7 +179,7 @@ class Listener:
                 continue
             try:
                 rows = await self._fetch(
-                    _READ_RANGES,
+                    QUERIES.read_ranges,
                     ([a[0] for a in wanted], [a[1] for a in wanted], [a[2] for a in wanted]),
                 )
                 by_run: dict[UUID, list[Event]] = {}
