@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from . import _cancelling, _decisions
@@ -23,6 +23,10 @@ from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._sweep import SWEEP_SECONDS, sweep_forever
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
+from .context.compaction import CompactionPolicy, Summarizer
+from .context.config import ContextConfig, DomainContext, model_summarizer
+from .context.recall import MemoryLayer
+from .context.tokens import context_window
 from .events import Event, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
@@ -44,6 +48,9 @@ from .stores.base import (
     follow_poll_seconds,
 )
 from .stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from .memory.base import Memory
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
 
@@ -88,6 +95,14 @@ class Agent:
         budget_usd: Decimal | str | None = None,
         prices: PriceTable | None = None,
         authorize_timeout: float = DEFAULT_AUTHORIZE_TIMEOUT,
+        context: DomainContext | None = None,
+        memory: Memory | None = None,
+        remember_replies: bool = False,
+        recall_days: int | None = None,
+        context_window: int | None = None,
+        compact_at: float = 0.85,
+        summarizer: Summarizer | None = None,
+        microcompact: bool = True,
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
@@ -119,6 +134,21 @@ class Agent:
             redactor=self.redactor,
             authorize_timeout=authorize_timeout,
         )
+        # what the model is sent beyond the log (fiduciary.context): layers, compaction, memory
+        self.context = context
+        self.memory = (
+            None
+            if memory is None
+            else MemoryLayer(
+                memory, self.redactor.redact_text, recall_days=recall_days, clock=self.clock
+            )
+        )
+        self.remember_replies = remember_replies
+        self.context_window = context_window
+        self.compact_at = compact_at
+        self.summarizer = summarizer
+        self.microcompact = microcompact
+        self._context_config()  # options are checked now, not at the first run
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
@@ -531,6 +561,28 @@ class Agent:
             thinking_effort=self.thinking_effort,
             prices=self.prices,
             principal_lock=self.principal_lock,
+            context=self._context_config(),
+        )
+
+    def _context_config(self) -> ContextConfig:
+        window = self.context_window or context_window(self.model.name)
+        policy = None
+        if window is not None:
+            try:
+                policy = CompactionPolicy(
+                    window=window,
+                    compact_at=self.compact_at,
+                    compact_to=min(0.5, self.compact_at * 0.6),
+                )
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        return ContextConfig(
+            compaction=policy,
+            summarize=self.summarizer or model_summarizer(self.model),
+            domain=self.context,
+            memory=self.memory,
+            microcompact=self.microcompact,
+            remember_replies=self.remember_replies,
         )
 
     async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:

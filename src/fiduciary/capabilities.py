@@ -176,6 +176,8 @@ class Capability:
     idempotency_key: KeyFn | None
     tier: Tier | None
     describe: Callable[[Any], str] | None
+    # an over-budget result replaced by this summary of it (the truncation marker stays)
+    summarize_on_truncate: Callable[[Any], str] | None
     _call_style: Literal["fields", "model"]
     _is_async: bool
     _ctx_param: str | None
@@ -278,6 +280,7 @@ def capability(
     idempotency_key: KeyFn | None = None,
     tier: Tier | None = None,
     describe: Callable[[Any], str] | None = None,
+    summarize_on_truncate: Callable[[Any], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Capability]: ...
 
 
@@ -302,6 +305,7 @@ def capability(
     idempotency_key: KeyFn | None = None,
     tier: Tier | None = None,
     describe: Callable[[Any], str] | None = None,
+    summarize_on_truncate: Callable[[Any], str] | None = None,
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
@@ -332,6 +336,7 @@ def capability(
             idempotency_key=idempotency_key,
             tier=tier,
             describe=describe,
+            summarize_on_truncate=summarize_on_truncate,
         )
 
     if fn is not None:
@@ -359,6 +364,7 @@ def _build(
     idempotency_key: KeyFn | None,
     tier: Tier | None,
     describe: Callable[[Any], str] | None,
+    summarize_on_truncate: Callable[[Any], str] | None = None,
 ) -> Capability:
     cap_name = name or func.__name__
     bare = cap_name.replace("_", "").replace("-", "")
@@ -441,6 +447,7 @@ def _build(
         idempotency_key=idempotency_key,
         tier=tier,
         describe=describe,
+        summarize_on_truncate=summarize_on_truncate,
         _call_style=call_style,
         _is_async=inspect.iscoroutinefunction(func),
         _ctx_param=ctx_param,

@@ -21,6 +21,8 @@ __all__ = [
     "ActionResolvedDraft",
     "Compaction",
     "CompactionDraft",
+    "ContextLayers",
+    "ContextLayersDraft",
     "Draft",
     "Event",
     "EventBase",
@@ -42,6 +44,9 @@ __all__ = [
     "ThinkingDeltaDraft",
     "ThinkingDone",
     "ThinkingDoneDraft",
+    "TodoItem",
+    "TodoUpdate",
+    "TodoUpdateDraft",
     "ToolCallEnd",
     "ToolCallEndDraft",
     "ToolCallRejected",
@@ -265,14 +270,56 @@ class ToolProgress(ToolProgressDraft, EventBase):
 
 
 class CompactionDraft(Draft):
+    """What the model is sent was compacted (the log keeps everything). ``start`` carries the
+    request's size before; ``end`` how (``method``: stub | summary | drop), the size after, and
+    the cut it records for every later request of the run: messages before ``kept_from`` are
+    replaced by ``summary`` (or dropped), tool results before ``stubbed_before`` are stubbed
+    (indexes into the run's conversation, as the transcript folds it)."""
+
     type: Literal["compaction"] = "compaction"
     phase: Literal["start", "end"]
     summary: str | None = None
     tokens_before: int | None = None
     tokens_after: int | None = None
+    method: Literal["stub", "summary", "drop"] | None = None
+    kept_from: int | None = Field(default=None, ge=0)
+    stubbed_before: int | None = Field(default=None, ge=0)
 
 
 class Compaction(CompactionDraft, EventBase):
+    pass
+
+
+class ContextLayersDraft(Draft):
+    """The system prompt's changing layers for the latest user message, computed once and
+    recorded so that every model call of that message, in any process, sends the same: the
+    domain context (``Agent(context=...)``) and what memory recalled."""
+
+    type: Literal["context_layers"] = "context_layers"
+    context: str = ""
+    recalled: list[str] = Field(default_factory=list)
+
+
+class ContextLayers(ContextLayersDraft, EventBase):
+    pass
+
+
+class TodoItem(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(min_length=1, max_length=500)
+    status: Literal["pending", "in_progress", "done"] = "pending"
+
+
+class TodoUpdateDraft(Draft):
+    """The run's to-do list, whole, as the model last set it (``update_todo``)."""
+
+    type: Literal["todo_update"] = "todo_update"
+    tool_use_id: str
+    todos: list[TodoItem]
+
+
+class TodoUpdate(TodoUpdateDraft, EventBase):
     pass
 
 
@@ -351,6 +398,8 @@ Event = Annotated[
     | ActionResolved
     | ToolProgress
     | Compaction
+    | ContextLayers
+    | TodoUpdate
     | Usage
     | TurnComplete
     | TurnRetracted

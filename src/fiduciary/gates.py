@@ -25,7 +25,7 @@ from uuid import UUID, uuid4
 from pydantic import BaseModel, ValidationError
 
 from ._logs import logger
-from ._text import NOTES_MARKER, TRUNCATION_MARKER
+from ._render import render_result
 from .capabilities import (
     CallContext,
     Capability,
@@ -728,18 +728,8 @@ class Gates:
 
     def render(self, cap: Capability, output: Any, hints: Sequence[str]) -> tuple[str, bool]:
         """The text the model sees: JSON, cut to the result budget, then guard notes."""
-        body = json.dumps(output, ensure_ascii=False, default=str)
         budget = cap.max_result_chars or self.default_result_chars
-        truncated = len(body) > budget
-        if truncated:
-            body = (
-                body[:budget]
-                + f"{TRUNCATION_MARKER}{len(body) - budget} chars: the result was too large; "
-                "narrow the request (a filter, a limit, a shorter period)]"
-            )
-        if hints:
-            body += NOTES_MARKER + " ".join(f"- {h}" for h in hints)
-        return body, truncated
+        return render_result(cap, output, hints, budget, self.redactor.redact_text)
 
     def _audit(
         self,

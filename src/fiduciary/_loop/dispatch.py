@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..events import RejectReason, ToolCallStartDraft
-from ..gates import ParsedCall
+from ..context.todos import TODO_FLAG, TodoList
+from ..events import RejectReason, TodoUpdateDraft, ToolCallStartDraft
+from ..gates import Outcome, ParsedCall
 from ..stores.base import ApprovalRecord
 from .state import Drive
 
@@ -37,7 +38,16 @@ def reject(d: Drive, call: ParsedCall, reason: RejectReason, message: str) -> No
 
 
 async def run_read(d: Drive, call: ParsedCall) -> None:
-    d.record(await d.rt.gates.run(d.attempt(call, concurrent=True)))
+    verdict = await d.rt.gates.run(d.attempt(call, concurrent=True))
+    d.record(verdict)
+    if (
+        isinstance(verdict, Outcome)
+        and not verdict.is_error
+        and call.cap is not None
+        and TODO_FLAG in call.cap.flags
+        and isinstance(call.args, TodoList)
+    ):
+        d.emit(TodoUpdateDraft(tool_use_id=call.tool_use_id, todos=list(call.args.todos)))
 
 
 async def dispatch(

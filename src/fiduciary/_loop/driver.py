@@ -15,6 +15,7 @@ from .._logs import logger
 from ..events import RunCompletedDraft, RunFailedDraft, TurnRetractedDraft
 from ..exceptions import StaleEpochError, StoreError
 from ..stores.base import ApprovalRecord, RunStatus
+from .context import remember_reply
 from .dispatch import dispatch_writes
 from .settle import cancel, settle
 from .state import Drive
@@ -104,6 +105,7 @@ class Driver(Drive):
                     cost_usd=t.cost_usd,
                 )
                 self.emit(done, status="completed")
+                remember_reply(self, t.last_text)
                 return
             pending = await dispatch_writes(self, writes)
             if pending:

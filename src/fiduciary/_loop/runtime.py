@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..clock import Clock
+from ..context.config import ContextConfig
 from ..gates import Gates
 from ..models.base import Model
 from ..models.pricing import PriceTable
@@ -52,6 +53,7 @@ class Runtime:
     thinking_effort: Effort | None
     prices: PriceTable | None
     principal_lock: Callable[[str], AbstractAsyncContextManager[Held]]
+    context: ContextConfig | None = None  # layers, shaping, compaction, memory (None: none)
 
 
 class Held:

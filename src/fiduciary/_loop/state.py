@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..capabilities import Kind, Principal
+from ..context.tokens import LastRequest
 from ..events import Draft, Event, GuardFiredDraft, ToolProgressDraft
 from ..gates import Attempt, CallScope, Outcome, ParsedCall, Pending, Verdict
 from ..models.base import ToolSpec
@@ -53,6 +54,8 @@ class Drive:
         # the same for every turn of a drive (no user message arrives during one)
         self.tools: tuple[ToolSpec, ...] | None = None
         self.plan: TurnPlan | None = None
+        # the provider's count of the last request and its estimate: how the next is measured
+        self.last_request: LastRequest | None = None
 
     # --- emission ------------------------------------------------------------------------
     def emit(

@@ -12,9 +12,11 @@ from decimal import Decimal
 from typing import assert_never
 from uuid import UUID, uuid4
 
+from ..context.compaction import Shape
 from ..events import (
     ActionResolved,
     Compaction,
+    ContextLayers,
     Event,
     GuardFired,
     GuardNote,
@@ -25,6 +27,7 @@ from ..events import (
     TextDelta,
     ThinkingDelta,
     ThinkingDone,
+    TodoUpdate,
     ToolCallEnd,
     ToolCallRejected,
     ToolCallStart,
@@ -74,6 +77,12 @@ class Transcript:
     tool_calls: int = 0
     last_seq: int = 0
     last_text: str = ""
+    # what the model is sent (the context package): the cut compaction recorded, whether a
+    # compaction was started and not ended, the latest user message and its recorded layers
+    shape: Shape = field(default_factory=Shape)
+    compacting: int | None = None  # a compaction's tokens_before, from its start to its end
+    user_text: str = ""
+    layers: ContextLayers | None = None
     _records: dict[str, int] = field(default_factory=dict)
 
     def apply(self, event: Event) -> None:
@@ -148,6 +157,20 @@ class Transcript:
                 self.history.add_user_message(text)
                 self.turns_since_user = 0
                 self.calls_since_user = 0
+                self.user_text = text
+                self.layers = None
+            case ContextLayers():
+                self.layers = event
+            case Compaction(phase="start"):
+                self.compacting = event.tokens_before or 0
+            case Compaction():
+                self.compacting = None
+                if event.method is not None:
+                    self.shape = Shape(
+                        kept_from=event.kept_from or 0,
+                        stubbed_before=event.stubbed_before or 0,
+                        summary=event.summary,
+                    )
             case Usage():
                 self.input_tokens = event.total_input_tokens
                 self.output_tokens = event.total_output_tokens
@@ -155,7 +178,7 @@ class Transcript:
                     self.cost_usd = event.total_cost_usd
             case RunStarted():
                 self.started = event
-            case GuardFired() | ToolProgress() | Compaction() | RunCompleted() | RunFailed():
+            case GuardFired() | ToolProgress() | TodoUpdate() | RunCompleted() | RunFailed():
                 pass  # nothing the model or the guards are told
             case _:
                 assert_never(event)

@@ -12,6 +12,7 @@ import asyncio
 from decimal import Decimal
 
 from .._logs import logger
+from ..context.tokens import LastRequest
 from ..events import (
     Draft,
     RunFailedDraft,
@@ -34,8 +35,15 @@ from ..models.base import (
     StreamToolCall,
     StreamUsage,
 )
-from ..models.pricing import budget_refusal, cost_usd, estimate_call_usd, price_of
+from ..models.pricing import (
+    budget_refusal,
+    cost_usd,
+    estimate_call_usd,
+    estimate_input_tokens,
+    price_of,
+)
 from ..models.tiers import plan_turn
+from .context import prepare
 from .dispatch import reject, run_read, start
 from .state import Drive
 
@@ -64,8 +72,11 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
             effort=rt.thinking_effort,
         )
     plan = d.plan
-    request = ModelRequest(
-        system=rt.system, messages=tuple(t.messages), tools=d.tools, settings=plan.settings
+    request = await prepare(
+        d,
+        ModelRequest(
+            system=rt.system, messages=tuple(t.messages), tools=d.tools, settings=plan.settings
+        ),
     )
     # the model that will answer (a tiered model routes by the plan's tier), and its price
     route = getattr(rt.model, "model_for", None)
@@ -146,6 +157,8 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         d.emit(*events, status="failed")
         return None
     cost = cost_usd(price_of(answering, answered_by, rt.prices), usage)
+    reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    d.last_request = LastRequest(reported, estimate_input_tokens(request))
     d.emit(
         UsageDraft(
             model=answered_by or rt.model.name,

@@ -77,8 +77,20 @@ def describe(event: Event) -> str:
             return f"approval {_short(event.approval_id)} {event.decision}{who}{why}"
         case ev.ToolProgress():
             return f"{event.name}: {_clip(event.message)}"
+        case ev.Compaction(phase="start"):
+            return f"compacting what the model is sent ({event.tokens_before} tokens)"
         case ev.Compaction():
-            return f"compaction {event.phase}"
+            return (
+                f"compacted ({event.method}): {event.tokens_before} -> {event.tokens_after} tokens"
+            )
+        case ev.ContextLayers():
+            recalled = f", {len(event.recalled)} memories recalled" if event.recalled else ""
+            return f"context for this message{recalled}"
+        case ev.TodoUpdate():
+            marks = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
+            return "to do: " + "; ".join(
+                f"{marks[item.status]} {_clip(item.text)}" for item in event.todos
+            )
         case ev.Usage():
             return f"{event.model}: {event.input_tokens} in / {event.output_tokens} out"
         case ev.TurnComplete():

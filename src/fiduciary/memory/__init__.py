@@ -6,12 +6,12 @@
 - ``InMemoryMemory``: for tests.
 
 Each takes an optional ``embedder`` whose vectors are blended with the lexical rank.
-``MemoryLayer`` is how an agent uses one: bounded recalls, background remembering, redaction.
+An agent uses one through ``Agent(memory=...)`` (``fiduciary.context.recall.MemoryLayer``:
+bounded recalls, background remembering, redaction).
 """
 
 from .base import Embedder, Memory, MemoryRecord
 from .inmemory import InMemoryMemory
-from .layer import MemoryLayer
 from .sqlite import SQLiteMemory
 
-__all__ = ["Embedder", "InMemoryMemory", "Memory", "MemoryLayer", "MemoryRecord", "SQLiteMemory"]
+__all__ = ["Embedder", "InMemoryMemory", "Memory", "MemoryRecord", "SQLiteMemory"]

@@ -50,6 +50,7 @@ from ..capabilities import Principal
 from ..events import (
     ActionResolved,
     Compaction,
+    ContextLayers,
     Event,
     GuardFired,
     PendingAction,
@@ -59,6 +60,7 @@ from ..events import (
     TextDelta,
     ThinkingDelta,
     ThinkingDone,
+    TodoUpdate,
     ToolCallEnd,
     ToolCallRejected,
     ToolCallStart,
@@ -139,8 +141,12 @@ class UIMessageStream:
     def feed(self, event: Event) -> list[Part]:
         out: list[Part] = []
         match event:
-            case RunStarted() | UserMessage() | Compaction():
+            case RunStarted() | UserMessage() | Compaction() | ContextLayers():
                 pass
+            case TodoUpdate(todos=todos):
+                # a data part with a fixed id: useChat replaces the list in place
+                data = {"todos": [item.model_dump() for item in todos]}
+                out.append({"type": "data-todos", "id": "todos", "data": data})
             case TextDelta(text=text):
                 out += self._model_output()
                 out += self._close_reasoning()

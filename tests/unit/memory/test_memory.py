@@ -12,7 +12,8 @@ from uuid import uuid4
 import pytest
 
 from fiduciary.clock import ManualClock
-from fiduciary.memory import InMemoryMemory, Memory, MemoryLayer, SQLiteMemory
+from fiduciary.context.recall import MemoryLayer
+from fiduciary.memory import InMemoryMemory, Memory, SQLiteMemory
 from fiduciary.memory.base import Embedder
 from fiduciary.testing import FakeEmbedder
 from tests.postgres_support import new_database

@@ -11,9 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from .._logs import logger
-from .base import Memory
+from ..clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from ..memory.base import Memory
 
 __all__ = ["MemoryLayer"]
 
@@ -22,10 +27,14 @@ log = logger("fiduciary.memory")
 
 @dataclass(slots=True)
 class MemoryLayer:
+    """``recall_days``: only records of the last so many days are recalled (None: all)."""
+
     memory: Memory
     redact: Callable[[str], str]
     top_k: int = 5
     timeout: float = 2.0
+    recall_days: int | None = None
+    clock: Clock = field(default_factory=SystemClock)
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def recall(self, query: str, namespace: str) -> list[str]:
@@ -33,8 +42,13 @@ class MemoryLayer:
         if not query.strip():
             return []
         try:
+            since = None
+            if self.recall_days is not None:
+                since = self.clock.now() - timedelta(days=self.recall_days)
             async with asyncio.timeout(self.timeout):
-                found = await self.memory.recall(query, namespace=namespace, top_k=self.top_k)
+                found = await self.memory.recall(
+                    query, namespace=namespace, top_k=self.top_k, since=since
+                )
         except Exception as exc:  # TimeoutError included: a memory may fail in any way
             log.warning("memory recall failed; continuing without (%s)", type(exc).__name__)
             return []
