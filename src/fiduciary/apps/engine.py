@@ -37,7 +37,7 @@ from ..guards import Guard
 from ..models.base import Model
 from ..policy import Policy, Threshold
 from ..registry import Authorize
-from ..stores.base import Store
+from ..stores.base import ApprovalRecord, Store
 from . import runs
 from ._caps import HOOK_TOOL_CALLS, bounded, engine_capabilities
 from .grants import GrantPolicy, LiveGrant
@@ -132,7 +132,13 @@ class AppEngine:
         return found
 
     async def record(self, app_id: str) -> AppRecord:
-        return await self.tables.get_app(app_id) or AppRecord(app_id)
+        """The app's record as stored (its counters included): read fresh each time."""
+        found = await self.tables.get_app(app_id) or AppRecord(app_id)
+        return replace(found, counters=await self.tables.counters(app_id))
+
+    async def count(self, app_id: str, name: str, by: int = 1) -> None:
+        """Add to one of the app's counters (atomically: concurrent steps lose nothing)."""
+        await self.tables.bump(app_id, name, by)
 
     async def note(self, app_id: str, kind: str, **detail: Any) -> None:
         at = self.clock.now().isoformat()
@@ -238,8 +244,7 @@ class AppEngine:
             if amount is None or c.operation is None:
                 return
             key = f"spent_cents:{c.operation}"
-            record = await self.record(manifest.id)
-            await self._save(record.bump(key, int((amount * 100).to_integral_value())))
+            await self.count(manifest.id, key, int((amount * 100).to_integral_value()))
             grant = policy.take(c, amount)
             if grant is None:
                 return
@@ -252,6 +257,34 @@ class AppEngine:
 
         return watched(cap, noted=noted, executed=executed)
 
+    # --- decisions -------------------------------------------------------------------------
+    def decider(self) -> Agent:
+        """An agent that may decide any approval the apps engine asked for."""
+        caps = {**self.paper, **(self.live or {})}
+        return self._agent(runs.PlannedModel(), [*caps.values(), *self._own], self.policy)
+
+    async def pending(self, app_id: str | None = None) -> list[ApprovalRecord]:
+        """The approvals waiting for a person (an app's, when named: by its runs' titles)."""
+        found = await self.decider().pending_approvals(principal=self.principal)
+        if app_id is None:
+            return found
+        mine: list[ApprovalRecord] = []
+        for approval in found:
+            run = await self.store.get_run(approval.run_id)
+            if run is not None and (f"[app {app_id}]" in run.title or run.title.endswith(app_id)):
+                mine.append(approval)
+        return mine
+
+    async def approve(
+        self, approval_id: UUID, *, by: Principal | str, confirm_amount: Decimal | None = None
+    ) -> ApprovalRecord:
+        return await self.decider().approve(approval_id, by=by, confirm_amount=confirm_amount)
+
+    async def deny(
+        self, approval_id: UUID, *, by: Principal | str, reason: str = ""
+    ) -> ApprovalRecord:
+        return await self.decider().deny(approval_id, by=by, reason=reason)
+
     # --- enable / disable ------------------------------------------------------------------
     async def enable(self, app_id: str) -> AppRecord:
         """Enable an app, or continue enabling it. An app that needs approval gets a pending
@@ -262,6 +295,8 @@ class AppEngine:
         if record.enabled:
             return record
         attempt = str(record.counters.get("enables", 0))
+        if manifest.config.mode == "live" and self.live is None:
+            raise RunError("forbidden", f"app {app_id} is live, and no live backend is registered")
         if manifest.needs_approval:
             run_id = runs.step_id(app_id, "enable", attempt)
             if record.enable_run is None:
@@ -278,7 +313,7 @@ class AppEngine:
                 },
             }
             agent = await self.plan_agent(manifest, None)
-            message = runs.plan_message(f"enable app {app_id}", gate=gate, calls=[])
+            message = runs.plan_message(f"[app {app_id}] enable", gate=gate, calls=[])
             run = await runs.drive(agent, run_id, message, self.principal)
             if run is None or run.status != "completed":
                 return await self.record(app_id)
@@ -286,7 +321,8 @@ class AppEngine:
             record = await self.record(app_id)
             if not any(o.tool_use_id == "gate" and o.status == "executed" for o in found):
                 await self.note(app_id, "enable_refused", run=str(run_id))
-                record = replace(record, enable_run=None).bump("enables")
+                await self.count(app_id, "enables")
+                record = replace(record, enable_run=None)
                 await self._save(record)
                 return record
         else:
@@ -309,7 +345,8 @@ class AppEngine:
             record = await self._apply(manifest, record, answer)
         record = replace(
             record, enabled=True, last_hash=None, consecutive_errors=0, paused_until=None
-        ).bump("enables")
+        )
+        await self.count(manifest.id, "enables")
         await self._save(record)
         await self.note(manifest.id, "enabled", mode=record.approved_mode)
         return record
@@ -326,7 +363,8 @@ class AppEngine:
             answer = await self._hook(manifest, record, "shutdown", rid)
             if answer is not None:
                 record = await self._apply(manifest, record, answer)
-        record = replace(record, enabled=False, last_hash=None, approved_mode=None).bump("disables")
+        record = replace(record, enabled=False, last_hash=None, approved_mode=None)
+        await self.count(app_id, "disables")
         await self._save(record)
         await self.note(app_id, "disabled")
         return record
@@ -464,9 +502,7 @@ class AppEngine:
             self.clock.now().isoformat(),
         )
         if await self.tables.claim_tick(tick):
-            await self._save(
-                replace(record, paused_until=record.paused_until).bump(f"skipped_{outcome}")
-            )
+            await self.count(manifest.id, f"skipped_{outcome}")
             await self.note(manifest.id, f"tick_{outcome}", slot=slot, detail=detail)
         return TickResult(manifest.id, slot, outcome, None, detail)
 
@@ -501,9 +537,10 @@ class AppEngine:
                     return await self._failed(manifest, tick, "a source failed", pause=pause)
                 digest = hashlib.sha256(canonical_json(context).encode()).hexdigest()
                 if digest == record.last_hash:
-                    await self._save(record.bump("skipped_unchanged"))
+                    await self.count(manifest.id, "skipped_unchanged")
                     return await self._finish(manifest, tick, "unchanged", digest[:12])
-                record = replace(record, last_hash=digest).bump("model_calls")
+                record = replace(record, last_hash=digest)
+                await self.count(manifest.id, "model_calls")
                 await self._save(record)
                 answer = await self._hook(manifest, record, "tick", rid, context)
             else:
@@ -548,14 +585,16 @@ class AppEngine:
     async def _pause(self, manifest: Manifest) -> None:
         record = await self.record(manifest.id)
         until = (self.clock.now() + self.cooldown).isoformat()
-        await self._save(replace(record, paused_until=until, consecutive_errors=0).bump("pauses"))
+        await self._save(replace(record, paused_until=until, consecutive_errors=0))
+        await self.count(manifest.id, "pauses")
         await self.note(manifest.id, "paused", until=until)
 
     async def _failed(
         self, manifest: Manifest, tick: TickRecord, detail: str, *, pause: bool
     ) -> TickResult:
         record = await self.record(manifest.id)
-        record = replace(record, consecutive_errors=record.consecutive_errors + 1).bump("errors")
+        record = replace(record, consecutive_errors=record.consecutive_errors + 1)
+        await self.count(manifest.id, "errors")
         await self._save(record)  # the state is persisted on error too
         if pause or record.consecutive_errors >= self.max_errors:
             await self._pause(manifest)

@@ -244,7 +244,7 @@ async def _callback(
             window = []  # two minutes quiet: the window resets
         if len(window) >= CALLBACKS:
             state.records.append(("callback_skipped", {"depth": depth + 1}))
-            await engine._save(record.bump("skipped_callbacks"))
+            await engine.count(manifest.id, "skipped_callbacks")
             return
         record = replace(record, callbacks=(*window, now.isoformat()))
         await engine._save(record)

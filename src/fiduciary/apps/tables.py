@@ -11,7 +11,7 @@ import asyncio
 import json
 import sqlite3
 import threading
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -41,19 +41,15 @@ class AppRecord:
     state: dict[str, Any] = field(default_factory=dict)
     state_saved_at: str | None = None
     last_hash: str | None = None
-    counters: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # kept in a table of their own
     consecutive_errors: int = 0
     paused_until: str | None = None
     callbacks: tuple[str, ...] = ()  # when the result hook was last called back (the window)
 
-    def bump(self, name: str, by: int = 1) -> AppRecord:
-        counters = dict(self.counters)
-        counters[name] = counters.get(name, 0) + by
-        return replace(self, counters=counters)
-
     def to_json(self) -> str:
         data = asdict(self)
         data["callbacks"] = list(self.callbacks)
+        data["counters"] = {}
         return json.dumps(data, sort_keys=True, default=str)
 
     @classmethod
@@ -113,6 +109,8 @@ class AppTables(Protocol):
     async def get_app(self, app_id: str) -> AppRecord | None: ...
     async def put_app(self, record: AppRecord) -> None: ...
     async def list_apps(self) -> list[AppRecord]: ...
+    async def bump(self, app_id: str, name: str, by: int = 1) -> None: ...
+    async def counters(self, app_id: str) -> dict[str, int]: ...
     async def claim_tick(self, tick: TickRecord) -> bool:
         """Insert the slot's row; False when it exists (another process has the slot)."""
         ...
@@ -138,6 +136,7 @@ class MemoryAppTables:
 
     def __init__(self) -> None:
         self._apps: dict[str, AppRecord] = {}
+        self._counters: dict[tuple[str, str], int] = {}
         self._ticks: dict[tuple[str, str], TickRecord] = {}
         self._grants: dict[str, GrantRecord] = {}
         self._uses: dict[tuple[str, str], tuple[str, Decimal]] = {}
@@ -151,6 +150,13 @@ class MemoryAppTables:
 
     async def list_apps(self) -> list[AppRecord]:
         return [self._apps[k] for k in sorted(self._apps)]
+
+    async def bump(self, app_id: str, name: str, by: int = 1) -> None:
+        key = (app_id, name)
+        self._counters[key] = self._counters.get(key, 0) + by
+
+    async def counters(self, app_id: str) -> dict[str, int]:
+        return {n: v for (a, n), v in sorted(self._counters.items()) if a == app_id}
 
     async def claim_tick(self, tick: TickRecord) -> bool:
         key = (tick.app_id, tick.slot)
@@ -207,6 +213,10 @@ class MemoryAppTables:
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fiduciary_apps (app_id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fiduciary_app_counters (
+    app_id TEXT NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (app_id, name)
+);
 CREATE TABLE IF NOT EXISTS fiduciary_app_ticks (
     app_id TEXT NOT NULL, slot TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
     PRIMARY KEY (app_id, slot)
@@ -283,6 +293,24 @@ class SQLiteAppTables:
             lambda c: c.execute("SELECT data FROM fiduciary_apps ORDER BY app_id").fetchall()
         )
         return [AppRecord.from_json(r[0]) for r in rows]
+
+    async def bump(self, app_id: str, name: str, by: int = 1) -> None:
+        await self._run(
+            lambda c: c.execute(
+                "INSERT INTO fiduciary_app_counters (app_id, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (app_id, name) DO UPDATE SET value = value + excluded.value",
+                (app_id, name, by),
+            )
+        )
+
+    async def counters(self, app_id: str) -> dict[str, int]:
+        rows = await self._run(
+            lambda c: c.execute(
+                "SELECT name, value FROM fiduciary_app_counters WHERE app_id = ? ORDER BY name",
+                (app_id,),
+            ).fetchall()
+        )
+        return {name: int(value) for name, value in rows}
 
     async def claim_tick(self, tick: TickRecord) -> bool:
         cursor = await self._run(
