@@ -201,6 +201,18 @@ def _register_server() -> None:
 _register_server()
 
 
+def _register_apps() -> None:
+    """``apps`` (fiduciary.apps registers its own commands; PyYAML is the apps extra)."""
+    try:
+        from ..apps.cli import register as register_apps
+    except ImportError:
+        return
+    register_apps(app)
+
+
+_register_apps()
+
+
 def main() -> None:
     app(prog_name="fiduciary")
 

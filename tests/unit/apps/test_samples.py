@@ -38,7 +38,7 @@ async def enabled(eng: Any, app: str) -> None:
 
 
 async def test_dca_buys_each_period_after_one_approval_per_batch() -> None:
-    clock, wallet, eng = world()
+    _, wallet, eng = world()
     await enabled(eng, "dca")  # no permissions: enabled at once
     sui = available(wallet, "SUI")
     result = await eng.tick("dca")
@@ -72,7 +72,7 @@ async def test_the_sweeper_asks_for_a_grant_then_sweeps_within_it() -> None:
 
 
 async def test_the_guardian_proposes_a_repay_a_person_approves() -> None:
-    clock, wallet, eng = world()
+    _, wallet, eng = world()
     wallet.execute(WHO, Borrow("USDC", Decimal("800")), key="borrow-1")
     await enabled(eng, "guardian")
     result = await eng.tick("guardian")
