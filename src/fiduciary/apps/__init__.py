@@ -5,7 +5,7 @@ invocation is a fiduciary run, every intent a call through the same gates as any
 core never imports this package. See docs/apps.md.
 """
 
-from .engine import MAX_ERRORS, AppEngine, Source, TickResult
+from .engine import MAX_ERRORS, AppEngine, MessageReply, Source, TickResult
 from .grants import DEFAULT_GRANT_TTL
 from .intents import CALLBACK_WINDOW, CALLBACKS, MAX_DEPTH
 from .manifest import (
@@ -33,6 +33,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "MemoryAppTables",
+    "MessageReply",
     "SQLiteAppTables",
     "Source",
     "TickRecord",

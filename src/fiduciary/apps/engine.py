@@ -52,13 +52,25 @@ from .tables import (
     TickStatus,
 )
 
-__all__ = ["MAX_ERRORS", "AppEngine", "Source", "TickResult"]
+__all__ = ["MAX_ERRORS", "AppEngine", "MessageReply", "Source", "TickResult"]
 
 Source = Callable[[], Awaitable[Any]]
 MAX_ERRORS = 3  # consecutive errored ticks before an app pauses
+MESSAGES_PER_WINDOW = 10  # messages per app per MESSAGE_WINDOW, from every channel together
+MESSAGE_WINDOW = timedelta(seconds=60)
 COOLDOWN_SECONDS = 600.0
 TICK_KEYS = frozenset({"reply", "state", "intents", "emit"})
 MESSAGE_KEYS = frozenset({"reply", "state", "emit"})
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReply:
+    """What the message hook answered (``reply`` None while the run waits for a person)."""
+
+    app_id: str
+    run_id: UUID
+    reply: str | None
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,8 @@ class AppEngine:
             self.add(manifest)
         self._own = engine_capabilities(enabled=self._enabled, granted=self._granted)
         self._running: dict[str, asyncio.Task[TickResult]] = {}
+        self._message_locks: dict[str, asyncio.Lock] = {}
+        self._messages: dict[str, list[datetime]] = {}
 
     # --- apps ------------------------------------------------------------------------------
     def add(self, manifest: Manifest) -> None:
@@ -614,6 +628,33 @@ class AppEngine:
         if status == "done":
             await self.note(manifest.id, f"tick_{outcome}", slot=tick.slot, detail=detail[:500])
         return TickResult(manifest.id, tick.slot, outcome, UUID(tick.run_id), detail)
+
+    # --- messages --------------------------------------------------------------------------
+    async def message(self, app_id: str, text: str) -> MessageReply:
+        """One message to an app (console, webhook, Telegram: every channel comes here): one
+        rate limit per app (10 per 60 s), serial per app, parallel across apps. The message
+        hook is a run that may use the app's capabilities directly, through the gates."""
+        manifest = self.manifest(app_id)
+        if "message" not in manifest.hooks:
+            raise RunError("invalid", f"app {app_id} has no message hook")
+        now = self.clock.now()
+        recent = [t for t in self._messages.get(app_id, []) if now - t < MESSAGE_WINDOW]
+        if len(recent) >= MESSAGES_PER_WINDOW:
+            raise RunError("busy", f"app {app_id} takes at most 10 messages a minute; try later")
+        self._messages[app_id] = [*recent, now]
+        lock = self._message_locks.setdefault(app_id, asyncio.Lock())
+        async with lock:
+            record = await self.record(app_id)
+            if not record.enabled:
+                raise RunError("state", f"app {app_id} is not enabled")
+            context = {"message": text, "appId": app_id, **self._base_context(manifest, record)}
+            rid = uuid4()
+            answer = await self._hook(manifest, record, "message", rid, context)
+            if answer is None:
+                return MessageReply(app_id, rid, None, waiting=True)
+            await self._apply(manifest, record, answer)
+            reply = answer.get("reply")
+            return MessageReply(app_id, rid, None if reply is None else str(reply))
 
     # --- the scheduler ---------------------------------------------------------------------
     async def step(self) -> list[TickResult]:

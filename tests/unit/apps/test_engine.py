@@ -307,3 +307,42 @@ async def test_tick_ids_derive_from_the_app_and_the_slot() -> None:
     await b.enable("watch")
     ra, rb = await a.tick("watch"), await b.tick("watch")
     assert ra.run_id == rb.run_id is not None
+
+
+CHAT = """---
+id: chat
+hooks: [message]
+capabilities: [balance]
+---
+Answer questions.
+"""
+
+
+async def test_a_message_is_a_run_whose_structured_reply_comes_back() -> None:
+    clock, hooks = ManualClock(), Hooks()
+    hooks.on(
+        "chat",
+        "message",
+        lambda ctx: {"reply": f"you said {ctx['message']}", "state": {"last": ctx["message"]}},
+    )
+    eng = engine(CHAT, book=Book(), hooks=hooks, clock=clock)
+    await eng.enable("chat")
+    answer = await eng.message("chat", "hello")
+    assert answer.reply == "you said hello"
+    assert (await eng.record("chat")).state == {"last": "hello"}
+    run = await eng.store.get_run(answer.run_id)
+    assert run is not None
+    assert run.status == "completed"
+
+
+async def test_messages_are_limited_to_ten_a_minute_per_app() -> None:
+    clock, hooks = ManualClock(), Hooks()
+    hooks.on("chat", "message", lambda ctx: {"reply": "ok"})
+    eng = engine(CHAT, book=Book(), hooks=hooks, clock=clock)
+    await eng.enable("chat")
+    for _ in range(10):
+        await eng.message("chat", "hi")
+    with pytest.raises(RunError, match="at most 10 messages a minute"):
+        await eng.message("chat", "hi")
+    clock.advance(60)
+    assert (await eng.message("chat", "hi")).reply == "ok"
