@@ -515,9 +515,10 @@ class AppEngine:
             self.owner,
             self.clock.now().isoformat(),
         )
-        if await self.tables.claim_tick(tick):
-            await self.count(manifest.id, f"skipped_{outcome}")
-            await self.note(manifest.id, f"tick_{outcome}", slot=slot, detail=detail)
+        if not await self.tables.claim_tick(tick):  # the slot is another process's
+            return TickResult(manifest.id, slot, "taken", rid)
+        await self.count(manifest.id, f"skipped_{outcome}")
+        await self.note(manifest.id, f"tick_{outcome}", slot=slot, detail=detail)
         return TickResult(manifest.id, slot, outcome, None, detail)
 
     async def resume_ticks(self) -> list[TickResult]:

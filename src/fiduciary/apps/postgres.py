@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS fiduciary_app_ticks (
     app_id TEXT NOT NULL, slot TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
     PRIMARY KEY (app_id, slot)
 );
+CREATE INDEX IF NOT EXISTS fiduciary_app_ticks_open ON fiduciary_app_ticks (status, app_id);
 CREATE TABLE IF NOT EXISTS fiduciary_app_grants (
     grant_id TEXT PRIMARY KEY, app_id TEXT NOT NULL, data TEXT NOT NULL
 );

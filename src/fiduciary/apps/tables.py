@@ -137,7 +137,8 @@ class MemoryAppTables:
     def __init__(self) -> None:
         self._apps: dict[str, AppRecord] = {}
         self._counters: dict[tuple[str, str], int] = {}
-        self._ticks: dict[tuple[str, str], TickRecord] = {}
+        self._ticks: dict[str, dict[str, TickRecord]] = {}  # by app, by slot
+        self._open: dict[tuple[str, str], TickRecord] = {}  # running or waiting
         self._grants: dict[str, GrantRecord] = {}
         self._uses: dict[tuple[str, str], tuple[str, Decimal]] = {}
         self._log: list[LogEntry] = []
@@ -159,24 +160,35 @@ class MemoryAppTables:
         return {n: v for (a, n), v in sorted(self._counters.items()) if a == app_id}
 
     async def claim_tick(self, tick: TickRecord) -> bool:
-        key = (tick.app_id, tick.slot)
-        if key in self._ticks:
+        slots = self._ticks.setdefault(tick.app_id, {})
+        if tick.slot in slots:
             return False
-        self._ticks[key] = tick
+        await self.update_tick(tick)
         return True
 
     async def update_tick(self, tick: TickRecord) -> None:
-        self._ticks[(tick.app_id, tick.slot)] = tick
+        self._ticks.setdefault(tick.app_id, {})[tick.slot] = tick
+        key = (tick.app_id, tick.slot)
+        if tick.status == "done":
+            self._open.pop(key, None)
+        else:
+            self._open[key] = tick
 
     async def get_tick(self, app_id: str, slot: str) -> TickRecord | None:
-        return self._ticks.get((app_id, slot))
+        return self._ticks.get(app_id, {}).get(slot)
 
     async def ticks(
         self, app_id: str | None = None, *, status: TickStatus | None = None, limit: int = 50
     ) -> list[TickRecord]:
+        if status in ("running", "waiting"):
+            pool: list[TickRecord] = list(self._open.values())
+        elif app_id is not None:
+            pool = list(self._ticks.get(app_id, {}).values())
+        else:
+            pool = [t for slots in self._ticks.values() for t in slots.values()]
         rows = [
             t
-            for t in self._ticks.values()
+            for t in pool
             if (app_id is None or t.app_id == app_id) and (status is None or t.status == status)
         ]
         rows.sort(key=lambda t: t.slot, reverse=True)
@@ -221,6 +233,7 @@ CREATE TABLE IF NOT EXISTS fiduciary_app_ticks (
     app_id TEXT NOT NULL, slot TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
     PRIMARY KEY (app_id, slot)
 );
+CREATE INDEX IF NOT EXISTS fiduciary_app_ticks_open ON fiduciary_app_ticks (status, app_id);
 CREATE TABLE IF NOT EXISTS fiduciary_app_grants (
     grant_id TEXT PRIMARY KEY, app_id TEXT NOT NULL, data TEXT NOT NULL
 );
