@@ -36,6 +36,7 @@ from ..exceptions import ConfigurationError, RunError
 from ..guards import Guard
 from ..models.base import Model
 from ..policy import Policy, Threshold
+from ..redaction import Redactor
 from ..registry import Authorize
 from ..stores.base import ApprovalRecord, Store
 from . import runs
@@ -124,6 +125,8 @@ class AppEngine:
         self.max_errors = max_errors
         self.cooldown = timedelta(seconds=cooldown_seconds)
         self.lease_seconds = lease_seconds
+        self.redactor = Redactor()  # one for every agent of the engine (they are many)
+        self._hook_agents: dict[tuple[str, str, bool], Agent] = {}
         self.owner = uuid4().hex[:12]
         self.manifests: dict[str, Manifest] = {}
         for manifest in manifests:
@@ -199,6 +202,7 @@ class AppEngine:
         self, model: Model, caps: Iterable[Capability], policy: Policy, *, fast: bool = False
     ) -> Agent:
         return Agent(
+            redactor=self.redactor,
             model=model,
             capabilities=caps,
             store=self.store,
@@ -213,12 +217,21 @@ class AppEngine:
 
     def hook_agent(self, manifest: Manifest, hook: str, record: AppRecord | None) -> Agent:
         """The agent of one hook invocation: the app's model; reads only, except for the message
-        hook, which may use the app's capabilities directly (through the gates)."""
-        caps = [bounded(c) for c in self._caps(manifest, record).values()]
+        hook, which may use the app's capabilities directly (through the gates). Kept per
+        app, kind of hook and backend (a hook agent holds no grant)."""
+        pool = self._caps(manifest, record)
+        kind = "message" if hook == "message" else "fast" if hook in ("init", "shutdown") else ""
+        key = (manifest.id, kind, manifest.config.mode == "live")
+        cached = self._hook_agents.get(key)
+        if cached is not None:
+            return cached
+        caps = [bounded(c) for c in pool.values()]
         if hook != "message":
             caps = [c for c in caps if not c.is_write]
         fast = hook in ("init", "shutdown") or all(not c.is_write for c in caps)
-        return self._agent(self.model, caps, self._policy(manifest), fast=fast)
+        agent = self._agent(self.model, caps, self._policy(manifest), fast=fast)
+        self._hook_agents[key] = agent
+        return agent
 
     async def plan_agent(
         self,

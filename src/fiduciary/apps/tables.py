@@ -136,7 +136,7 @@ class MemoryAppTables:
 
     def __init__(self) -> None:
         self._apps: dict[str, AppRecord] = {}
-        self._counters: dict[tuple[str, str], int] = {}
+        self._counters: dict[str, dict[str, int]] = {}
         self._ticks: dict[str, dict[str, TickRecord]] = {}  # by app, by slot
         self._open: dict[tuple[str, str], TickRecord] = {}  # running or waiting
         self._grants: dict[str, GrantRecord] = {}
@@ -153,11 +153,11 @@ class MemoryAppTables:
         return [self._apps[k] for k in sorted(self._apps)]
 
     async def bump(self, app_id: str, name: str, by: int = 1) -> None:
-        key = (app_id, name)
-        self._counters[key] = self._counters.get(key, 0) + by
+        counters = self._counters.setdefault(app_id, {})
+        counters[name] = counters.get(name, 0) + by
 
     async def counters(self, app_id: str) -> dict[str, int]:
-        return {n: v for (a, n), v in sorted(self._counters.items()) if a == app_id}
+        return dict(sorted(self._counters.get(app_id, {}).items()))
 
     async def claim_tick(self, tick: TickRecord) -> bool:
         slots = self._ticks.setdefault(tick.app_id, {})
