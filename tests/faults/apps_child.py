@@ -22,6 +22,7 @@ from typing import Any
 
 from fiduciary import CallContext, ManualClock, capability
 from fiduciary.apps import AppEngine, parse_manifest
+from fiduciary.apps.tables import AppTables
 from fiduciary.stores.base import Store
 from fiduciary.testing import Reply, Results, Script, ScriptedModel, allow_all
 
@@ -68,6 +69,7 @@ async def run(backend: str, db: str, effects: Path, calls: Path, now: datetime, 
 
     model = ScriptedModel([Script(match="[app dca] hook tick", steps=[Reply(answer)])])
     store: Store
+    tables: AppTables
     if backend == "sqlite":
         from fiduciary.apps import SQLiteAppTables
         from fiduciary.stores.sqlite import SQLiteStore

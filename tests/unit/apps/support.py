@@ -9,7 +9,7 @@ from typing import Any
 
 from fiduciary import CallContext, Capability, ManualClock, MemoryStore, PendingAction, capability
 from fiduciary.apps import AppEngine, Manifest, MemoryAppTables, parse_manifest
-from fiduciary.stores.base import ApprovalRecord
+from fiduciary.stores.base import ApprovalRecord, Store
 from fiduciary.testing import Reply, Results, Script, ScriptedModel, allow_all
 
 Answer = Callable[[dict[str, Any]], dict[str, Any]]
@@ -109,7 +109,7 @@ def engine(
     book: Book,
     hooks: Hooks,
     clock: ManualClock,
-    store: MemoryStore | None = None,
+    store: Store | None = None,
     **options: Any,
 ) -> AppEngine:
     caps = book.capabilities()
