@@ -356,6 +356,15 @@ class AppEngine:
             record = replace(record, approved_mode=manifest.config.mode)
         return await self._start(manifest, replace(record, enable_run=None), attempt)
 
+    async def start(self) -> list[AppRecord]:
+        """What a server does at start: enable every app with ``autoStart`` or a message hook
+        (one that needs a person's approval stays disabled, its card pending, until then)."""
+        started: list[AppRecord] = []
+        for app_id, manifest in sorted(self.manifests.items()):
+            if manifest.auto_start or "message" in manifest.hooks:
+                started.append(await self.enable(app_id))
+        return started
+
     async def _enabled(self, app_id: str, mode: str) -> None:
         """``app_enable``'s handler: a person approved exactly this (mode included)."""
         record = await self.record(app_id)

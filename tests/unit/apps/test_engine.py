@@ -346,3 +346,17 @@ async def test_messages_are_limited_to_ten_a_minute_per_app() -> None:
         await eng.message("chat", "hi")
     clock.advance(60)
     assert (await eng.message("chat", "hi")).reply == "ok"
+
+
+async def test_start_enables_auto_start_and_message_apps_and_waits_for_approvals() -> None:
+    clock, hooks = ManualClock(), Hooks()
+    auto = WATCH.replace("tier: active", "tier: active\nautoStart: true")
+    guarded = GUARDED.replace("tier: standard", "tier: standard\nautoStart: true")
+    plain = CHAT.replace("id: chat", "id: plain").replace("hooks: [message]", "hooks: [tick]")
+    eng = engine(
+        auto, guarded, CHAT, plain, book=Book(), hooks=hooks, clock=clock, sources=prices(["1"])
+    )
+    started = {r.app_id: r.enabled for r in await eng.start()}
+    assert started == {"chat": True, "guarded": False, "watch": True}
+    assert [a.capability for a in await eng.pending("guarded")] == ["app_enable"]
+    assert not (await eng.record("plain")).enabled
