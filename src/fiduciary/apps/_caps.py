@@ -25,6 +25,7 @@ __all__ = [
     "Watched",
     "bounded",
     "engine_capabilities",
+    "state_capability",
 ]
 
 HOOK_TOOL_CALLS = 10
@@ -75,6 +76,17 @@ class IntentItem(BaseModel):
     summary: str
     capability: str
     args: dict[str, Any]
+
+
+def state_capability(read: Callable[[str], Awaitable[dict[str, Any]]]) -> Capability:
+    """``app_state``: an app's state as stored now (every hook run has it)."""
+
+    @capability(kind=Kind.READ)
+    async def app_state(app_id: str) -> dict[str, Any]:
+        """The app's state as stored now (edits made since the context was built included)."""
+        return await read(app_id)
+
+    return app_state
 
 
 def engine_capabilities(

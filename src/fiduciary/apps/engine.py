@@ -40,7 +40,7 @@ from ..redaction import Redactor
 from ..registry import Authorize
 from ..stores.base import ApprovalRecord, Store
 from . import runs
-from ._caps import HOOK_TOOL_CALLS, bounded, engine_capabilities
+from ._caps import HOOK_TOOL_CALLS, bounded, engine_capabilities, state_capability
 from .grants import GrantPolicy, LiveGrant
 from .manifest import TIER_SECONDS, Manifest
 from .tables import (
@@ -132,6 +132,7 @@ class AppEngine:
         for manifest in manifests:
             self.add(manifest)
         self._own = engine_capabilities(enabled=self._enabled, granted=self._granted)
+        self._state_cap = state_capability(self._state_of)
         self._running: dict[str, asyncio.Task[TickResult]] = {}
         self._message_locks: dict[str, asyncio.Lock] = {}
         self._messages: dict[str, list[datetime]] = {}
@@ -229,6 +230,9 @@ class AppEngine:
         if hook != "message":
             caps = [c for c in caps if not c.is_write]
         fast = hook in ("init", "shutdown") or all(not c.is_write for c in caps)
+        # app_state marks the run as an app's: an agent without it (a server's own) refuses
+        # to resume it after a crash, and leaves it to an apps engine
+        caps.append(self._state_cap)
         agent = self._agent(self.model, caps, self._policy(manifest), fast=fast)
         self._hook_agents[key] = agent
         return agent
@@ -364,6 +368,9 @@ class AppEngine:
             if manifest.auto_start or "message" in manifest.hooks:
                 started.append(await self.enable(app_id))
         return started
+
+    async def _state_of(self, app_id: str) -> dict[str, Any]:
+        return (await self.record(app_id)).state
 
     async def _enabled(self, app_id: str, mode: str) -> None:
         """``app_enable``'s handler: a person approved exactly this (mode included)."""

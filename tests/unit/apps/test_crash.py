@@ -6,6 +6,8 @@ import asyncio
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
 from fiduciary import CallContext, ManualClock, MemoryStore, capability
 from fiduciary.apps import MemoryAppTables
 
@@ -61,3 +63,27 @@ async def test_a_tick_stopped_after_the_effect_is_resumed_and_never_fires_twice(
     assert results[0].slot == left.slot
     assert book.calls == [("buy", {"asset": "ETH", "usd": "5"})]  # never executed twice
     assert hooks.calls[("dca", "tick")] == 1  # the tick was not fired again
+
+
+async def test_an_agent_of_the_server_never_resumes_an_apps_hook_run() -> None:
+    from fiduciary import Agent, RunError
+    from fiduciary.testing import allow_all
+
+    clock, hooks, store = ManualClock(), Hooks(), MemoryStore()
+    book = Book()
+    hooks.on("dca", "tick", lambda ctx: {})
+    eng = engine(APP, book=book, hooks=hooks, clock=clock, store=store)
+    await eng.enable("dca")
+    [result] = await eng.step()
+    assert result.run_id is not None
+    # same model name, same capabilities but app_state: it must leave the run alone
+    other = Agent(
+        model=hooks.model(),
+        capabilities=book.capabilities(),
+        store=store,
+        authorize=allow_all,
+        clock=clock,
+    )
+    with pytest.raises(RunError, match="app_state") as caught:
+        await other.check_resumable(result.run_id)
+    assert caught.value.code == "agent_mismatch"
