@@ -599,15 +599,14 @@ class AppEngine:
             return await self._failed(manifest, tick, str(exc), pause=False)
         if state.waiting:
             return await self._finish(manifest, tick, "waiting", state.summary, status="waiting")
-        for kind, detail in state.records:
-            await self.note(manifest.id, kind, slot=tick.slot, **detail)
+        records = state.records
         if state.failed and manifest.config.errors.execute_fail == "pause":
-            return await self._failed(manifest, tick, state.summary, pause=True)
+            return await self._failed(manifest, tick, state.summary, pause=True, records=records)
         if state.failed:
-            return await self._failed(manifest, tick, state.summary, pause=False)
+            return await self._failed(manifest, tick, state.summary, pause=False, records=records)
         record = await self.record(manifest.id)
         await self._save(replace(record, consecutive_errors=0))
-        return await self._finish(manifest, tick, "ran", state.summary)
+        return await self._finish(manifest, tick, "ran", state.summary, records=records)
 
     async def _context(self, manifest: Manifest, record: AppRecord) -> dict[str, Any] | None:
         fetched: dict[str, Any] = {}
@@ -634,7 +633,13 @@ class AppEngine:
         await self.note(manifest.id, "paused", until=until)
 
     async def _failed(
-        self, manifest: Manifest, tick: TickRecord, detail: str, *, pause: bool
+        self,
+        manifest: Manifest,
+        tick: TickRecord,
+        detail: str,
+        *,
+        pause: bool,
+        records: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> TickResult:
         record = await self.record(manifest.id)
         record = replace(record, consecutive_errors=record.consecutive_errors + 1)
@@ -642,7 +647,7 @@ class AppEngine:
         await self._save(record)  # the state is persisted on error too
         if pause or record.consecutive_errors >= self.max_errors:
             await self._pause(manifest)
-        return await self._finish(manifest, tick, "error", detail)
+        return await self._finish(manifest, tick, "error", detail, records=records)
 
     async def _finish(
         self,
@@ -651,11 +656,15 @@ class AppEngine:
         outcome: str,
         detail: str,
         *,
-        status: str = "done",
+        status: TickStatus = "done",
+        records: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> TickResult:
-        done = replace(tick, status=status, outcome=outcome, detail=detail[:500])  # type: ignore[arg-type]
-        await self.tables.update_tick(done)
-        if status == "done":
+        """Record the tick's end; only the process whose update ends it writes its log (two
+        engines continuing one waiting tick do not record it twice)."""
+        done = replace(tick, status=status, outcome=outcome, detail=detail[:500])
+        if await self.tables.update_tick(done) and status == "done":
+            for kind, fields in records:
+                await self.note(manifest.id, kind, slot=tick.slot, **fields)
             await self.note(manifest.id, f"tick_{outcome}", slot=tick.slot, detail=detail[:500])
         return TickResult(manifest.id, tick.slot, outcome, UUID(tick.run_id), detail)
 

@@ -122,11 +122,13 @@ class PostgresAppTables:
         )
         return inserted == 1
 
-    async def update_tick(self, tick: TickRecord) -> None:
-        await self._count(
-            "UPDATE fiduciary_app_ticks SET data = %s, status = %s WHERE app_id = %s AND slot = %s",
+    async def update_tick(self, tick: TickRecord) -> bool:
+        updated = await self._count(
+            "UPDATE fiduciary_app_ticks SET data = %s, status = %s "
+            "WHERE app_id = %s AND slot = %s AND status <> 'done'",
             (json.dumps(asdict(tick)), tick.status, tick.app_id, tick.slot),
         )
+        return updated == 1
 
     async def get_tick(self, app_id: str, slot: str) -> TickRecord | None:
         rows = await self._all(

@@ -115,7 +115,10 @@ class AppTables(Protocol):
         """Insert the slot's row; False when it exists (another process has the slot)."""
         ...
 
-    async def update_tick(self, tick: TickRecord) -> None: ...
+    async def update_tick(self, tick: TickRecord) -> bool:
+        """Update the slot's row unless it is done already; whether it was updated."""
+        ...
+
     async def get_tick(self, app_id: str, slot: str) -> TickRecord | None: ...
     async def ticks(
         self, app_id: str | None = None, *, status: TickStatus | None = None, limit: int = 50
@@ -160,19 +163,25 @@ class MemoryAppTables:
         return dict(sorted(self._counters.get(app_id, {}).items()))
 
     async def claim_tick(self, tick: TickRecord) -> bool:
-        slots = self._ticks.setdefault(tick.app_id, {})
-        if tick.slot in slots:
+        if tick.slot in self._ticks.setdefault(tick.app_id, {}):
             return False
-        await self.update_tick(tick)
+        self._ticks[tick.app_id][tick.slot] = tick
+        if tick.status != "done":
+            self._open[(tick.app_id, tick.slot)] = tick
         return True
 
-    async def update_tick(self, tick: TickRecord) -> None:
-        self._ticks.setdefault(tick.app_id, {})[tick.slot] = tick
+    async def update_tick(self, tick: TickRecord) -> bool:
+        slots = self._ticks.setdefault(tick.app_id, {})
+        known = slots.get(tick.slot)
+        if known is not None and known.status == "done":
+            return False
+        slots[tick.slot] = tick
         key = (tick.app_id, tick.slot)
         if tick.status == "done":
             self._open.pop(key, None)
         else:
             self._open[key] = tick
+        return True
 
     async def get_tick(self, app_id: str, slot: str) -> TickRecord | None:
         return self._ticks.get(app_id, {}).get(slot)
@@ -336,14 +345,16 @@ class SQLiteAppTables:
         )
         return bool(cursor.rowcount == 1)
 
-    async def update_tick(self, tick: TickRecord) -> None:
-        await self._run(
+    async def update_tick(self, tick: TickRecord) -> bool:
+        cursor = await self._run(
             lambda c, t: c.execute(
-                "UPDATE fiduciary_app_ticks SET data = ?, status = ? WHERE app_id = ? AND slot = ?",
+                "UPDATE fiduciary_app_ticks SET data = ?, status = ? "
+                "WHERE app_id = ? AND slot = ? AND status <> 'done'",
                 (json.dumps(asdict(t)), t.status, t.app_id, t.slot),
             ),
             tick,
         )
+        return bool(cursor.rowcount == 1)
 
     async def get_tick(self, app_id: str, slot: str) -> TickRecord | None:
         row = await self._run(
