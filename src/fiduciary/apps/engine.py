@@ -255,11 +255,16 @@ class AppEngine:
                 item = LiveGrant(grant, await self.tables.grant_spent(grant.grant_id))
                 if not item.expired(now):
                     live.append(item)
-        policy = self._policy(manifest, grants=tuple(live), floor="confirm" if per_action else None)
+        policy = self._policy(
+            manifest,
+            grants=tuple(live),
+            floor="confirm" if per_action else None,
+            batch_approved=batch,
+        )
         caps: list[Capability] = []
         if record is not None:
             for cap in self._caps(manifest, record).values():
-                bound = bounded(cap, tier="auto" if batch else None)
+                bound = bounded(cap)
                 caps.append(self._watch(manifest, bound, policy))
         return self._agent(runs.PlannedModel(), [*caps, *self._own], policy)
 

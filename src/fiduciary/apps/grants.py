@@ -64,6 +64,9 @@ class GrantPolicy(Policy):
     grants: Sequence[LiveGrant] = ()
     clock: Clock | None = None
     floor: Literal["confirm"] | None = None  # per-action intents: a person, whatever the tier
+    # a batch a person approved as one: its confirm-tier calls need no other card (an explicit
+    # one still asks for its amount; a guard's hold still holds)
+    batch_approved: bool = False
     # the grant each call was let through by, until its execution records the use
     chosen: dict[tuple[str, str], LiveGrant] = field(default_factory=dict)
     args_of: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -85,6 +88,10 @@ class GrantPolicy(Policy):
             return decision
         if decision.tier not in ("confirm", "explicit") or held_by or decision.limited:
             return decision
+        if cap.tier is not None:  # a tier the capability fixes (the engine's own cards)
+            return decision
+        if self.batch_approved and decision.tier == "confirm":
+            return PolicyDecision("auto", "approved with the app's batch", amount_usd)
         if amount_usd is None or amount_usd < 0 or cap.tier is not None or self.clock is None:
             return decision
         now = self.clock.now()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fiduciary import ManualClock
@@ -190,3 +191,42 @@ async def test_a_failed_execution_with_execute_fail_skip_goes_on() -> None:
     [result] = await eng.step()
     assert result.outcome == "error"
     assert (await eng.record("trader")).paused_until is None
+
+
+async def test_an_approved_batch_does_not_skip_the_retyped_amount_of_a_large_call() -> None:
+    clock, hooks, book = ManualClock(), Hooks(), Book()
+    hooks.on("trader", "tick", lambda ctx: {"intents": [buy("5"), buy("400", "BTC")]})
+    eng = await started(trader(), hooks, book, clock)
+    await eng.step()
+    [batch] = await eng.pending("trader")
+    await eng.approve(batch.approval_id, by="alice")
+    await eng.step()
+    assert book.calls == [("buy", {"asset": "ETH", "usd": "5"})]
+    [large] = await eng.pending("trader")  # $400 is explicit: its own card, amount re-typed
+    assert large.tier == "explicit"
+    await eng.approve(large.approval_id, by="alice", confirm_amount=large.amount_usd)
+    await eng.step()
+    assert book.calls[1] == ("buy", {"asset": "BTC", "usd": "400"})
+
+
+async def test_two_engines_continuing_one_waiting_tick_record_it_once() -> None:
+    from fiduciary import MemoryStore
+    from fiduciary.apps import MemoryAppTables
+
+    clock, hooks, book = ManualClock(), Hooks(), Book()
+    store, tables = MemoryStore(), MemoryAppTables()
+    hooks.on("trader", "tick", lambda ctx: {"intents": [buy("5")]})
+    one = engine(trader(), book=book, hooks=hooks, clock=clock, store=store, tables=tables)
+    two = engine(trader(), book=book, hooks=hooks, clock=clock, store=store, tables=tables)
+    await one.enable("trader")
+    for approval in await one.pending("trader"):
+        await one.approve(approval.approval_id, by="alice")
+    await one.enable("trader")
+    await one.step()
+    [batch] = await one.pending("trader")
+    await one.approve(batch.approval_id, by="alice")
+    await asyncio.gather(one.step(), two.step())
+    assert book.calls == [("buy", {"asset": "ETH", "usd": "5"})]
+    kinds = [e.kind for e in await tables.read_log("trader")]
+    assert kinds.count("intent_executed") == 1
+    assert kinds.count("tick_ran") == 1
