@@ -5,13 +5,15 @@ actions); ``POST /{id}/enable``, ``/{id}/disable``, ``/{id}/tick``; ``POST /{id}
 (``{"text": ...}``) — the console's way in to the message hook, the same path as every other
 channel (one rate limit per app). The server supplies ``authenticate``: the caller's principal,
 or an exception its own error handling turns into 401; only the engine's principal, or a caller
-with the ``admin`` scope, may use them. Approvals are decided through the server's own
-approvals API (they are pending actions like any other).
+with the ``admin`` scope, may use them. ``POST /{id}/approvals/{approval_id}/approve | deny``
+decides an app's pending action (``{"confirm_amount": ...}`` where the amount must be re-typed):
+through the engine, whose agent knows the apps' own capabilities.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 try:
@@ -24,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     ) from exc
 
 from ..capabilities import Principal
-from ..exceptions import RunError
+from ..exceptions import ApprovalError, RunError
 from .engine import AppEngine
 
 __all__ = ["apps_routes"]
@@ -47,11 +49,12 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                await caller(request)
+                request.state.principal = await caller(request)
                 return JSONResponse(await handle(request))
-            except RunError as exc:
+            except (RunError, ApprovalError) as exc:
                 body = {"error": exc.code, "message": exc.message}
-                return JSONResponse(body, status_code=_STATUS.get(exc.code, 400))
+                status = _STATUS.get(exc.code, 400) if isinstance(exc, RunError) else 409
+                return JSONResponse(body, status_code=status)
 
         return endpoint
 
@@ -121,8 +124,28 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
         answer = await engine.message(request.path_params["app_id"], text)
         return {"run_id": str(answer.run_id), "reply": answer.reply, "waiting": answer.waiting}
 
+    async def decide(request: Request) -> Any:
+        app_id, verdict = request.path_params["app_id"], request.path_params["verdict"]
+        approval_id = request.path_params["approval_id"]
+        mine = {str(a.approval_id): a for a in await engine.pending(app_id)}
+        found = mine.get(approval_id)
+        if found is None:
+            raise RunError("not_found", f"no pending action {approval_id} of app {app_id}")
+        by = request.state.principal
+        if verdict == "approve":
+            body = await request.json() if await request.body() else {}
+            amount = body.get("confirm_amount") if isinstance(body, dict) else None
+            confirm = None if amount is None else Decimal(str(amount))
+            record = await engine.approve(found.approval_id, by=by, confirm_amount=confirm)
+        elif verdict == "deny":
+            record = await engine.deny(found.approval_id, by=by)
+        else:
+            raise RunError("not_found", "approve or deny")
+        return {"approval_id": approval_id, "status": record.status}
+
     return [
         Route("/", guarded(list_apps), methods=["GET"]),
+        Route("/{app_id}/approvals/{approval_id}/{verdict}", guarded(decide), methods=["POST"]),
         Route("/{app_id}", guarded(show), methods=["GET"]),
         Route("/{app_id}/enable", guarded(enable), methods=["POST"]),
         Route("/{app_id}/disable", guarded(disable), methods=["POST"]),

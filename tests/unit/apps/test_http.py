@@ -15,7 +15,8 @@ from .support import Book, Hooks, engine
 CHAT = """---
 id: chat
 hooks: [message, tick]
-capabilities: [balance]
+capabilities: [balance, buy]
+permissions: [swap]
 ---
 Answer.
 """
@@ -39,9 +40,16 @@ async def test_enable_message_and_show_over_http() -> None:
     async with http:
         me = {"x-who": "alice"}
         assert (await http.post("/apps/chat/enable", headers=me)).json() == {
-            "enabled": True,
-            "waiting": False,
+            "enabled": False,
+            "waiting": True,
         }
+        [pending] = (await http.get("/apps/chat", headers=me)).json()["pending"]
+        assert pending["capability"] == "app_enable"
+        decided = await http.post(
+            f"/apps/chat/approvals/{pending['approval_id']}/approve", headers=me
+        )
+        assert decided.json()["status"] == "approved"
+        assert (await http.post("/apps/chat/enable", headers=me)).json()["enabled"] is True
         said = await http.post("/apps/chat/messages", json={"text": "bob"}, headers=me)
         assert said.status_code == 200
         assert said.json()["reply"] == "hi bob"
