@@ -51,6 +51,10 @@ async def _engine(db: Path, apps: Path | None, principal: str) -> AsyncIterator[
     wallet = PaperWallet(db)
     tables = SQLiteAppTables(db)
     try:
+        try:
+            import yaml  # noqa: F401  (the manifests need it)
+        except ImportError as exc:
+            raise CliError("apps need PyYAML: pip install 'fiduciary[apps]'") from exc
         engine = sample_engine(
             wallet,
             store=store,
