@@ -83,8 +83,12 @@ class TickResult:
     detail: str = ""
 
 
-class DrivenElsewhereError(Exception):
+class DrivenElsewhereError(RunError):
     """Another process drives this run (its lease is live): leave the step to it."""
+
+    def __init__(self, run_id: UUID) -> None:
+        super().__init__("busy", f"run {run_id} is being driven by another process")
+        self.run_id = run_id
 
 
 class AppEngine:
