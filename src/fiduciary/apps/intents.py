@@ -1,0 +1,259 @@
+"""Intents: what a hook proposes, turned into runs through the gates.
+
+An intent is ``{summary, action: {capability, args}, permissions?}`` (or, without ``action``,
+what the app's ``execute`` hook answers for it), or ``{summary, grant: {operations, limits,
+resources, ttl}}`` — a request for a scoped temporary grant.
+
+- Batch intents (no ``permissions``) run in one planned run; when ``config.approve`` the run
+  first asks one approval listing them all (``app_approve_intents``: one digest over the list),
+  and once approved they run as approved (policy ``auto``; a denied operation, a limit or the
+  daily autonomous limit still hold). Without ``approve`` each passes the gates as any write
+  (the app's live grants included).
+- Per-action intents (with ``permissions``) run one planned run each, each with its own
+  approval, whatever the amount. Their permissions must be the operation of their capability
+  and among the app's: a mismatch either way is refused at once.
+- A grant request is one ``app_grant`` call: a person approves it or nothing is granted.
+- Denied or expired → skipped, recorded; the others run.
+- The ``result`` hook gets what ran; its intents are follow-ups, at most ``MAX_DEPTH`` levels
+  deep (a deeper one is dropped and recorded). It is called back at most ``CALLBACKS`` times per
+  app per ``CALLBACK_WINDOW`` (the window resets after that long without a callback); beyond, the
+  callback is skipped and recorded, and the executions stand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from . import runs
+from .grants import DEFAULT_GRANT_TTL
+from .manifest import Manifest
+
+if TYPE_CHECKING:
+    from .engine import AppEngine
+
+__all__ = ["CALLBACKS", "CALLBACK_WINDOW", "MAX_DEPTH", "IntentsState", "process_intents"]
+
+MAX_DEPTH = 3
+CALLBACKS = 3
+CALLBACK_WINDOW = timedelta(minutes=2)
+
+
+@dataclass(slots=True)
+class IntentsState:
+    waiting: bool = False
+    failed: bool = False
+    records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for kind, _ in self.records:
+            counts[kind] = counts.get(kind, 0) + 1
+        return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    index: int
+    summary: str
+    call: dict[str, Any]  # {name, args}
+    per_action: bool
+
+
+async def process_intents(
+    engine: AppEngine, manifest: Manifest, base: UUID, intents: list[Any]
+) -> IntentsState:
+    """Run a hook's intents and their follow-ups; idempotent (every step a derived run)."""
+    state = IntentsState()
+    await _level(engine, manifest, base, intents, 0, state)
+    return state
+
+
+async def _level(
+    engine: AppEngine,
+    manifest: Manifest,
+    base: UUID,
+    intents: list[Any],
+    depth: int,
+    state: IntentsState,
+) -> None:
+    if not intents:
+        return
+    if depth >= MAX_DEPTH:
+        for intent in intents:
+            summary = intent.get("summary", "") if isinstance(intent, dict) else ""
+            state.records.append(("intent_dropped", {"depth": depth + 1, "summary": summary}))
+        return
+    record = await engine.record(manifest.id)
+    caps = engine._caps(manifest, record)
+    planned: list[_Planned] = []
+    for i, intent in enumerate(intents):
+        if not isinstance(intent, dict):
+            state.records.append(("intent_invalid", {"index": i}))
+            continue
+        summary = str(intent.get("summary", ""))[:200]
+        if isinstance(intent.get("grant"), dict):
+            call = _grant_call(manifest, intent["grant"], summary)
+            if isinstance(call, str):
+                state.records.append(("intent_refused", {"summary": summary, "why": call}))
+            else:
+                planned.append(_Planned(i, summary, call, per_action=True))
+            continue
+        action = intent.get("action")
+        if action is None and "execute" in manifest.hooks:
+            rid = runs.step_id(str(base), str(depth), str(i), "execute")
+            answer = await engine._hook(
+                manifest, record, "execute", rid, {"intent": intent, "state": record.state}
+            )
+            if answer is None:
+                state.waiting = True
+                return
+            action = answer.get("action")
+        if not isinstance(action, dict) or not isinstance(action.get("capability"), str):
+            state.records.append(("intent_skipped", {"summary": summary, "why": "no action"}))
+            continue
+        call = {"name": action["capability"], "args": dict(action.get("args") or {})}
+        permissions = intent.get("permissions")
+        if permissions:
+            cap = caps.get(call["name"])
+            why = None
+            if cap is None:
+                why = f"{call['name']} is not one of the app's capabilities"
+            elif not isinstance(permissions, list) or cap.operation not in permissions:
+                why = f"{call['name']} is {cap.operation}, not {permissions}"
+            elif any(p not in manifest.permissions or p != cap.operation for p in permissions):
+                why = f"the permissions {permissions} do not match {call['name']}"
+            if why is not None:
+                state.records.append(("intent_refused", {"summary": summary, "why": why}))
+                continue
+        planned.append(_Planned(i, summary, call, per_action=bool(permissions)))
+    executed = await _run(engine, manifest, record, base, depth, planned, state)
+    if state.waiting or not executed or "result" not in manifest.hooks:
+        return
+    await _callback(engine, manifest, base, depth, executed, state)
+
+
+async def _run(
+    engine: AppEngine,
+    manifest: Manifest,
+    record: Any,
+    base: UUID,
+    depth: int,
+    planned: list[_Planned],
+    state: IntentsState,
+) -> list[dict[str, Any]]:
+    batch = [p for p in planned if not p.per_action]
+    groups: list[tuple[UUID, list[_Planned], bool]] = []
+    if batch:
+        groups.append((runs.step_id(str(base), f"batch/{depth}"), batch, True))
+    for p in planned:
+        if p.per_action:
+            groups.append((runs.step_id(str(base), f"action/{depth}/{p.index}"), [p], False))
+    done: list[dict[str, Any]] = []
+    for rid, items, is_batch in groups:
+        approve = is_batch and manifest.config.approve
+        gate = None
+        if approve:
+            listed = [
+                {"summary": p.summary, "capability": p.call["name"], "args": p.call["args"]}
+                for p in items
+            ]
+            gate = {
+                "name": "app_approve_intents",
+                "args": {"app_id": manifest.id, "intents": listed},
+            }
+        per_action = not is_batch and items[0].call["name"] != "app_grant"
+        agent = await engine.plan_agent(manifest, record, batch=approve, per_action=per_action)
+        title = f"[app {manifest.id}] {'batch' if is_batch else 'action'} at depth {depth + 1}"
+        message = runs.plan_message(title, gate=gate, calls=[p.call for p in items])
+        run = await runs.drive(agent, rid, message, engine.principal)
+        if run is None:
+            from .engine import DrivenElsewhereError
+
+            raise DrivenElsewhereError(rid)
+        if run.status not in ("completed", "failed", "cancelled"):
+            state.waiting = True
+            continue
+        found, _ = await runs.outcomes(agent, rid)
+        by_id = {o.tool_use_id: o for o in found}
+        gate_outcome = by_id.get("gate")
+        for n, p in enumerate(items):
+            outcome = by_id.get(f"plan_{n}")
+            if gate is not None and (gate_outcome is None or gate_outcome.status != "executed"):
+                status = gate_outcome.status if gate_outcome is not None else "skipped"
+            else:
+                status = outcome.status if outcome is not None else "skipped"
+            detail = {"summary": p.summary, "capability": p.call["name"], "depth": depth + 1}
+            state.records.append((f"intent_{status}", detail))
+            if status == "failed":
+                state.failed = True
+            if status in ("executed", "failed"):
+                done.append(
+                    {**detail, "status": status, "output": outcome.output if outcome else ""}
+                )
+    return done
+
+
+def _grant_call(manifest: Manifest, spec: dict[str, Any], summary: str) -> dict[str, Any] | str:
+    operations = spec.get("operations")
+    if not isinstance(operations, list) or not operations:
+        return "a grant needs operations"
+    outside = [op for op in operations if op not in manifest.permissions]
+    if outside:
+        return f"the app has no permission for {', '.join(map(str, outside))}"
+    limits = spec.get("limits") or {}
+    try:
+        limits_usd = {str(k): str(Decimal(str(v))) for k, v in dict(limits).items()}
+    except (InvalidOperation, TypeError, ValueError):
+        return "a grant's limits must be USD amounts"
+    if set(limits_usd) != set(operations):
+        return "a grant needs one limit per operation"
+    ttl = spec.get("ttl", DEFAULT_GRANT_TTL)
+    if not isinstance(ttl, (int, float)) or ttl <= 0:
+        return "a grant's ttl must be a positive number of seconds"
+    resources = [str(r) for r in spec.get("resources") or []]
+    args = {
+        "app_id": manifest.id,
+        "summary": summary,
+        "operations": [str(o) for o in operations],
+        "limits_usd": limits_usd,
+        "resources": resources,
+        "ttl_seconds": float(ttl),
+    }
+    return {"name": "app_grant", "args": args}
+
+
+async def _callback(
+    engine: AppEngine,
+    manifest: Manifest,
+    base: UUID,
+    depth: int,
+    executed: list[dict[str, Any]],
+    state: IntentsState,
+) -> None:
+    rid = runs.step_id(str(base), f"result/{depth}")
+    record = await engine.record(manifest.id)
+    if await engine.store.get_run(rid) is None:
+        now = engine.clock.now()
+        window = list(record.callbacks)
+        if window and now - datetime.fromisoformat(window[-1]) >= CALLBACK_WINDOW:
+            window = []  # two minutes quiet: the window resets
+        if len(window) >= CALLBACKS:
+            state.records.append(("callback_skipped", {"depth": depth + 1}))
+            await engine.count(manifest.id, "skipped_callbacks")
+            return
+        record = replace(record, callbacks=(*window, now.isoformat()))
+        await engine._save(record)
+    context = {"results": executed, "state": record.state, "depth": depth + 1}
+    answer = await engine._hook(manifest, record, "result", rid, context)
+    if answer is None:
+        state.waiting = True
+        return
+    await engine._apply(manifest, await engine.record(manifest.id), answer)
+    follow = answer.get("intents") or []
+    if isinstance(follow, list):
+        await _level(engine, manifest, rid, follow, depth + 1, state)
