@@ -201,6 +201,16 @@ def _register_server() -> None:
 _register_server()
 
 
+def _register_channels() -> None:
+    """``telegram`` (the Bot API client is imported only when the command runs)."""
+    from ..channels.cli import register as register_channels
+
+    register_channels(app)
+
+
+_register_channels()
+
+
 def main() -> None:
     app(prog_name="fiduciary")
 
