@@ -49,6 +49,7 @@ class BotApi:
     answers: list[dict[str, Any]] = field(default_factory=list)
     edits: list[dict[str, Any]] = field(default_factory=list)
     offsets: list[int | None] = field(default_factory=list)
+    delivered: list[int] = field(default_factory=list)  # update ids getUpdates returned
     next_update_id: int = 1000
     next_message_id: int = 1
     closing: bool = False
@@ -152,7 +153,9 @@ class BotApi:
                 if left <= 0:
                     break
                 self.cond.wait(left)
-            return list(self.updates[:100])
+            batch = list(self.updates[:100])
+            self.delivered.extend(u["update_id"] for u in batch)
+            return batch
 
     def _sendMessage(self, params: dict[str, Any]) -> Any:  # noqa: N802
         text = str(params.get("text", ""))
