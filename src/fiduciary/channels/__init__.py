@@ -13,7 +13,7 @@ The core never imports this package; it builds on the public API only (``Agent.r
 from __future__ import annotations
 
 from .agent_chat import AgentChat, collect
-from .inbox import ChannelError, Inbox, RateLimited, Reply, Target, as_reply
+from .inbox import ChannelError, Inbox, RateLimitError, Reply, Target, as_reply
 from .split import TELEGRAM_LIMIT, split_message
 
 __all__ = [
@@ -21,7 +21,7 @@ __all__ = [
     "AgentChat",
     "ChannelError",
     "Inbox",
-    "RateLimited",
+    "RateLimitError",
     "Reply",
     "Target",
     "as_reply",

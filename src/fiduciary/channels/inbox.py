@@ -6,7 +6,7 @@ reply`` callable (an app's message hook, or ``AgentChat``: a plain agent whose p
 continues one run). The inbox owns the two rules every channel shares:
 
 - **One rate limit**: ``limit`` messages in any ``window_seconds`` (10 / 60 s) per target key,
-  counted on arrival, on an injectable clock; the next one is refused with ``RateLimited``,
+  counted on arrival, on an injectable clock; the next one is refused with ``RateLimitError``,
   which says when to try again. Nothing is queued past the limit.
 - **Serial per target, parallel across targets**: one message at a time reaches a target key
   (an asyncio lock each), so an app or a principal's chat never sees two messages at once;
@@ -34,7 +34,7 @@ from ..stores.base import ApprovalRecord
 __all__ = [
     "ChannelError",
     "Inbox",
-    "RateLimited",
+    "RateLimitError",
     "Reply",
     "Target",
     "as_reply",
@@ -72,7 +72,7 @@ class ChannelError(FiduciaryError):
         self.message = message
 
 
-class RateLimited(ChannelError):
+class RateLimitError(ChannelError):
     """Past the target's limit: ``retry_after`` seconds until the next message is accepted."""
 
     def __init__(self, retry_after: float) -> None:
@@ -126,7 +126,7 @@ class Inbox:
     ) -> Reply:
         """Hand ``text`` to ``target`` for ``principal``; its reply once it has answered.
 
-        Raises ``RateLimited`` past the limit and ``ChannelError`` for an unknown target or
+        Raises ``RateLimitError`` past the limit and ``ChannelError`` for an unknown target or
         empty text, in both cases before the target sees anything."""
         who = principal_of(principal)
         if not isinstance(text, str) or not text.strip():
@@ -135,7 +135,7 @@ class Inbox:
         key = self.key(target, who)
         wait = self._acquire(key)
         if wait > 0:
-            raise RateLimited(wait)
+            raise RateLimitError(wait)
         lock = self._locks.get(key)
         if lock is None:
             lock = asyncio.Lock()

@@ -273,7 +273,9 @@ class ChannelRecords:
             (self.channel,),
         )
         return [
-            AuditEntry(datetime.fromisoformat(r[0]), None if r[1] is None else int(r[1]), r[2], r[3])
+            AuditEntry(
+                datetime.fromisoformat(r[0]), None if r[1] is None else int(r[1]), r[2], r[3]
+            )
             for r in rows
         ]
 

@@ -49,7 +49,7 @@ from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunE
 from ..redaction import Redactor
 from ..stores.base import ApprovalRecord
 from .agent_chat import collect
-from .inbox import ChannelError, Inbox, RateLimited, Reply
+from .inbox import ChannelError, Inbox, RateLimitError, Reply
 from .records import Card, ChannelRecords
 from .split import split_message
 
@@ -148,7 +148,9 @@ class TelegramChannel:
         self.records = records
         self.poll_timeout = poll_timeout
         self.clock: Clock = clock or SystemClock()
-        self._after_handled = after_handled  # a test's crash point: after handling, before the offset
+        self._after_handled = (
+            after_handled  # a test's crash point: after handling, before the offset
+        )
         self.bot = telegram.Bot(
             token,
             base_url=f"{api.rstrip('/')}/bot",
@@ -190,14 +192,14 @@ class TelegramChannel:
                 log.warning("telegram: %s; polling again", exc)
                 await asyncio.sleep(1.0)
 
-    async def poll_once(self, *, timeout: int | None = None) -> int:
+    async def poll_once(self, *, wait_seconds: int | None = None) -> int:
         """One ``getUpdates``: record, handle and acknowledge each update; then send cards
         for actions waiting. Returns how many updates were handled now."""
         offset = await self.records.next_offset()
         updates = await self._call(
             self.bot.get_updates(
                 offset=offset,
-                timeout=self.poll_timeout if timeout is None else timeout,
+                timeout=self.poll_timeout if wait_seconds is None else wait_seconds,
                 allowed_updates=["message", "callback_query"],
             )
         )
@@ -256,7 +258,7 @@ class TelegramChannel:
             reply = await self.inbox.deliver(
                 self.target, principal=chat.principal, text=text, channel="telegram"
             )
-        except RateLimited as exc:
+        except RateLimitError as exc:
             reply = Reply(f"Too many messages: {exc.message.removeprefix('too many messages: ')}.")
         await self.say(chat.chat_id, reply.text)
 

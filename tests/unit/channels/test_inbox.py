@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from fiduciary import ManualClock, Principal
-from fiduciary.channels import AgentChat, ChannelError, Inbox, RateLimited, Reply
+from fiduciary.channels import AgentChat, ChannelError, Inbox, RateLimitError, Reply
 from fiduciary.stores.memory import MemoryStore
 
 from . import chat_agent
@@ -44,13 +44,13 @@ async def test_ten_messages_a_minute_per_target_on_the_clock() -> None:
     for i in range(10):
         reply = await inbox.deliver("dca", principal="alice", text=f"m{i}", channel="console")
         assert reply == Reply(f"ok: m{i}")
-    with pytest.raises(RateLimited) as refused:  # the 11th, from anyone, on any channel
+    with pytest.raises(RateLimitError) as refused:  # the 11th, from anyone, on any channel
         await inbox.deliver("dca", principal="bob", text="m10", channel="telegram")
     assert refused.value.retry_after == 60
     assert refused.value.message == "too many messages: try again in 60 s"
     assert len(app.seen) == 10
     clock.advance(59)
-    with pytest.raises(RateLimited):
+    with pytest.raises(RateLimitError):
         await inbox.deliver("dca", principal="alice", text="m11", channel="webhook")
     clock.advance(1)  # the first message leaves the window
     assert (await inbox.deliver("dca", principal="alice", text="m12", channel="webhook")).text
@@ -63,7 +63,7 @@ async def test_each_principal_has_its_own_limit_on_a_per_principal_target() -> N
     inbox.add("chat", chat, per="principal")
     for _ in range(2):
         await inbox.deliver("chat", principal="alice", text="hi", channel="console")
-    with pytest.raises(RateLimited):
+    with pytest.raises(RateLimitError):
         await inbox.deliver("chat", principal="alice", text="hi", channel="console")
     await inbox.deliver("chat", principal="bob", text="hi", channel="console")
     assert [who for who, _, _ in chat.seen] == ["alice", "alice", "bob"]
@@ -81,7 +81,8 @@ async def test_serial_per_target_and_parallel_across_targets() -> None:
         await first.entered.wait()
         # the other target answers while "first" is held
         assert (await inbox.deliver("second", principal="p", text="x", channel="c")).text
-        assert first.inside == 1 and first.seen == []
+        assert first.inside == 1
+        assert first.seen == []
         first.gate.set()
         await asyncio.gather(a, b)
     assert first.most_inside == 1
@@ -99,7 +100,7 @@ async def test_unknown_targets_and_empty_text_are_refused_before_counting() -> N
         await inbox.deliver("app", principal="alice", text="  ", channel="console")
     assert empty.value.code == "invalid"
     assert (await inbox.deliver("app", principal="alice", text="hi", channel="c")).text
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="already registered"):
         inbox.add("app", app)
 
 

@@ -43,7 +43,7 @@ class World:
     clock: ManualClock
 
     async def poll(self) -> int:
-        return await self.channel.poll_once(timeout=0)
+        return await self.channel.poll_once(wait_seconds=0)
 
 
 @pytest.fixture
@@ -54,10 +54,8 @@ def standin() -> Iterator[tuple[BotApi, str]]:
 
 
 async def _world(
-    tmp_path: Path, api: BotApi, url: str, *, token: str = TOKEN
+    db: Path, api: BotApi, url: str, *, token: str = TOKEN
 ) -> tuple[World, SQLiteStore]:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    db = tmp_path / "runs.sqlite3"
     store = await SQLiteStore.open(db)
     agent = chat_agent.factory(store)
     clock = ManualClock()
@@ -81,7 +79,7 @@ async def _world(
 @pytest.fixture
 async def world(tmp_path: Path, standin: tuple[BotApi, str]) -> AsyncIterator[World]:
     chat_agent.SENT.clear()
-    made, store = await _world(tmp_path, *standin)
+    made, store = await _world(tmp_path / "runs.sqlite3", *standin)
     await made.channel.start()
     try:
         yield made
@@ -115,8 +113,10 @@ async def test_a_pending_action_becomes_a_card_and_approve_executes_it(world: Wo
     assert card.text.startswith("Approve send?")
     assert "Amount: $50.00" in card.text
     approve, deny = _data(card, "a"), _data(card, "d")
-    assert approve.startswith("a:") and deny.startswith("d:")
-    assert len(approve.encode()) <= 64 and approve[2:] == deny[2:]
+    assert approve.startswith("a:")
+    assert deny.startswith("d:")
+    assert len(approve.encode()) <= 64
+    assert approve[2:] == deny[2:]
     assert chat_agent.SENT == []
 
     world.api.push_press(ALICE, card.message_id, approve)
@@ -255,7 +255,7 @@ async def test_the_token_never_shows(
 
     # a token the API refuses: the error says so without the token
     bad = "123456:BAD-canaryTOKENcanary_0123456789abcdef"
-    other, store = await _world(tmp_path / "other", world.api, world.url, token=bad)
+    other, store = await _world(tmp_path / "other.sqlite3", world.api, world.url, token=bad)
     with pytest.raises(TelegramError) as refused:
         await other.channel.start()
     await other.channel.close()
