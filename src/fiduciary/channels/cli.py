@@ -16,22 +16,30 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
-from ..agent_factory import agent_of
-from ..cli._common import DEFAULT_DB, CliError, _command, load_agent_factory
-from ..exceptions import ConfigurationError
+from ..agent_factory import agent_of, load_factory
+from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.base import Store
 from .agent_chat import AgentChat
 from .inbox import Inbox
 from .records import ChannelRecords
 
-__all__ = ["parse_allow", "register"]
+__all__ = ["UsageError", "parse_allow", "register"]
 
 TOKEN_ENV = "FIDUCIARY_TELEGRAM_TOKEN"
+DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
+
+
+class UsageError(Exception):
+    """A command line that cannot start: one red line, exit code 2."""
 
 
 def parse_allow(values: list[str]) -> dict[int, str]:
@@ -44,9 +52,9 @@ def parse_allow(values: list[str]) -> dict[int, str]:
         except ValueError:
             chat_id = 0
         if not sep or not chat_id or not principal.strip():
-            raise CliError(f"--allow takes CHAT_ID=PRINCIPAL, like 123456=alice, not {value!r}")
+            raise UsageError(f"--allow takes CHAT_ID=PRINCIPAL, like 123456=alice, not {value!r}")
         if chat_id in allow:
-            raise CliError(f"chat {chat_id} is allowed twice")
+            raise UsageError(f"chat {chat_id} is allowed twice")
         allow[chat_id] = principal.strip()
     return allow
 
@@ -54,8 +62,8 @@ def parse_allow(values: list[str]) -> dict[int, str]:
 def register(app: typer.Typer) -> None:
     """Add ``telegram`` to the ``fiduciary`` command."""
 
-    @_command(app, "telegram", interrupted=("stopped", 0))
-    async def telegram(
+    @app.command("telegram")
+    def telegram(
         agent: Annotated[
             str, typer.Option(help="The agent factory: module:callable(store) -> Agent.")
         ],
@@ -77,67 +85,100 @@ def register(app: typer.Typer) -> None:
         rate: Annotated[
             str, typer.Option(help="Messages per seconds per chat, N/SECONDS.")
         ] = "10/60",
-    ) -> int:
+    ) -> None:
         """Answer Telegram chats with an agent; pending actions become Approve / Deny cards.
         The bot token is read from FIDUCIARY_TELEGRAM_TOKEN."""
         try:
-            from .telegram import TelegramChannel, channel_name
-        except ImportError as exc:
-            raise CliError(str(exc)) from exc
-        token = os.environ.get(TOKEN_ENV, "").strip()
-        if not token:
-            raise CliError(f"set {TOKEN_ENV} to the bot's token")
+            code = asyncio.run(_serve(agent, allow, db, postgres, api, poll_timeout, rate))
+        except KeyboardInterrupt:
+            code = 0
+        except UsageError as exc:
+            code = _fail(str(exc), 2)
+        except (FiduciaryError, sqlite3.Error, OSError) as exc:
+            code = _fail(str(exc), 1)
+        raise typer.Exit(code)
+
+
+def _fail(message: str, code: int) -> int:
+    line = " ".join(message.split())
+    Console(stderr=True).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+    return code
+
+
+async def _serve(
+    agent: str,
+    allow: list[str],
+    db: Path,
+    postgres: str | None,
+    api: str,
+    poll_timeout: int,
+    rate: str,
+) -> int:
+    try:
+        from .telegram import TelegramChannel, channel_name
+    except ImportError as exc:
+        raise UsageError(str(exc)) from exc
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise UsageError(f"set {TOKEN_ENV} to the bot's token")
+    try:
+        name = channel_name(token)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
+    chats = parse_allow(allow)
+    limit, window = _rate(rate)
+    factory = _factory(agent)
+    store = await _open_store(db, postgres)
+    records = None
+    try:
+        made = agent_of(factory(store), agent)
+        records = await ChannelRecords.open(
+            name,
+            sqlite_path=None if postgres else os.fspath(db),
+            dsn=postgres,
+        )
+        inbox = Inbox(limit=limit, window_seconds=window, clock=made.clock)
+        inbox.add("chat", AgentChat(made, name="telegram"), per="principal")
+        channel = TelegramChannel(
+            token=token,
+            agent=made,
+            inbox=inbox,
+            target="chat",
+            allow=chats,
+            records=records,
+            api=api,
+            poll_timeout=poll_timeout,
+            clock=made.clock,
+        )
+        records = None  # the channel closes them now
+        await channel.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        polling = asyncio.create_task(channel.run_forever(stop=stop))
+        stopped = asyncio.create_task(stop.wait())
         try:
-            name = channel_name(token)
-        except ConfigurationError as exc:
-            raise CliError(str(exc)) from exc
-        chats = parse_allow(allow)
-        limit, window = _rate(rate)
-        factory = load_agent_factory(agent)
-        store = await _open_store(db, postgres)
-        records = None
-        try:
-            made = agent_of(factory(store), agent)
-            records = await ChannelRecords.open(
-                name,
-                sqlite_path=None if postgres else os.fspath(db),
-                dsn=postgres,
-            )
-            inbox = Inbox(limit=limit, window_seconds=window, clock=made.clock)
-            inbox.add("chat", AgentChat(made, name="telegram"), per="principal")
-            channel = TelegramChannel(
-                token=token,
-                agent=made,
-                inbox=inbox,
-                target="chat",
-                allow=chats,
-                records=records,
-                api=api,
-                poll_timeout=poll_timeout,
-                clock=made.clock,
-            )
-            records = None  # the channel closes them now
-            await channel.start()
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            polling = asyncio.create_task(channel.run_forever(stop=stop))
-            stopped = asyncio.create_task(stop.wait())
-            try:
-                await asyncio.wait({polling, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                polling.cancel()
-                stopped.cancel()
-                failed, _ = await asyncio.gather(polling, stopped, return_exceptions=True)
-                await channel.close()
-            if isinstance(failed, Exception):
-                raise failed
+            await asyncio.wait({polling, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if records is not None:
-                await records.close()
-            await store.close()
-        return 0
+            polling.cancel()
+            stopped.cancel()
+            failed, _ = await asyncio.gather(polling, stopped, return_exceptions=True)
+            await channel.close()
+        if isinstance(failed, Exception):
+            raise failed
+    finally:
+        if records is not None:
+            await records.close()
+        await store.close()
+    return 0
+
+
+def _factory(spec: str) -> Callable[[Store], object]:
+    try:
+        return load_factory(spec)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _rate(text: str) -> tuple[int, float]:
@@ -147,7 +188,7 @@ def _rate(text: str) -> tuple[int, float]:
     except ValueError:
         limit, seconds = 0, 0.0
     if limit < 1 or not seconds > 0:
-        raise CliError(f"--rate is written N/SECONDS, like 10/60, not {text!r}")
+        raise UsageError(f"--rate is written N/SECONDS, like 10/60, not {text!r}")
     return limit, seconds
 
 

@@ -265,3 +265,26 @@ async def test_the_token_never_shows(
     for record in caplog.records:
         assert bad.split(":", 1)[1] not in record.getMessage()
         assert secret not in (record.exc_text or "")
+
+
+async def test_an_update_interrupted_mid_handling_is_audited_not_run_again(world: World) -> None:
+    # as a process killed after recording the update and before handling it leaves it
+    await world.channel.records.record_update(world.api.next_update_id, world.clock.now())
+    interrupted = world.api.push_message(ALICE, "pay bob 50")
+    await world.poll()
+    assert world.api.texts(ALICE) == []
+    assert await world.agent.list_runs() == []
+    (entry,) = await world.channel.records.audit_entries()
+    assert (entry.chat_id, entry.what) == (ALICE, "interrupted")
+    assert await world.channel.records.next_offset() == interrupted + 1
+
+
+async def test_the_offset_is_committed_after_each_update(world: World) -> None:
+    assert await world.channel.records.next_offset() is None
+    world.api.push_message(ALICE, "one")
+    last = world.api.push_message(BOB, "two")
+    await world.poll()
+    assert await world.channel.records.next_offset() == last + 1
+    await world.poll()  # the next poll confirms them: the stand-in forgets them
+    assert world.api.offsets[-1] == last + 1
+    assert world.api.updates == []
