@@ -44,9 +44,10 @@ SCHEMA = (
         channel TEXT NOT NULL, chat_id BIGINT NOT NULL, token TEXT NOT NULL,
         PRIMARY KEY (channel, chat_id))""",
     """CREATE TABLE IF NOT EXISTS fiduciary_channel_audit (
-        channel TEXT NOT NULL, at TEXT NOT NULL, chat_id BIGINT, what TEXT NOT NULL,
-        detail TEXT NOT NULL)""",
+        n {serial}, channel TEXT NOT NULL, at TEXT NOT NULL, chat_id BIGINT,
+        what TEXT NOT NULL, detail TEXT NOT NULL)""",
 )
+SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGSERIAL PRIMARY KEY"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class _SQLite:
             self._conn.execute("PRAGMA busy_timeout = 5000")
             self._conn.execute("PRAGMA synchronous = FULL")
             for statement in SCHEMA:
-                self._conn.execute(statement)
+                self._conn.execute(statement.replace("{serial}", SERIAL["sqlite"]))
         except sqlite3.Error as exc:
             raise StoreError(f"channel records in {path}: {exc}") from exc
         self._lock = asyncio.Lock()
@@ -114,7 +115,7 @@ class _Postgres:
         try:
             conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
             for statement in SCHEMA:
-                await conn.execute(statement)
+                await conn.execute(statement.replace("{serial}", SERIAL["postgres"]))
         except psycopg.Error as exc:
             raise StoreError(f"channel records: {type(exc).__name__}") from None
         return cls(conn)
@@ -269,7 +270,7 @@ class ChannelRecords:
     async def audit_entries(self) -> list[AuditEntry]:
         rows = await self._sql.run(
             "SELECT at, chat_id, what, detail FROM fiduciary_channel_audit WHERE channel = ? "
-            "ORDER BY at",
+            "ORDER BY n",
             (self.channel,),
         )
         return [
