@@ -37,6 +37,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TypeVar
@@ -80,6 +81,7 @@ DECIDED = "This action was already decided or has expired."
 STALE = "This action changed since this card was sent: nothing was approved."
 TYPE_AMOUNT = "To approve, type the amount of this action in USD (for example 25.00)."
 NOT_AN_AMOUNT = "That is not an amount: type the amount in USD, or press Deny."
+FAILED = "That message could not be handled."
 
 _LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore")
 
@@ -193,8 +195,9 @@ class TelegramChannel:
                 await asyncio.sleep(1.0)
 
     async def poll_once(self, *, wait_seconds: int | None = None) -> int:
-        """One ``getUpdates``: record, handle and acknowledge each update; then send cards
-        for actions waiting. Returns how many updates were handled now."""
+        """One ``getUpdates``: record each update, handle the new ones (each chat's in order,
+        chats concurrently), then commit the offset past them; then send cards for actions
+        waiting. Returns how many updates were handled now."""
         offset = await self.records.next_offset()
         updates = await self._call(
             self.bot.get_updates(
@@ -203,18 +206,11 @@ class TelegramChannel:
                 allowed_updates=["message", "callback_query"],
             )
         )
-        handled = 0
+        by_chat: dict[int | None, list[Update]] = {}
         for update in updates:
             before = await self.records.record_update(update.update_id, self.clock.now())
             if before is None:
-                try:
-                    await self._handle(update)
-                except (FiduciaryError, ChannelError) as exc:
-                    log.warning("telegram update %s: %s", update.update_id, self.scrub(str(exc)))
-                await self.records.handled(update.update_id)
-                handled += 1
-                if self._after_handled is not None:
-                    self._after_handled(update.update_id)
+                by_chat.setdefault(_chat_id(update), []).append(update)
             elif before == "received":  # a crash interrupted its handling: not run again
                 await self.records.audit(
                     self.clock.now(),
@@ -222,9 +218,27 @@ class TelegramChannel:
                     "interrupted",
                     f"update {update.update_id} was interrupted and is not handled again",
                 )
-            await self.records.commit_offset(update.update_id + 1)
+        await asyncio.gather(*(self._handle_in_order(chat) for chat in by_chat.values()))
+        if updates:
+            await self.records.commit_offset(max(u.update_id for u in updates) + 1)
         await self.announce_pending()
-        return handled
+        return sum(len(chat) for chat in by_chat.values())
+
+    async def _handle_in_order(self, updates: list[Update]) -> None:
+        for update in updates:
+            try:
+                await self._handle(update)
+            except (FiduciaryError, ChannelError) as exc:
+                log.warning("telegram update %s: %s", update.update_id, self.scrub(str(exc)))
+            except Exception:  # a target's bug: logged (redacted), the chat told, polling goes on
+                log.exception("telegram update %s could not be handled", update.update_id)
+                chat_id = _chat_id(update)
+                if chat_id is not None and chat_id in self.allow:
+                    with suppress(TelegramError):
+                        await self.say(chat_id, FAILED)
+            await self.records.handled(update.update_id)
+            if self._after_handled is not None:
+                self._after_handled(update.update_id)
 
     async def _handle(self, update: Update) -> None:
         chat_id = _chat_id(update)

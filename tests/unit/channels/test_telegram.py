@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from fiduciary import Agent, ManualClock
+from fiduciary import Agent, ManualClock, Principal
 from fiduciary.channels import AgentChat, Inbox
 from fiduciary.channels.records import ChannelRecords
 from fiduciary.channels.split import utf16_length
 from fiduciary.channels.telegram import (
     DECIDED,
+    FAILED,
     NOT_VALID,
     STALE,
     TYPE_AMOUNT,
@@ -285,6 +286,30 @@ async def test_the_offset_is_committed_after_each_update(world: World) -> None:
     last = world.api.push_message(BOB, "two")
     await world.poll()
     assert await world.channel.records.next_offset() == last + 1
+    logged = [r for r in caplog.records if "could not be handled" in r.getMessage()]
+    assert len(logged) == 2
+    assert all(TOKEN.split(":")[1] not in (r.exc_text or "") for r in logged)
+    assert all("boom with" in (r.exc_text or "") for r in logged)
     await world.poll()  # the next poll confirms them: the stand-in forgets them
     assert world.api.offsets[-1] == last + 1
     assert world.api.updates == []
+
+
+async def test_a_failing_target_is_told_and_polling_goes_on(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(principal: Principal, text: str, channel: str) -> str:
+        raise RuntimeError(f"boom with {TOKEN}")
+
+    world.channel.inbox.add("broken", broken)
+    world.channel.target = "broken"
+    world.api.push_message(ALICE, "hello")
+    last = world.api.push_message(BOB, "hello")
+    assert await world.poll() == 2
+    assert world.api.texts(ALICE) == [FAILED]
+    assert world.api.texts(BOB) == [FAILED]
+    assert await world.channel.records.next_offset() == last + 1
+    logged = [r for r in caplog.records if "could not be handled" in r.getMessage()]
+    assert len(logged) == 2
+    assert all(TOKEN.split(":")[1] not in (r.exc_text or "") for r in logged)
+    assert all("boom with" in (r.exc_text or "") for r in logged)
