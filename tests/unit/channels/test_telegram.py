@@ -286,10 +286,6 @@ async def test_the_offset_is_committed_after_each_update(world: World) -> None:
     last = world.api.push_message(BOB, "two")
     await world.poll()
     assert await world.channel.records.next_offset() == last + 1
-    logged = [r for r in caplog.records if "could not be handled" in r.getMessage()]
-    assert len(logged) == 2
-    assert all(TOKEN.split(":")[1] not in (r.exc_text or "") for r in logged)
-    assert all("boom with" in (r.exc_text or "") for r in logged)
     await world.poll()  # the next poll confirms them: the stand-in forgets them
     assert world.api.offsets[-1] == last + 1
     assert world.api.updates == []
