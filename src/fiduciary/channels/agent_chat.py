@@ -16,7 +16,7 @@ from uuid import UUID, uuid5
 
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event, PendingAction, RunFailed, TextDelta
+from ..events import Event, PendingAction, RunFailed, TextDelta, TurnComplete, TurnRetracted
 from ..exceptions import RunError
 from ..stores.base import IDLE
 from .inbox import Reply
@@ -31,17 +31,24 @@ BUSY = "I am still working on your previous message; send this again in a moment
 
 async def collect(agent: Agent, run_id: UUID, events: AsyncIterator[Event]) -> Reply:
     """The text a run said and the approvals it now waits for, once its stream ends."""
+    turns: list[str] = []
     parts: list[str] = []
     waiting = False
     async for event in events:
         if isinstance(event, TextDelta):
             parts.append(event.text)
+        elif isinstance(event, TurnRetracted):  # a turn lost in a crash: its text is dropped
+            parts = []
+        elif isinstance(event, TurnComplete):
+            turns.append("".join(parts).strip())
+            parts = []
         elif isinstance(event, PendingAction):
             waiting = True
         elif isinstance(event, RunFailed):
-            parts.append(f"\n\n(The run stopped: {event.reason}.)")
+            parts.append(f"(The run stopped: {event.reason}.)")
+    turns.append("".join(parts).strip())
     pending = tuple(await agent.pending_approvals(run_id=run_id)) if waiting else ()
-    return Reply("".join(parts).strip(), pending)
+    return Reply("\n\n".join(t for t in turns if t), pending)
 
 
 class AgentChat:

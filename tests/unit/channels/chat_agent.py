@@ -3,6 +3,7 @@
 - ``pay PAYEE AMOUNT``: one ``send`` (an execute with a USD amount: balanced preset, so
   under 10 runs on its own, under 200 waits for Approve, 200 and more asks for the amount);
   then "sent".
+- ``balance``: a turn that says something and reads, then the answer.
 - ``long``: a reply of many paragraphs, far over Telegram's 4096 characters.
 - anything else: an echo, once per message, so a chat's run goes on message after message.
 """
@@ -40,6 +41,14 @@ def scripts() -> list[Script]:
 
     return [
         Script(PAY, [ToolCalls([Call("send", _pay_args)]), Reply("sent")], name="pay"),
+        Script(
+            re.compile(r"^balance$"),
+            [
+                ToolCalls([Call("balance")], text="Let me look."),
+                Reply(lambda r: f"You have ${r['balance']['usd']}."),
+            ],
+            name="balance",
+        ),
         Script(re.compile(r"^long$"), [Reply(long_text(), chunk_chars=500)], name="long"),
         Script(lambda _: True, [Reply(echo)] * 200, name="echo"),
     ]
@@ -52,7 +61,12 @@ def capabilities() -> list[Capability]:
         SENT.append({"payee": payee, "amount": amount})
         return {"payee": payee, "amount": amount}
 
-    return [send]
+    @capability(kind="read")
+    async def balance() -> dict[str, str]:
+        """The available balance."""
+        return {"usd": "5000.00"}
+
+    return [send, balance]
 
 
 def factory(store: Store) -> Agent:

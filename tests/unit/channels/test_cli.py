@@ -28,3 +28,18 @@ def test_the_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "a Telegram bot token looks like 123456:ABC-DEF..." in result.output
+
+
+def test_the_core_never_imports_channels_and_the_cli_not_the_bot_library() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fiduciary, fiduciary.testing, fiduciary.agent\n"
+        "assert not [m for m in sys.modules if m.startswith('fiduciary.channels')]\n"
+        "import fiduciary.cli\n"
+        "assert 'fiduciary.channels.cli' in sys.modules\n"
+        "assert 'telegram' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

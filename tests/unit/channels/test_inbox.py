@@ -133,3 +133,9 @@ async def test_a_chat_waiting_for_a_decision_says_so() -> None:
     second = await chat(Principal("alice"), "and?", "console")
     assert second.text.startswith("I am waiting for your decision")
     assert [p.approval_id for p in second.pending] == [pending.approval_id]
+
+
+async def test_each_turn_of_the_reply_is_its_own_paragraph() -> None:
+    chat = AgentChat(chat_agent.factory(MemoryStore()))
+    reply = await chat(Principal("alice"), "balance", "console")
+    assert reply == Reply("Let me look.\n\nYou have $5000.00.")
