@@ -371,7 +371,7 @@ class TelegramChannel:
                 record = await self.agent.deny(
                     card.approval_id, by=chat.principal, reason="denied on Telegram"
                 )
-        except ApprovalError as exc:
+        except (ApprovalError, RunError) as exc:  # RunError: e.g. another agent's run
             await self._refuse(chat, f"refused:{exc.code}", exc.message)
             if query is not None:
                 await self._call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
