@@ -39,6 +39,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import TypeVar
 from uuid import UUID
@@ -46,7 +47,13 @@ from uuid import UUID
 from .._logs import REDACT_LOGS, logger
 from ..agent import Agent
 from ..clock import Clock, SystemClock
-from ..exceptions import ApprovalError, ConfigurationError, FiduciaryError, RunError
+from ..exceptions import (
+    ApprovalError,
+    ConfigurationError,
+    FiduciaryError,
+    RunError,
+    StoreError,
+)
 from ..redaction import Redactor
 from ..stores.base import ApprovalRecord
 from .agent_chat import collect
@@ -83,11 +90,17 @@ TYPE_AMOUNT = "To approve, type the amount of this action in USD (for example 25
 NOT_AN_AMOUNT = "That is not an amount: type the amount in USD, or press Deny."
 FAILED = "That message could not be handled."
 
+RETRY_SECONDS = 1.0
 _LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore")
 
 
 class TelegramError(FiduciaryError):
-    """The Bot API could not be reached or refused a call (the text holds no token)."""
+    """The Bot API could not be reached or refused a call (the text holds no token).
+    ``retry_after``: the seconds Telegram asked to wait (flood control), if it did."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def channel_name(token: str) -> str:
@@ -140,7 +153,7 @@ class TelegramChannel:
             raise ConfigurationError("the records are another bot's")
         if target not in inbox:
             raise ConfigurationError(f"no target {target!r} in the inbox")
-        self.redactor = Redactor(known_secrets=[token])
+        self.redactor = Redactor(known_secrets=[token, token.partition(":")[2]])
         REDACT_LOGS.register(self.redactor)  # held here: the registry keeps weak references
         guard_library_logs()
         self.agent = agent
@@ -150,9 +163,8 @@ class TelegramChannel:
         self.records = records
         self.poll_timeout = poll_timeout
         self.clock: Clock = clock or SystemClock()
-        self._after_handled = (
-            after_handled  # a test's crash point: after handling, before the offset
-        )
+        # a test's crash point: after an update is handled, before the offset is committed
+        self._after_handled = after_handled
         self.bot = telegram.Bot(
             token,
             base_url=f"{api.rstrip('/')}/bot",
@@ -169,7 +181,11 @@ class TelegramChannel:
         try:
             return await what
         except telegram.error.TelegramError as exc:
-            raise TelegramError(self.scrub(f"{type(exc).__name__}: {exc}")) from None
+            wait = exc.retry_after if isinstance(exc, telegram.error.RetryAfter) else None
+            seconds = wait.total_seconds() if isinstance(wait, timedelta) else wait
+            raise TelegramError(
+                self.scrub(f"{type(exc).__name__}: {exc}"), retry_after=seconds
+            ) from None
 
     async def start(self) -> None:
         """Check the token (``getMe``)."""
@@ -192,7 +208,10 @@ class TelegramChannel:
                 await self.poll_once()
             except TelegramError as exc:
                 log.warning("telegram: %s; polling again", exc)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(exc.retry_after or RETRY_SECONDS)
+            except StoreError as exc:  # asked for again; what was recorded is never run twice
+                log.warning("telegram: the store failed (%s); polling again", exc)
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def poll_once(self, *, wait_seconds: int | None = None) -> int:
         """One ``getUpdates``: record each update, handle the new ones (each chat's in order,
