@@ -349,7 +349,7 @@ class TelegramChannel:
             return
         if verb == "d":
             await self._decide(chat, card, query, approve=False)
-        elif approval.tier == "explicit":
+        elif approval.tier == "explicit" and approval.amount_usd is not None:
             await self.records.await_amount(chat.chat_id, card.token)
             await self._call(query.answer())
             await self.say(chat.chat_id, TYPE_AMOUNT)
@@ -442,7 +442,7 @@ def card_text(approval: ApprovalRecord) -> str:
     if approval.amount_usd is not None:
         lines.append(f"Amount: ${approval.amount_usd:,.2f}")
     lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
-    if approval.tier == "explicit":
+    if approval.tier == "explicit" and approval.amount_usd is not None:
         lines.append("To approve, press Approve and type the amount.")
     return "\n".join(lines)
 
