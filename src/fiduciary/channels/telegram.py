@@ -120,9 +120,7 @@ def guard_library_logs() -> None:
         if any(n == p or n.startswith(p + ".") for p in _LIBRARY_LOGGERS)
     ]
     for name in {*names, *_LIBRARY_LOGGERS, "telegram.Bot"}:
-        log_ = logging.getLogger(name)
-        if REDACT_LOGS not in log_.filters:
-            log_.addFilter(REDACT_LOGS)
+        logger(name)  # gets it with fiduciary's redaction installed
 
 
 @dataclass(frozen=True, slots=True)
