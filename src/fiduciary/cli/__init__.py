@@ -24,18 +24,6 @@ from __future__ import annotations
 __all__ = ["main"]
 
 
-def _register_apps() -> None:
-    """``apps`` (fiduciary.apps registers its own commands; PyYAML is the apps extra)."""
-    try:
-        from ..apps.cli import register as register_apps
-    except ImportError:
-        return
-    register_apps(app)
-
-
-_register_apps()
-
-
 def main() -> None:
     """The ``fiduciary`` console script."""
     from .app import main as run  # deferred: the root imports the domains that import terminal

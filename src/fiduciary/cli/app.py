@@ -139,8 +139,26 @@ def _register_wallet() -> None:
     register(app)
 
 
+def _register_apps() -> None:
+    """``apps`` (fiduciary.apps registers its own commands; PyYAML is the apps extra)."""
+    try:
+        from ..apps.cli import register
+    except ImportError:
+        return
+    register(app)
+
+
+def _register_channels() -> None:
+    """``telegram`` (the Bot API client is imported only when the command runs)."""
+    from ..channels.cli import register
+
+    register(app)
+
+
 _register_server()
 _register_wallet()
+_register_apps()
+_register_channels()
 
 
 def _one_line_paragraphs(text: str | None) -> str | None:

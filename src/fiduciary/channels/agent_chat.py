@@ -1,0 +1,81 @@
+"""A plain agent as a target: each principal's chat on a channel family is one run.
+
+The chat's run id is derived from the target's name and the principal (UUID5), so it needs no
+table and survives restarts: the first message starts the run, each later one continues it
+(``Agent.run(..., run_id=...)``). While the run waits for a decision, a message is answered with
+the actions waiting; while it is still driven elsewhere, with a note to try again.
+
+``collect`` turns a run's stream of events into one ``Reply``; channels use it too after a
+decision (``Agent.resume``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import UUID, uuid5
+
+from ..agent import Agent
+from ..capabilities import Principal
+from ..events import Event, PendingAction, RunFailed, TextDelta, TurnComplete, TurnRetracted
+from ..exceptions import RunError
+from ..stores.base import IDLE
+from .inbox import Reply
+
+__all__ = ["CHAT_NAMESPACE", "AgentChat", "collect"]
+
+CHAT_NAMESPACE = UUID("6f1c1b0e-9a57-4d4c-8f0e-2f4d1c7a9b31")
+
+WAITING = "I am waiting for your decision on the action(s) above: approve or deny first."
+BUSY = "I am still working on your previous message; send this again in a moment."
+
+
+async def collect(agent: Agent, run_id: UUID, events: AsyncIterator[Event]) -> Reply:
+    """The text a run said and the approvals it now waits for, once its stream ends."""
+    turns: list[str] = []
+    parts: list[str] = []
+    waiting = False
+    async for event in events:
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        elif isinstance(event, TurnRetracted):  # a turn lost in a crash: its text is dropped
+            parts = []
+        elif isinstance(event, TurnComplete):
+            turns.append("".join(parts).strip())
+            parts = []
+        elif isinstance(event, PendingAction):
+            waiting = True
+        elif isinstance(event, RunFailed):
+            parts.append(f"(The run stopped: {event.reason}.)")
+    turns.append("".join(parts).strip())
+    pending = tuple(await agent.pending_approvals(run_id=run_id)) if waiting else ()
+    return Reply("\n\n".join(t for t in turns if t), pending)
+
+
+class AgentChat:
+    """``async (principal, text, channel) -> Reply`` over ``agent``: register it in an
+    ``Inbox`` with ``per="principal"``."""
+
+    def __init__(self, agent: Agent, *, name: str = "chat") -> None:
+        self.agent = agent
+        self.name = name
+
+    def run_id(self, principal: Principal) -> UUID:
+        """The run that is ``principal``'s chat with this target."""
+        return uuid5(CHAT_NAMESPACE, f"{self.name}\x00{principal.actor_id}")
+
+    async def __call__(self, principal: Principal, text: str, channel: str) -> Reply:
+        run_id = self.run_id(principal)
+        existing = await self.agent.store.get_run(run_id)
+        if existing is not None and existing.status not in IDLE:
+            if existing.status == "awaiting_approval":
+                pending = await self.agent.pending_approvals(run_id=run_id)
+                return Reply(WAITING, tuple(pending))
+            return Reply(BUSY)
+        try:
+            return await collect(
+                self.agent, run_id, self.agent.run(text, principal=principal, run_id=run_id)
+            )
+        except RunError as exc:
+            if exc.code in ("busy", "state"):
+                return Reply(BUSY)
+            raise

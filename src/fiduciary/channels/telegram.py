@@ -1,0 +1,465 @@
+"""Telegram: a chat with fiduciary's runs and approvals, over the Bot API by long polling.
+
+Built on python-telegram-bot (the ``telegram`` extra) used as a typed Bot API client only —
+``Bot.get_updates`` / ``send_message`` / ``answer_callback_query`` /
+``edit_message_reply_markup`` — never its ``Application``, whose poller keeps the offset in
+memory. Here the offset is ours (``ChannelRecords``):
+
+1. each update is **recorded** first (an insert keyed by ``update_id``; one recorded already is
+   skipped, so a restart never handles an update twice);
+2. then handled; then marked handled;
+3. then the offset (``update_id + 1``) is committed. A crash before 3 makes Telegram send the
+   update again, and step 1 skips it.
+
+Chats: ``allow`` maps chat ids to principals; any other chat is ignored (no answer) and audited.
+A message from an allowed chat goes to ``inbox.deliver(target, ...)`` (one rate limit, serial
+per target) and its reply is sent back, split at Telegram's 4096-character limit.
+
+Approvals: each pending action of a chat's principal becomes one card with Approve / Deny
+buttons. ``callback_data`` is at most 64 bytes, so a button carries ``a:<token>`` or
+``d:<token>``, where the token (16 URL-safe characters, 96 random bits) is kept server side
+bound to (approval id, args digest, chat, principal). A press is honoured only from the card's
+own chat, for an approval of that chat's principal that is still pending with the same args
+digest; anything else — an unknown token, another chat, a changed digest — is refused and
+audited. An ``explicit`` action asks the person to type its amount, passed on as
+``confirm_amount``.
+
+The bot token: it is in every Bot API URL, so it is registered as a known secret with
+fiduciary's log redaction, which is also installed on python-telegram-bot's, httpx's and
+httpcore's loggers before the client exists; errors from the client are re-raised as
+``TelegramError`` with their text scrubbed and no chained cause; text going to a target or to
+the chat is scrubbed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import TypeVar
+from uuid import UUID
+
+from .._logs import REDACT_LOGS, logger
+from ..agent import Agent
+from ..clock import Clock, SystemClock
+from ..exceptions import (
+    ApprovalError,
+    ConfigurationError,
+    FiduciaryError,
+    RunError,
+    StoreError,
+)
+from ..redaction import Redactor
+from ..stores.base import ApprovalRecord
+from .agent_chat import collect
+from .inbox import ChannelError, Inbox, RateLimitError, Reply
+from .records import Card, ChannelRecords
+from .split import split_message
+
+try:
+    import telegram
+    from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+    from telegram.request import HTTPXRequest
+except ImportError as exc:  # pragma: no cover - the extra is in dev
+    raise ImportError(
+        "the Telegram channel needs the 'telegram' extra: pip install 'fiduciary[telegram]'"
+    ) from exc
+
+__all__ = [
+    "DEFAULT_API",
+    "TelegramChannel",
+    "TelegramError",
+    "channel_name",
+    "guard_library_logs",
+]
+
+log = logger("fiduciary.channels.telegram")
+
+DEFAULT_API = "https://api.telegram.org"
+T = TypeVar("T")
+
+NOT_VALID = "This button is not valid."
+DECIDED = "This action was already decided or has expired."
+STALE = "This action changed since this card was sent: nothing was approved."
+TYPE_AMOUNT = "To approve, type the amount of this action in USD (for example 25.00)."
+NOT_AN_AMOUNT = "That is not an amount: type the amount in USD, or press Deny."
+FAILED = "That message could not be handled."
+
+RETRY_SECONDS = 1.0
+_LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore")
+
+
+class TelegramError(FiduciaryError):
+    """The Bot API could not be reached or refused a call (the text holds no token).
+    ``retry_after``: the seconds Telegram asked to wait (flood control), if it did."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def channel_name(token: str) -> str:
+    """``telegram:<bot id>``: the bot id is the token's public part, before the colon."""
+    bot_id, sep, secret = token.partition(":")
+    if not sep or not bot_id.isdigit() or not secret:
+        raise ConfigurationError("a Telegram bot token looks like 123456:ABC-DEF...")
+    return f"telegram:{bot_id}"
+
+
+def guard_library_logs() -> None:
+    """Install fiduciary's log redaction on the Bot API client's loggers (and their
+    children that exist now): the token is in every request URL they may log."""
+    names = [
+        n
+        for n in logging.root.manager.loggerDict
+        if any(n == p or n.startswith(p + ".") for p in _LIBRARY_LOGGERS)
+    ]
+    for name in {*names, *_LIBRARY_LOGGERS, "telegram.Bot"}:
+        logger(name)  # gets it with fiduciary's redaction installed
+
+
+@dataclass(frozen=True, slots=True)
+class _Chat:
+    chat_id: int
+    principal: str
+
+
+class TelegramChannel:
+    """One bot: polls updates, answers allowed chats through ``inbox``, turns pending actions
+    into cards and presses into decisions on ``agent`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        agent: Agent,
+        inbox: Inbox,
+        target: str,
+        allow: Mapping[int, str],
+        records: ChannelRecords,
+        api: str = DEFAULT_API,
+        poll_timeout: int = 30,
+        clock: Clock | None = None,
+        after_handled: Callable[[int], None] | None = None,
+    ) -> None:
+        if records.channel != channel_name(token):
+            raise ConfigurationError("the records are another bot's")
+        if target not in inbox:
+            raise ConfigurationError(f"no target {target!r} in the inbox")
+        self.redactor = Redactor(known_secrets=[token, token.partition(":")[2]])
+        REDACT_LOGS.register(self.redactor)  # held here: the registry keeps weak references
+        guard_library_logs()
+        self.agent = agent
+        self.inbox = inbox
+        self.target = target
+        self.allow = {int(k): v for k, v in allow.items()}
+        self.records = records
+        self.poll_timeout = poll_timeout
+        self.clock: Clock = clock or SystemClock()
+        # a test's crash point: after an update is handled, before the offset is committed
+        self._after_handled = after_handled
+        self.bot = telegram.Bot(
+            token,
+            base_url=f"{api.rstrip('/')}/bot",
+            request=HTTPXRequest(connection_pool_size=4),
+            get_updates_request=HTTPXRequest(read_timeout=poll_timeout + 10.0),
+        )
+        guard_library_logs()
+
+    # --- the client, with its errors scrubbed --------------------------------------------------
+    def scrub(self, text: str) -> str:
+        return self.redactor.redact_text(text)
+
+    async def _call(self, what: Awaitable[T]) -> T:
+        try:
+            return await what
+        except telegram.error.TelegramError as exc:
+            wait = exc.retry_after if isinstance(exc, telegram.error.RetryAfter) else None
+            seconds = wait.total_seconds() if isinstance(wait, timedelta) else wait
+            raise TelegramError(
+                self.scrub(f"{type(exc).__name__}: {exc}"), retry_after=seconds
+            ) from None
+
+    async def start(self) -> None:
+        """Check the token (``getMe``)."""
+        await self._call(self.bot.initialize())
+        guard_library_logs()
+
+    async def close(self) -> None:
+        try:
+            await self._call(self.bot.shutdown())
+        finally:
+            await self.records.close()
+
+    # --- polling --------------------------------------------------------------------------------
+    async def run_forever(self, *, stop: asyncio.Event | None = None) -> None:
+        """Poll and answer until ``stop`` is set (or the task is cancelled)."""
+        stop = stop or asyncio.Event()
+        await self.announce_pending()
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except TelegramError as exc:
+                log.warning("telegram: %s; polling again", exc)
+                await asyncio.sleep(exc.retry_after or RETRY_SECONDS)
+            except StoreError as exc:  # asked for again; what was recorded is never run twice
+                log.warning("telegram: the store failed (%s); polling again", exc)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def poll_once(self, *, wait_seconds: int | None = None) -> int:
+        """One ``getUpdates``: record each update, handle the new ones (each chat's in order,
+        chats concurrently), then commit the offset past them; then send cards for actions
+        waiting. Returns how many updates were handled now."""
+        offset = await self.records.next_offset()
+        updates = await self._call(
+            self.bot.get_updates(
+                offset=offset,
+                timeout=self.poll_timeout if wait_seconds is None else wait_seconds,
+                allowed_updates=["message", "callback_query"],
+            )
+        )
+        by_chat: dict[int | None, list[Update]] = {}
+        for update in updates:
+            before = await self.records.record_update(update.update_id, self.clock.now())
+            if before is None:
+                by_chat.setdefault(_chat_id(update), []).append(update)
+            elif before == "received":  # a crash interrupted its handling: not run again
+                await self.records.audit(
+                    self.clock.now(),
+                    _chat_id(update),
+                    "interrupted",
+                    f"update {update.update_id} was interrupted and is not handled again",
+                )
+        await asyncio.gather(*(self._handle_in_order(chat) for chat in by_chat.values()))
+        if updates:
+            await self.records.commit_offset(max(u.update_id for u in updates) + 1)
+        await self.announce_pending()
+        return sum(len(chat) for chat in by_chat.values())
+
+    async def _handle_in_order(self, updates: list[Update]) -> None:
+        for update in updates:
+            try:
+                await self._handle(update)
+            except (FiduciaryError, ChannelError) as exc:
+                log.warning("telegram update %s: %s", update.update_id, self.scrub(str(exc)))
+            except Exception:  # a target's bug: logged (redacted), the chat told, polling goes on
+                log.exception("telegram update %s could not be handled", update.update_id)
+                chat_id = _chat_id(update)
+                if chat_id is not None and chat_id in self.allow:
+                    with suppress(TelegramError):
+                        await self.say(chat_id, FAILED)
+            await self.records.handled(update.update_id)
+            if self._after_handled is not None:
+                self._after_handled(update.update_id)
+
+    async def _handle(self, update: Update) -> None:
+        chat_id = _chat_id(update)
+        if chat_id is None:
+            return
+        principal = self.allow.get(chat_id)
+        if principal is None:
+            await self.records.audit(
+                self.clock.now(),
+                chat_id,
+                "ignored",
+                f"update {update.update_id} from a chat that is not allowed",
+            )
+            log.warning("telegram: ignored update %s from chat %s", update.update_id, chat_id)
+            if update.callback_query is not None:
+                await self._call(update.callback_query.answer())
+            return
+        chat = _Chat(chat_id, principal)
+        if update.callback_query is not None:
+            await self._press(chat, update.callback_query)
+        elif update.message is not None and update.message.text:
+            await self._message(chat, self.scrub(update.message.text))
+
+    # --- messages -------------------------------------------------------------------------------
+    async def _message(self, chat: _Chat, text: str) -> None:
+        token = await self.records.awaiting_amount(chat.chat_id)
+        if token is not None:
+            await self._typed_amount(chat, token, text)
+            return
+        try:
+            reply = await self.inbox.deliver(
+                self.target, principal=chat.principal, text=text, channel="telegram"
+            )
+        except RateLimitError as exc:
+            reply = Reply(f"Too many messages: {exc.message.removeprefix('too many messages: ')}.")
+        await self.say(chat.chat_id, reply.text)
+
+    async def say(self, chat_id: int, text: str) -> None:
+        """Send ``text`` to the chat, split at Telegram's limit."""
+        for piece in split_message(self.scrub(text)):
+            await self._call(self.bot.send_message(chat_id=chat_id, text=piece))
+
+    # --- cards ----------------------------------------------------------------------------------
+    async def announce_pending(self) -> None:
+        """A card for every pending action of an allowed chat's principal that has none yet
+        (or whose sending was interrupted)."""
+        for chat_id, principal in self.allow.items():
+            cards = {c.approval_id: c for c in await self.records.cards_of(chat_id)}
+            for approval in await self.agent.pending_approvals(principal=principal):
+                card = cards.get(approval.approval_id)
+                if card is None:
+                    card = Card(
+                        token=secrets.token_urlsafe(12),
+                        chat_id=chat_id,
+                        approval_id=approval.approval_id,
+                        args_digest=approval.args_digest,
+                        principal=principal,
+                        message_id=None,
+                    )
+                    if not await self.records.add_card(card, self.clock.now()):
+                        continue
+                elif card.message_id is not None:
+                    continue
+                sent = await self._call(
+                    self.bot.send_message(
+                        chat_id=chat_id,
+                        text=self.scrub(card_text(approval)),
+                        reply_markup=_buttons(card.token),
+                    )
+                )
+                await self.records.card_sent(card.token, sent.message_id)
+
+    async def _press(self, chat: _Chat, query: telegram.CallbackQuery) -> None:
+        verb, _, token = (query.data or "").partition(":")
+        card = await self.records.card(token) if verb in ("a", "d") and token else None
+        if card is None or card.chat_id != chat.chat_id or card.principal != chat.principal:
+            await self._refuse(chat, "forged", f"button {query.data!r} is not this chat's")
+            await self._call(query.answer(NOT_VALID, show_alert=True))
+            return
+        approval = await self._pending(card)
+        if approval is None:
+            await self._call(query.answer(DECIDED, show_alert=True))
+            await self._drop_buttons(card)
+            return
+        if approval.args_digest != card.args_digest or approval.principal != chat.principal:
+            await self._refuse(chat, "stale", f"approval {approval.approval_id}: digest changed")
+            await self._call(query.answer(STALE, show_alert=True))
+            await self._drop_buttons(card)
+            return
+        if verb == "d":
+            await self._decide(chat, card, query, approve=False)
+        elif approval.tier == "explicit" and approval.amount_usd is not None:
+            await self.records.await_amount(chat.chat_id, card.token)
+            await self._call(query.answer())
+            await self.say(chat.chat_id, TYPE_AMOUNT)
+        else:
+            await self._decide(chat, card, query, approve=True)
+
+    async def _typed_amount(self, chat: _Chat, token: str, text: str) -> None:
+        card = await self.records.card(token)
+        try:
+            amount = Decimal(text.strip().lstrip("$").replace(",", ""))
+        except InvalidOperation:
+            await self.say(chat.chat_id, NOT_AN_AMOUNT)
+            return
+        await self.records.stop_awaiting(chat.chat_id)
+        if card is None or not amount.is_finite():
+            await self.say(chat.chat_id, NOT_AN_AMOUNT)
+            return
+        await self._decide(chat, card, None, approve=True, amount=amount)
+
+    async def _decide(
+        self,
+        chat: _Chat,
+        card: Card,
+        query: telegram.CallbackQuery | None,
+        *,
+        approve: bool,
+        amount: Decimal | None = None,
+    ) -> None:
+        try:
+            if approve:
+                record = await self.agent.approve(
+                    card.approval_id,
+                    by=chat.principal,
+                    args_digest=card.args_digest,
+                    confirm_amount=amount,
+                )
+            else:
+                record = await self.agent.deny(
+                    card.approval_id, by=chat.principal, reason="denied on Telegram"
+                )
+        except (ApprovalError, RunError) as exc:  # RunError: e.g. another agent's run
+            await self._refuse(chat, f"refused:{exc.code}", exc.message)
+            if query is not None:
+                await self._call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
+            else:
+                await self.say(chat.chat_id, f"Not approved: {exc.message}")
+            return
+        if query is not None:
+            await self._call(query.answer("Approved." if approve else "Denied."))
+        await self._drop_buttons(card)
+        await self.say(chat.chat_id, "Approved." if approve else "Denied.")
+        await self._continue(chat, record.run_id)
+
+    async def _continue(self, chat: _Chat, run_id: UUID) -> None:
+        """Drive the run on after a decision and tell the chat what it said."""
+        try:
+            reply = await collect(self.agent, run_id, self.agent.resume(run_id))
+        except RunError as exc:  # driven elsewhere (a worker, an app's engine): it goes on there
+            log.info("telegram: run %s continues elsewhere (%s)", run_id, exc.code)
+            return
+        await self.say(chat.chat_id, reply.text)
+
+    async def _pending(self, card: Card) -> ApprovalRecord | None:
+        for approval in await self.agent.pending_approvals(principal=card.principal):
+            if approval.approval_id == card.approval_id:
+                return approval
+        return None
+
+    async def _drop_buttons(self, card: Card) -> None:
+        if card.message_id is None:
+            return
+        try:
+            await self._call(
+                self.bot.edit_message_reply_markup(
+                    chat_id=card.chat_id, message_id=card.message_id, reply_markup=None
+                )
+            )
+        except TelegramError as exc:  # an old message may not be editable any more
+            log.info("telegram: buttons left on message %s: %s", card.message_id, exc)
+
+    async def _refuse(self, chat: _Chat, what: str, detail: str) -> None:
+        await self.records.audit(self.clock.now(), chat.chat_id, what, self.scrub(detail))
+        log.warning("telegram chat %s: %s (%s)", chat.chat_id, what, self.scrub(detail))
+
+
+def card_text(approval: ApprovalRecord) -> str:
+    """What a card says: the action, its arguments, the amount, how to approve it."""
+    lines = [f"Approve {approval.capability}?"]
+    lines += [f"  {name}: {value}" for name, value in approval.args.items()]
+    if approval.amount_usd is not None:
+        lines.append(f"Amount: ${approval.amount_usd:,.2f}")
+    lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
+    if approval.tier == "explicit" and approval.amount_usd is not None:
+        lines.append("To approve, press Approve and type the amount.")
+    return "\n".join(lines)
+
+
+def _buttons(token: str) -> InlineKeyboardMarkup:
+    return InlineKeyboardMarkup(
+        [
+            [
+                InlineKeyboardButton("Approve", callback_data=f"a:{token}"),
+                InlineKeyboardButton("Deny", callback_data=f"d:{token}"),
+            ]
+        ]
+    )
+
+
+def _chat_id(update: Update) -> int | None:
+    if update.callback_query is not None:
+        message = update.callback_query.message
+        return None if message is None else message.chat.id
+    if update.message is not None:
+        return update.message.chat.id
+    return None
