@@ -33,11 +33,11 @@ from ..agent import Agent
 from ..capabilities import CallContext, Capability, Principal, canonical_json, principal_of
 from ..clock import Clock, SystemClock
 from ..exceptions import ConfigurationError, RunError
+from ..gates import Authorize
 from ..guards import Guard
 from ..models.base import Model
 from ..policy import Policy, Threshold
 from ..redaction import Redactor
-from ..registry import Authorize
 from ..stores.base import ApprovalRecord, Store
 from . import runs
 from ._caps import HOOK_TOOL_CALLS, bounded, engine_capabilities, state_capability

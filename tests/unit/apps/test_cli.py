@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from fiduciary.cli import app
+from fiduciary.cli.app import app
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fiduciary.channels.cli import UsageError, parse_allow
-from fiduciary.cli import app
+from fiduciary.cli.app import app
 
 
 def test_allow_pairs_chat_ids_with_principals() -> None:

@@ -19,10 +19,10 @@ from typing import Any
 
 from ...capabilities import Principal
 from ...clock import Clock
+from ...gates import Authorize
 from ...guards import Guard
 from ...models.scripted import Reply, Results, Script, ScriptedModel
 from ...policy import Policy
-from ...registry import Authorize
 from ...stores.base import Store
 from ...wallet.capabilities import wallet_capabilities
 from ...wallet.wallet import PaperWallet
