@@ -143,7 +143,8 @@ def _numbers(*keys: str) -> dict[str, Any]:
 def test_golden_schemas(routes: list[str], predicates: list[str], expected: Any) -> None:
     schema = judgment_schema(routes, predicates)
     assert schema == expected
-    assert "minimum" not in json.dumps(schema) and "maximum" not in json.dumps(schema)
+    assert "minimum" not in json.dumps(schema)
+    assert "maximum" not in json.dumps(schema)
 
 
 async def test_the_request_carries_the_schema_of_the_offer_and_the_asked_predicates() -> None:
@@ -266,7 +267,8 @@ async def test_through_a_structured_model() -> None:
 
     model = ScriptedModel([], json_answer=answer, name="scripted")
     judgment = await llm_judge(model)(judge_input())
-    assert judgment.route == "act" and judgment.model == "scripted"
+    assert judgment.route == "act"
+    assert judgment.model == "scripted"
     assert seen[0][0].startswith(DEFAULT_SYSTEM)
     assert json.loads(seen[0][1])["window"][0]["role"] == "context"
     assert judgment.prompt_tokens == tokens_of(seen[0][0] + seen[0][1])
@@ -308,7 +310,8 @@ def test_context_tokens_not_above_reserved_names_both() -> None:
     assert f"context_tokens is {reserved}" in str(caught.value)
     assert f"takes {reserved} reserved_tokens" in str(caught.value)
     judge = llm_judge(Recorder(), context_tokens=reserved + 1)
-    assert judge.budget is not None and judge.budget.reserved_tokens == reserved
+    assert judge.budget is not None
+    assert judge.budget.reserved_tokens == reserved
 
 
 def roles_of(prompt: str) -> list[str]:
