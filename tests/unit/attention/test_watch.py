@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -287,3 +292,44 @@ async def test_plan_first_by_default_keeps_writes_out_of_reach(
     assert events[0].allowed_kinds == ["preview", "propose", "read"]  # type: ignore[union-attr]
     assert any(e.type == "tool_call_rejected" for e in events)
     assert effects.payments == []
+
+
+# --- a kill after a cursor commit ---------------------------------------------------------
+
+
+def test_a_kill_after_the_cursor_commit_resumes_from_it_without_duplicate_decisions(
+    tmp_path: Path,
+) -> None:
+    record_path = tmp_path / "attention.sqlite3"
+    log = tmp_path / "log.txt"
+    log.touch()
+    child = Path(__file__).with_name("kill_child.py")
+    first = subprocess.Popen([sys.executable, str(child), str(record_path), str(log), "first"])
+    try:
+        deadline = time.monotonic() + 60
+        while "blocked ev-3" not in log.read_text():
+            assert first.poll() is None, "the first process ended early"
+            assert time.monotonic() < deadline, "the first process never reached ev-3"
+            time.sleep(0.05)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    committed = sqlite3.connect(record_path).execute(
+        "SELECT cursor FROM attention_cursors WHERE source = 'list'"
+    )
+    assert committed.fetchone() == ("4",)  # taken before ev-3 was judged
+    second = subprocess.run(
+        [sys.executable, str(child), str(record_path), str(log), "second"], timeout=60
+    )
+    assert second.returncode == 0
+    lines = log.read_text().splitlines()
+    assert [x for x in lines if "opened" in x] == ["first opened None", "second opened 4"]
+    notified = [x.split()[-1] for x in lines if "notified" in x]
+    assert notified == [f"ev-{i}" for i in range(6)]  # each once, none lost
+    judged = [x.split()[-1] for x in lines if "judged" in x]
+    assert judged == [f"ev-{i}" for i in range(6)]
+    assert lines[-1] == "second done"
+    rows = sqlite3.connect(record_path).execute(
+        "SELECT event_id, count(*) FROM attention_decisions GROUP BY event_id ORDER BY event_id"
+    )
+    assert rows.fetchall() == [(f"ev-{i}", 1) for i in range(6)]
