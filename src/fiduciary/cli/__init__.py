@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..agent_factory import agent_of
+from ..attention.cli import register as register_attention
 from ..exceptions import ConfigurationError
 from ._common import DEFAULT_DB, CliError, Db, Yes, _command, load_agent_factory
 from .runs import approvals_app, runs_app
@@ -199,6 +200,7 @@ def _register_server() -> None:
 
 
 _register_server()
+register_attention(app)
 
 
 def main() -> None:
