@@ -19,11 +19,13 @@ from ..agent_factory import agent_of, load_factory
 from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.sqlite import SQLiteStore
 from .config import AttentionConfig, load_config
+from .evaluation import Report
 from .feed import decision_json
 from .judge import Judge, llm_judge
 from .record import AttentionRecord, DecisionRecord
 from .sources import FiduciaryEvents, WalletWatch
-from .watch import Attention, Report, Source
+from .watch import Attention, Source
+from .watch import Report as WatchReport
 
 __all__ = ["attention_app", "register"]
 
@@ -110,7 +112,7 @@ async def _run(config_path: Path, once: bool) -> int:
         async def notify(decision: DecisionRecord, message: str) -> None:
             console.print(f"[yellow]attention[/] {escape(message)}", soft_wrap=True)
 
-        def report(item: Report) -> None:
+        def report(item: WatchReport) -> None:
             console.print(f"[dim]{escape(f'{item.kind} {item.source}: {item.message}')}[/]")
 
         attention = Attention(
@@ -177,6 +179,91 @@ def decisions(
             print(json.dumps(decision_json(decision)))
         else:
             console.print(escape(_line(decision)), soft_wrap=True)
+
+
+LABELLED = Path(__file__).with_name("labelled") / "events.jsonl"
+
+
+async def _evaluate(
+    labelled: Path, model: str | None, judge_spec: str | None, limit: int | None
+) -> Report:
+    from .evaluation import evaluate, read_labelled, scripted_answer
+
+    routes = ("act", "notify", "drop")
+    items = read_labelled(labelled, routes=routes)[:limit]
+    judge: Judge
+    if judge_spec is not None:
+        judge = load_judge(_judge_only(judge_spec))
+    elif model is None or model == "scripted":
+        from ..models.scripted import ScriptedModel
+
+        judge = llm_judge(ScriptedModel([], json_answer=scripted_answer, name="scripted"))
+    else:
+        from ..models.registry import resolve_model
+
+        resolved: Any = resolve_model(model)
+        judge = llm_judge(resolved)
+    return await evaluate(judge, items, routes)
+
+
+def _judge_only(spec: str) -> AttentionConfig:
+    return AttentionConfig(db=Path(), routes={}, judge=spec)
+
+
+@attention_app.command("eval")
+def evaluate_command(
+    labelled: Annotated[
+        Path,
+        typer.Argument(
+            help="Labelled events, JSON lines (default: the set shipped with fiduciary)."
+        ),
+    ] = LABELLED,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="The judge's model (scripted: the pipeline check)."),
+    ] = None,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="A judge instead: module:attribute.")
+    ] = None,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Write the reliability diagram there.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Only the first N events.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Per-route precision and recall, the Brier score and a reliability diagram."""
+    try:
+        report = asyncio.run(_evaluate(labelled, model, judge, limit))
+        if png is not None:
+            from .evaluation import reliability_png
+
+            reliability_png(report, png)
+    except (FiduciaryError, OSError, ValueError, ImportError) as exc:
+        raise _fail(str(exc)) from exc
+    if as_json:
+        print(json.dumps(report.as_json()))
+        return
+    console = Console()
+    console.print(
+        escape(
+            f"{report.model}: {report.count} events, accuracy {report.accuracy:.1%}, "
+            f"Brier {report.brier:.4f}, failures {report.failures}"
+        )
+    )
+    for route in report.routes:
+        precision, recall = report.precision[route], report.recall[route]
+        shown = [
+            "-" if precision is None else f"{precision:.2f}",
+            "-" if recall is None else f"{recall:.2f}",
+        ]
+        console.print(
+            escape(
+                f"  {route:<7} precision {shown[0]}  recall {shown[1]}  "
+                f"support {report.support[route]}"
+            )
+        )
+    if png is not None:
+        console.print(escape(f"reliability diagram: {png}"))
 
 
 def register(app: typer.Typer) -> None:
