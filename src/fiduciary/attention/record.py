@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from .types import Incoming, JudgeImage
@@ -164,13 +164,24 @@ class AttentionRecord:
     Calls are short synchronous transactions on the event loop, as the SQLite store's are.
     """
 
-    def __init__(self, path: str = ":memory:", *, ring: int = SEEN_RING) -> None:
+    def __init__(
+        self,
+        path: str = ":memory:",
+        *,
+        ring: int = SEEN_RING,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = path
         self.ring = ring
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA busy_timeout = 5000")
         if path != ":memory:":
+            # as the SQLite store: WAL, NORMAL by default (a commit survives the process being
+            # killed; a power cut may lose the last ones), FULL on request
             self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
         self._conn.executescript(_SCHEMA)
         self.transactions = 0
 
@@ -249,14 +260,15 @@ class AttentionRecord:
     # --- decisions -------------------------------------------------------------------------
     async def decide(self, decision: DecisionRecord) -> DecisionRecord:
         """Record ``decision`` and drop its pending event; an event decided before keeps its
-        first decision, which is returned instead."""
+        first decision, which is returned instead. A decision whose action has no effect
+        (dropped, a dead letter) carries its ``action`` and is recorded acted on at once."""
 
         def work(conn: sqlite3.Connection) -> DecisionRecord:
             conn.execute(
                 "INSERT INTO attention_decisions (decision_id, source, event_id, event_type, "
                 "principal, at, kind, input_digest, route, probabilities, predicates, model, "
-                "prompt_tokens, cost_usd, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?) ON CONFLICT DO NOTHING",
+                "prompt_tokens, cost_usd, error, action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (
                     str(decision.decision_id),
                     decision.source,
@@ -273,6 +285,7 @@ class AttentionRecord:
                     decision.prompt_tokens,
                     None if decision.cost_usd is None else str(decision.cost_usd),
                     decision.error,
+                    decision.action,
                 ),
             )
             conn.execute(

@@ -15,7 +15,6 @@ that did something recorded as ``act`` events.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from .actions import Notify, RouteAction, act_on, decision_id_of, offers
 from .judge import Judge
 from .record import AttentionRecord, DecisionRecord
 from .types import Batch, Incoming, JudgeInput, PermanentError, Predicate, WindowEvent
-from .window import render_input
+from .window import event_json, input_digest
 
 __all__ = ["Attention", "Report", "Source"]
 
@@ -97,6 +96,7 @@ class Attention:
         self._max_backoff = max_backoff
         self._on_report = on_report
         self._windows: dict[str, deque[WindowEvent]] = {}
+        self._encoded: dict[str, deque[str]] = {}  # each window event's JSON, for the digest
         self._recent: dict[str, deque[str]] = {}
         self.reports: deque[Report] = deque(maxlen=1000)
         self.decided = asyncio.Condition()
@@ -160,10 +160,13 @@ class Attention:
     async def judge_one(self, event: Incoming, *, truncated: bool = False) -> DecisionRecord:
         key = event.principal or ""
         window = self._windows.setdefault(key, deque(maxlen=self.window_size))
+        encoded = self._encoded.setdefault(key, deque(maxlen=self.window_size))
         recent = self._recent.setdefault(key, deque(maxlen=8))
-        window.append(
-            WindowEvent(role=event.role, type=event.type, at=event.at, data=event.data, id=event.id)
+        seen = WindowEvent(
+            role=event.role, type=event.type, at=event.at, data=event.data, id=event.id
         )
+        window.append(seen)
+        encoded.append(event_json(seen))
         judge_input = JudgeInput(
             routes=offers(self.routes),
             window=tuple(window),
@@ -173,7 +176,7 @@ class Attention:
             images=event.images,
             truncated=truncated,
         )
-        digest = hashlib.sha256(render_input(judge_input).encode()).hexdigest()
+        digest = input_digest(judge_input, encoded)
         base = DecisionRecord(
             decision_id=decision_id_of(event.source, event.id),
             source=event.source,
@@ -202,17 +205,23 @@ class Attention:
                 model=judgment.model,
                 prompt_tokens=judgment.prompt_tokens,
                 cost_usd=judgment.cost_usd,
+                action="dropped" if self._does(judgment.route) == "drop" else None,
             )
         )
         recent.append(judgment.route)
-        if self.routes[judgment.route].do != "drop":
-            window.append(
-                WindowEvent(role="act", type=f"decided:{judgment.route}", at=base.at, data={})
-            )
+        if self._does(judgment.route) != "drop":
+            act = WindowEvent(role="act", type=f"decided:{judgment.route}", at=base.at, data={})
+            window.append(act)
+            encoded.append(event_json(act))
         return await self._act(decision, event)
+
+    def _does(self, route: str) -> str | None:
+        action = self.routes.get(route)
+        return None if action is None else action.do
 
     async def _act(self, decision: DecisionRecord, event: Incoming) -> DecisionRecord:
         if decision.action is not None:
+            await self._published()
             return decision
         if decision.route is None:
             await self.record.acted(decision.decision_id, "none")

@@ -8,10 +8,11 @@ alone is sent as it is (the model's rejection then halves it once, see ``judge``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,9 @@ from .types import JudgeInput, WindowEvent
 
 __all__ = [
     "DROPPABLE",
+    "event_json",
     "halve",
+    "input_digest",
     "is_context_length_error",
     "render_input",
     "tokens_of",
@@ -60,6 +63,21 @@ def _frame(judge_input: JudgeInput) -> dict[str, Any]:
     if judge_input.predicates:
         frame["predicates"] = {p.name: p.question for p in judge_input.predicates}
     return frame
+
+
+def event_json(event: WindowEvent) -> str:
+    """One window event as the default rendering writes it."""
+    return _dump(_event(event))
+
+
+def input_digest(judge_input: JudgeInput, encoded: Sequence[str] | None = None) -> str:
+    """SHA-256 of the input's default rendering: its frame and each window event's JSON
+    (``encoded``, when the caller kept them, saves encoding the window again)."""
+    digest = hashlib.sha256(_dump(_frame(judge_input)).encode())
+    for text in encoded if encoded is not None else map(event_json, judge_input.window):
+        digest.update(b"\n")
+        digest.update(text.encode())
+    return digest.hexdigest()
 
 
 def render_input(judge_input: JudgeInput) -> str:
