@@ -225,3 +225,58 @@ async def test_a_closed_client_is_a_permanent_error() -> None:
         source = McpEvents(client, extension, name="payments", sleep=Gate())
     with pytest.raises(PermanentError, match="closed"):
         await anext(source.batches(None))
+
+
+# --- the decision feed served as MCP events --------------------------------------------------
+
+
+async def test_decisions_served_as_mcp_events_round_trip_through_the_source() -> None:
+    from fiduciary.attention.actions import RouteAction
+    from fiduciary.attention.mcp_feed import serve_decisions
+    from fiduciary.attention.record import AttentionRecord
+    from fiduciary.attention.testing import RuleJudge
+    from fiduciary.attention.types import Incoming, JudgeInput, Judgment
+    from fiduciary.attention.watch import Attention
+
+    class Judge:
+        name = "j"
+
+        async def __call__(self, judge_input: JudgeInput) -> Judgment:
+            if judge_input.window[-1].type == "bad":
+                raise PermanentError("refused")
+            return await RuleJudge(lambda _: "notify")(judge_input)
+
+    record = AttentionRecord()
+    watcher = Attention(
+        judge=Judge(),
+        record=record,
+        routes={"notify": RouteAction(do="notify"), "drop": RouteAction(do="drop")},
+        clock=ManualClock(datetime(2026, 3, 1, tzinfo=UTC)),
+    )
+
+    def event(i: int, kind: str = "tick") -> Incoming:
+        return Incoming(id=f"ev-{i}", source="s", type=kind, at=datetime(2026, 3, 1, tzinfo=UTC))
+
+    await watcher.accept("s", Batch(events=(event(1), event(2, "bad")), cursor="2"))
+    server: Server[Any] = Server("fiduciary")
+    serve_decisions(server, record, wake=watcher.decided, heartbeat_seconds=3600)
+    extension = McpEventsExtension()
+    async with Client(server, extensions=[extension]) as client:
+        decisions = McpEvents(client, extension, name="attention.decision", sleep=Gate())
+        stream = decisions.batches(None)
+        first = await anext(stream)
+        while not first.events:
+            first = await anext(stream)
+        assert [e.data["event_id"] for e in first.events] == ["ev-1"]
+        assert first.events[0].data["route"] == "notify"
+        waiting = asyncio.ensure_future(anext(stream))
+        await watcher.accept("s", Batch(events=(event(3),), cursor="3"))
+        live = await asyncio.wait_for(waiting, 10)
+        while not live.events:
+            live = await anext(stream)
+        assert [e.data["event_id"] for e in live.events] == ["ev-3"]
+        assert live.cursor == "3"
+        dead = McpEvents(client, extension, name="attention.dead_letter", mode="poll", sleep=Gate())
+        page = await anext(dead.batches("0"))
+        assert [e.data["error"] for e in page.events] == ["refused"]
+        assert page.cursor == "3"
