@@ -122,11 +122,11 @@ async def main(count: int, batch: int, rounds: int) -> dict[str, Any]:
             gc.collect()
             memory = AttentionRecord()
             totals["memory"] += await through_attention(events(count, f"m{r}"), batch, memory)
-            memory.close()
+            await memory.close()
             gc.collect()
             sqlite = AttentionRecord(str(Path(folder) / f"attention-{r}.sqlite3"))
             totals["sqlite"] += await through_attention(events(count, f"s{r}"), batch, sqlite)
-            sqlite.close()
+            await sqlite.close()
     rate = {k: count * rounds / v for k, v in totals.items()}
     print(f"{count} events x {rounds} rounds, batches of {batch}, zero-latency judge")
     print(f"  bare loop   {rate['bare']:>9.0f} events/s")

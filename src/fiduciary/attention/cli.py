@@ -135,7 +135,7 @@ async def _run(config_path: Path, once: bool) -> int:
     finally:
         for wallet in closing:
             wallet.close()
-        record.close()
+        await record.close()
         await store.close()
     return 0
 
@@ -168,11 +168,15 @@ def decisions(
         cfg = load_config(config)
     except ConfigurationError as exc:
         raise _fail(str(exc)) from exc
-    record = AttentionRecord(str(cfg.db))
-    try:
-        found = asyncio.run(record.decisions(after=after, limit=1_000_000))
-    finally:
-        record.close()
+
+    async def read() -> list[DecisionRecord]:
+        record = AttentionRecord(str(cfg.db))
+        try:
+            return await record.decisions(after=after, limit=1_000_000)
+        finally:
+            await record.close()
+
+    found = asyncio.run(read())
     console = Console()
     for decision in found:
         if as_json:

@@ -1,7 +1,8 @@
 """The attention record: source cursors, seen-id rings, events taken but not judged, decisions.
 
 It lives in tables of its own (``attention_*``, created with ``CREATE TABLE IF NOT EXISTS``) in
-the same SQLite file as the fiduciary store, or in memory for tests. The rules:
+the same SQLite file or PostgreSQL database as the fiduciary store, or in memory for tests.
+The rules:
 
 - ``take`` persists a batch's cursor, the ids it adds to the source's seen ring and the events it
   takes (``attention_pending``) in one transaction, **before** anything acts on them; an event
@@ -16,9 +17,10 @@ the same SQLite file as the fiduciary store, or in memory for tests. The rules:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -44,12 +46,12 @@ CREATE TABLE IF NOT EXISTS attention_cursors (
 CREATE TABLE IF NOT EXISTS attention_pending (
     source   TEXT NOT NULL,
     event_id TEXT NOT NULL,
-    position INTEGER NOT NULL,
+    position BIGINT NOT NULL,
     event    TEXT NOT NULL,
     PRIMARY KEY (source, event_id)
 );
 CREATE TABLE IF NOT EXISTS attention_decisions (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq           {serial},
     decision_id   TEXT NOT NULL UNIQUE,
     source        TEXT NOT NULL,
     event_id      TEXT NOT NULL,
@@ -158,11 +160,91 @@ def _decision(row: Sequence[Any]) -> DecisionRecord:
     )
 
 
-class AttentionRecord:
-    """The record over one SQLite database (a file shared with the store, or ``:memory:``).
+Rows = list[tuple[Any, ...]]
+Query = Callable[[str, Sequence[Any]], Awaitable[Rows]]
 
-    Calls are short synchronous transactions on the event loop, as the SQLite store's are.
-    """
+
+class _SQLite:
+    """Short synchronous transactions on the event loop, as the SQLite store's are."""
+
+    lock_row = ""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA busy_timeout = 5000")
+        if path != ":memory:":
+            # as the SQLite store: WAL, NORMAL by default (a commit survives the process being
+            # killed; a power cut may lose the last ones), FULL on request
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self.conn.executescript(_SCHEMA.replace("{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT"))
+
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        return self.conn.execute(sql, tuple(params)).fetchall()
+
+    async def tx(self, work: Callable[[Query], Awaitable[T]], *, ordered: bool = False) -> T:
+        # no await in ``work`` suspends (``query`` never does): nothing interleaves
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = await work(self.query)
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return out
+
+    async def close(self) -> None:
+        self.conn.close()
+
+
+class _Postgres:
+    """One connection, one transaction at a time (``psycopg``; the ``postgres`` extra)."""
+
+    lock_row = " FOR UPDATE"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def connect(cls, dsn: str) -> _Postgres:
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise ImportError(
+                "a PostgreSQL attention record needs the 'postgres' extra: "
+                "pip install 'fiduciary[postgres]'"
+            ) from exc
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        driver = cls(conn)
+        schema = _SCHEMA.replace("{serial}", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+        async with driver._lock, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SCHEMA,))
+            for statement in filter(str.strip, schema.split(";")):
+                await conn.execute(statement.encode())
+        return driver
+
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        cursor = await self.conn.execute(sql.replace("?", "%s").encode(), tuple(params))
+        return list(await cursor.fetchall()) if cursor.description else []
+
+    async def tx(self, work: Callable[[Query], Awaitable[T]], *, ordered: bool = False) -> T:
+        async with self._lock, self.conn.transaction():
+            if ordered:  # decisions commit in seq order, so a feed reader never skips one
+                await self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_DECISIONS,))
+            return await work(self.query)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+_LOCK_SCHEMA = 0x41_7474_0001  # advisory lock keys of the attention tables
+_LOCK_DECISIONS = 0x41_7474_0002
+
+
+class AttentionRecord:
+    """The record over a SQLite database (a file shared with the store, or ``:memory:``) or,
+    through ``await AttentionRecord.postgres(dsn)``, a PostgreSQL database."""
 
     def __init__(
         self,
@@ -170,53 +252,39 @@ class AttentionRecord:
         *,
         ring: int = SEEN_RING,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        _driver: _SQLite | _Postgres | None = None,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = path
         self.ring = ring
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA busy_timeout = 5000")
-        if path != ":memory:":
-            # as the SQLite store: WAL, NORMAL by default (a commit survives the process being
-            # killed; a power cut may lose the last ones), FULL on request
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-        self._conn.executescript(_SCHEMA)
-        self.transactions = 0
+        self._db: _SQLite | _Postgres = _driver or _SQLite(path, synchronous)
 
-    def _tx(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            out = work(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        self.transactions += 1
-        return out
+    @classmethod
+    async def postgres(cls, dsn: str, *, ring: int = SEEN_RING) -> AttentionRecord:
+        return cls("postgres", ring=ring, _driver=await _Postgres.connect(dsn))
 
-    def close(self) -> None:
-        self._conn.close()
+    async def close(self) -> None:
+        await self._db.close()
 
     # --- cursors and the seen ring ---------------------------------------------------------
     async def cursor(self, source: str) -> str | None:
-        row = self._conn.execute(
+        rows = await self._db.query(
             "SELECT cursor FROM attention_cursors WHERE source = ?", (source,)
-        ).fetchone()
-        return None if row is None else row[0]
+        )
+        return None if not rows else rows[0][0]
 
     async def take(
         self, source: str, cursor: str | None, events: Sequence[Incoming], *, now: datetime
     ) -> list[Incoming]:
         """Persist the cursor and take the events not seen before (see the module docstring)."""
+        lock_row = self._db.lock_row
 
-        def work(conn: sqlite3.Connection) -> list[Incoming]:
-            row = conn.execute(
-                "SELECT seen FROM attention_cursors WHERE source = ?", (source,)
-            ).fetchone()
-            seen: list[str] = json.loads(row[0]) if row else []
+        async def work(q: Query) -> list[Incoming]:
+            rows = await q(
+                f"SELECT seen FROM attention_cursors WHERE source = ?{lock_row}", (source,)
+            )
+            seen: list[str] = json.loads(rows[0][0]) if rows else []
             known = set(seen)
             fresh: list[Incoming] = []
             for event in events:
@@ -226,15 +294,16 @@ class AttentionRecord:
                 seen.append(event.id)
                 fresh.append(event)
             seen = seen[-self.ring :]
-            position = conn.execute(
-                "SELECT COALESCE(MAX(position), 0) FROM attention_pending"
-            ).fetchone()[0]
-            conn.executemany(
-                "INSERT OR IGNORE INTO attention_pending (source, event_id, position, event) "
-                "VALUES (?, ?, ?, ?)",
-                [(source, e.id, position + i + 1, encode_incoming(e)) for i, e in enumerate(fresh)],
-            )
-            conn.execute(
+            position = (await q("SELECT COALESCE(MAX(position), 0) FROM attention_pending", ()))[0][
+                0
+            ]
+            for i, e in enumerate(fresh):
+                await q(
+                    "INSERT INTO attention_pending (source, event_id, position, event) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (source, e.id, position + i + 1, encode_incoming(e)),
+                )
+            await q(
                 "INSERT INTO attention_cursors (source, cursor, seen, updated_at) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (source) DO UPDATE SET cursor = excluded.cursor, "
                 "seen = excluded.seen, updated_at = excluded.updated_at",
@@ -242,19 +311,16 @@ class AttentionRecord:
             )
             return fresh
 
-        return self._tx(work)
+        return await self._db.tx(work)
 
     async def pending(self, source: str | None = None) -> list[Incoming]:
         """Events taken and not decided yet, in the order they were taken."""
         if source is None:
-            rows = self._conn.execute(
-                "SELECT event FROM attention_pending ORDER BY position"
-            ).fetchall()
+            rows = await self._db.query("SELECT event FROM attention_pending ORDER BY position")
         else:
-            rows = self._conn.execute(
-                "SELECT event FROM attention_pending WHERE source = ? ORDER BY position",
-                (source,),
-            ).fetchall()
+            rows = await self._db.query(
+                "SELECT event FROM attention_pending WHERE source = ? ORDER BY position", (source,)
+            )
         return [decode_incoming(r[0]) for r in rows]
 
     # --- decisions -------------------------------------------------------------------------
@@ -263,12 +329,13 @@ class AttentionRecord:
         first decision, which is returned instead. A decision whose action has no effect
         (dropped, a dead letter) carries its ``action`` and is recorded acted on at once."""
 
-        def work(conn: sqlite3.Connection) -> DecisionRecord:
-            conn.execute(
+        async def work(q: Query) -> DecisionRecord:
+            await q(
                 "INSERT INTO attention_decisions (decision_id, source, event_id, event_type, "
                 "principal, at, kind, input_digest, route, probabilities, predicates, model, "
-                "prompt_tokens, cost_usd, error, action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "prompt_tokens, cost_usd, error, action, event) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, (SELECT event FROM attention_pending WHERE source = ? "
+                "AND event_id = ?)) ON CONFLICT DO NOTHING",
                 (
                     str(decision.decision_id),
                     decision.source,
@@ -286,48 +353,49 @@ class AttentionRecord:
                     None if decision.cost_usd is None else str(decision.cost_usd),
                     decision.error,
                     decision.action,
+                    decision.source,
+                    decision.event_id,
                 ),
             )
-            conn.execute(
-                "UPDATE attention_decisions SET event = (SELECT event FROM attention_pending "
-                "WHERE source = ? AND event_id = ?) WHERE source = ? AND event_id = ? "
-                "AND event IS NULL",
-                (decision.source, decision.event_id) * 2,
-            )
-            conn.execute(
+            await q(
                 "DELETE FROM attention_pending WHERE source = ? AND event_id = ?",
                 (decision.source, decision.event_id),
             )
-            row = conn.execute(
+            rows = await q(
                 f"SELECT {_COLUMNS} FROM attention_decisions WHERE source = ? AND event_id = ?",
                 (decision.source, decision.event_id),
-            ).fetchone()
-            return _decision(row)
+            )
+            return _decision(rows[0])
 
-        return self._tx(work)
+        return await self._db.tx(work, ordered=True)
 
-    async def acted(self, decision_id: UUID, action: str, run_id: UUID | None = None) -> None:
-        self._tx(
-            lambda conn: conn.execute(
+    async def acted(
+        self, decision_id: UUID, action: str | None, run_id: UUID | None = None
+    ) -> None:
+        """Record what was done for a decision (None: not done, so act on it again)."""
+
+        async def work(q: Query) -> None:
+            await q(
                 "UPDATE attention_decisions SET action = ?, run_id = ? WHERE decision_id = ?",
                 (action, None if run_id is None else str(run_id), str(decision_id)),
             )
-        )
+
+        await self._db.tx(work)
 
     async def unacted(self) -> list[DecisionRecord]:
         """Decisions whose action was not recorded (a kill between the two): act on them again."""
-        rows = self._conn.execute(
+        rows = await self._db.query(
             f"SELECT {_COLUMNS} FROM attention_decisions WHERE action IS NULL ORDER BY seq"
-        ).fetchall()
+        )
         return [_decision(r) for r in rows]
 
     async def decisions(self, *, after: int = 0, limit: int = 100) -> list[DecisionRecord]:
         """The feed: acted-on decisions after ``seq`` ``after``, stopping before the first one
         still being acted on."""
-        rows = self._conn.execute(
+        rows = await self._db.query(
             f"SELECT {_COLUMNS} FROM attention_decisions WHERE seq > ? ORDER BY seq LIMIT ?",
             (after, limit),
-        ).fetchall()
+        )
         out: list[DecisionRecord] = []
         for row in rows:
             record = _decision(row)
@@ -338,15 +406,15 @@ class AttentionRecord:
 
     async def event_of(self, decision: DecisionRecord) -> Incoming | None:
         """The event a decision was made on (kept with the decision)."""
-        row = self._conn.execute(
+        rows = await self._db.query(
             "SELECT event FROM attention_decisions WHERE decision_id = ?",
             (str(decision.decision_id),),
-        ).fetchone()
-        return None if row is None or row[0] is None else decode_incoming(row[0])
+        )
+        return None if not rows or rows[0][0] is None else decode_incoming(rows[0][0])
 
     async def decision_for(self, source: str, event_id: str) -> DecisionRecord | None:
-        row = self._conn.execute(
+        rows = await self._db.query(
             f"SELECT {_COLUMNS} FROM attention_decisions WHERE source = ? AND event_id = ?",
             (source, event_id),
-        ).fetchone()
-        return None if row is None else _decision(row)
+        )
+        return None if not rows else _decision(rows[0])

@@ -57,7 +57,7 @@ async def test_follow_yields_in_order_from_a_cursor_and_wakes_on_new_decisions()
 async def test_the_feed_stops_before_a_decision_still_being_acted_on() -> None:
     record = AttentionRecord()
     await attention(record).accept("s", Batch(events=(incoming(1), incoming(2)), cursor="2"))
-    record._conn.execute("UPDATE attention_decisions SET action = NULL WHERE seq = 1")
+    record._db.conn.execute("UPDATE attention_decisions SET action = NULL WHERE seq = 1")
     assert await record.decisions() == []
     await record.acted((await record.unacted())[0].decision_id, "notified")
     assert [d.seq for d in await record.decisions()] == [1, 2]

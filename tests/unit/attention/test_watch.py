@@ -242,7 +242,7 @@ async def test_the_same_decision_twice_starts_one_run(
     (decision,) = await attention.accept("list", Batch(events=(incoming(1),), cursor="1"))
     assert decision.run_id == run_id_of(decision.decision_id)
     # acted on again, as after a restart between the decision and its action
-    record._conn.execute("UPDATE attention_decisions SET action = NULL")
+    record._db.conn.execute("UPDATE attention_decisions SET action = NULL")
     again = watcher(record, RuleJudge(lambda _: "act"), agent=agent, routes=run_routes())
     await again.recover()
     runs = await store.list_runs()
