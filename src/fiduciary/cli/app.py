@@ -157,8 +157,16 @@ def _register_channels() -> None:
 
 _register_server()
 _register_wallet()
+def _register_attention() -> None:
+    """``attention`` (run, decisions, eval)."""
+    from ..attention.cli import register
+
+    register(app)
+
+
 _register_apps()
 _register_channels()
+_register_attention()
 
 
 def _one_line_paragraphs(text: str | None) -> str | None:

@@ -1,0 +1,338 @@
+"""Sources shipped with fiduciary: its own events, inbound webhooks, the paper wallet.
+
+Each is a ``Source``: ``batches(cursor)`` yields ``Batch``es from the committed cursor. A source
+keeps no cursor of its own; the record persists the one each batch carries.
+
+- ``FiduciaryEvents`` reads the store through its public API every ``every`` seconds: a run that
+  failed on its budget, an approval that expired (or is past its expiry) unanswered, a tool call
+  whose outcome is unknown after a crash. Its cursor is the time of the last scan; each scan
+  looks back ``overlap`` seconds further (commits from several processes do not land in time
+  order) and the seen ring drops what it already took.
+- ``Webhooks`` turns signed ``POST``s (the server's HMAC channel) into events; a delivery is
+  answered only once its batch is taken, so a 2xx means it is in the record.
+- ``WalletWatch`` polls a ``PaperWallet``: price moves beyond a threshold, payments received,
+  a health factor below a threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from ..clock import Clock, SystemClock
+from ..events import RunFailed, ToolCallEnd
+from ..stores.base import Store
+from .types import Batch, Incoming
+
+if TYPE_CHECKING:
+    from ..wallet.wallet import PaperWallet
+
+__all__ = ["FiduciaryEvents", "WalletWatch", "Webhooks"]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def _parse(cursor: str | None) -> datetime | None:
+    return None if cursor is None else datetime.fromisoformat(cursor)
+
+
+class FiduciaryEvents:
+    """What in fiduciary's own store deserves attention (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        name: str = "fiduciary",
+        every: float = 5.0,
+        overlap: float = 60.0,
+        scan: int = 200,
+        clock: Clock | None = None,
+        sleep: Sleep = asyncio.sleep,
+        once: bool = False,
+    ) -> None:
+        self._store = store
+        self._name = name
+        self._every = every
+        self._overlap = timedelta(seconds=overlap)
+        self._scan = scan
+        self._clock: Clock = clock or SystemClock()
+        self._sleep = sleep
+        self._once = once
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
+        since = _parse(cursor)
+        while True:
+            now = self._clock.now()
+            events = await self.scan(None if since is None else since - self._overlap, now)
+            since = now
+            yield Batch(events=tuple(events), cursor=now.isoformat())
+            if self._once:
+                return
+            await self._sleep(self._every)
+
+    async def scan(self, since: datetime | None, now: datetime) -> list[Incoming]:
+        out: list[Incoming] = []
+        for run in await self._store.list_runs(limit=self._scan):
+            if since is not None and run.updated_at < since:
+                continue
+            for event in await self._store.read_events(run.run_id):
+                if since is not None and event.at < since:
+                    continue
+                if isinstance(event, RunFailed) and event.reason == "budget":
+                    out.append(
+                        Incoming(
+                            id=f"run_failed_budget:{run.run_id}:{event.seq}",
+                            source=self._name,
+                            type="run_failed_budget",
+                            at=event.at,
+                            principal=run.principal,
+                            role="consequence",
+                            data={"run_id": str(run.run_id), "message": event.message},
+                        )
+                    )
+                elif isinstance(event, ToolCallEnd) and event.recovery == "unknown":
+                    out.append(
+                        Incoming(
+                            id=f"unknown_outcome:{run.run_id}:{event.seq}",
+                            source=self._name,
+                            type="unknown_outcome",
+                            at=event.at,
+                            principal=run.principal,
+                            role="consequence",
+                            data={"run_id": str(run.run_id), "capability": event.name},
+                        )
+                    )
+        for approval in [
+            *await self._store.list_approvals(status="pending"),
+            *await self._store.list_approvals(status="expired"),
+        ]:
+            if approval.expires_at > now:
+                continue
+            if since is not None and approval.expires_at < since:
+                continue
+            out.append(
+                Incoming(
+                    id=f"approval_expired:{approval.approval_id}",
+                    source=self._name,
+                    type="approval_expired",
+                    at=approval.expires_at,
+                    principal=approval.principal,
+                    role="consequence",
+                    data={
+                        "run_id": str(approval.run_id),
+                        "capability": approval.capability,
+                        "amount_usd": None
+                        if approval.amount_usd is None
+                        else str(approval.amount_usd),
+                    },
+                )
+            )
+        out.sort(key=lambda e: (e.at, e.id))
+        return out
+
+
+class Webhooks:
+    """Inbound webhook deliveries as a source. ``deliver`` returns once the record took the
+    delivery (the HTTP handler answers after that); deliveries wait while a batch is judged."""
+
+    def __init__(self, *, name: str = "webhooks", clock: Clock | None = None) -> None:
+        self._name = name
+        self._clock: Clock = clock or SystemClock()
+        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]]] = asyncio.Queue()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def deliver(
+        self,
+        delivery_id: str,
+        body: Mapping[str, Any],
+        *,
+        principal: str | None = None,
+        channel: str = "",
+    ) -> None:
+        """Hand over one verified delivery; returns when it is durably taken."""
+        kind = body.get("type")
+        event = Incoming(
+            id=delivery_id,
+            source=self._name,
+            type=kind if isinstance(kind, str) and kind else f"webhook:{channel or 'message'}",
+            at=self._clock.now(),
+            principal=principal,
+            data=dict(body),
+        )
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put((event, done))
+        await done
+
+    async def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
+        while True:
+            event, done = await self._queue.get()
+            try:
+                yield Batch(events=(event,), cursor=event.id)
+            except BaseException as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                raise
+            if not done.done():
+                done.set_result(None)
+
+
+def webhook_route(
+    source: Webhooks,
+    channels: Sequence[Any],
+    *,
+    path: str = "/attention/hooks/{name}",
+    clock: Clock | None = None,
+) -> Any:
+    """A Starlette ``Route`` receiving signed deliveries (``InboundChannel``s, the server's
+    signature scheme) into ``source``. The lead mounts it; needs the ``server`` extra."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from ..server.webhooks import DELIVERY_HEADER, SignatureError, SignatureVerifier
+
+    by_name = {c.name: c for c in channels}
+    verifier = SignatureVerifier(clock=clock)
+
+    async def receive(request: Request) -> JSONResponse:
+        channel = by_name.get(request.path_params["name"])
+        if channel is None:
+            return JSONResponse({"error": "unknown_channel"}, status_code=404)
+        body = await request.body()
+        try:
+            verifier.verify(channel.secret, request.headers, body)
+        except SignatureError as exc:
+            return JSONResponse({"error": exc.code, "message": exc.message}, status_code=401)
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return JSONResponse({"error": "invalid_json"}, status_code=400)
+        if not isinstance(payload, dict):
+            return JSONResponse({"error": "invalid_json"}, status_code=400)
+        delivery = request.headers.get(DELIVERY_HEADER) or request.headers.get(
+            "x-fiduciary-signature", ""
+        )
+        await source.deliver(
+            f"{channel.name}:{delivery}", payload, principal=channel.principal, channel=channel.name
+        )
+        return JSONResponse({"accepted": True}, status_code=202)
+
+    return Route(path, receive, methods=["POST"])
+
+
+class WalletWatch:
+    """Polls a ``PaperWallet`` for ``principals`` every ``every`` seconds.
+
+    A price moving more than ``price_move_pct`` over 24 h is one event per asset and hour; a
+    payment received is one event per transaction; a health factor under ``health_below`` is
+    one event per principal, hour and risk level.
+    """
+
+    def __init__(
+        self,
+        wallet: PaperWallet,
+        principals: Sequence[str],
+        *,
+        name: str = "wallet",
+        symbols: Sequence[str] | None = None,
+        price_move_pct: Decimal = Decimal(5),
+        health_below: Decimal = Decimal("1.5"),
+        every: float = 60.0,
+        clock: Clock | None = None,
+        sleep: Sleep = asyncio.sleep,
+        once: bool = False,
+    ) -> None:
+        self._wallet = wallet
+        self._principals = list(principals)
+        self._name = name
+        self._symbols = list(symbols) if symbols else None
+        self._price_move_pct = price_move_pct
+        self._health_below = health_below
+        self._every = every
+        self._clock: Clock = clock or SystemClock()
+        self._sleep = sleep
+        self._once = once
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
+        since = _parse(cursor)
+        while True:
+            now = self._clock.now()
+            yield Batch(events=tuple(self.scan(since, now)), cursor=now.isoformat())
+            since = now
+            if self._once:
+                return
+            await self._sleep(self._every)
+
+    def scan(self, since: datetime | None, now: datetime) -> list[Incoming]:
+        out: list[Incoming] = []
+        hour = now.strftime("%Y-%m-%dT%H")
+        for price in self._wallet.prices(self._symbols, at=now):
+            if abs(price.change_24h_pct) >= self._price_move_pct:
+                out.append(
+                    Incoming(
+                        id=f"price_move:{price.asset}:{hour}",
+                        source=self._name,
+                        type="price_move",
+                        at=now,
+                        data={
+                            "asset": price.asset,
+                            "usd": str(price.usd),
+                            "change_24h_pct": str(price.change_24h_pct),
+                        },
+                    )
+                )
+        for principal in self._principals:
+            for entry in self._wallet.history(principal, limit=50):
+                if not entry.kind.endswith("(received)"):
+                    continue
+                if since is not None and entry.at < since:
+                    continue
+                out.append(
+                    Incoming(
+                        id=f"payment_received:{entry.digest}",
+                        source=self._name,
+                        type="payment_received",
+                        at=entry.at,
+                        principal=principal,
+                        data={
+                            "label": entry.label,
+                            "changes": [
+                                {"asset": c.asset, "amount": str(c.amount)} for c in entry.changes
+                            ],
+                        },
+                    )
+                )
+            health = self._wallet.health(principal, at=now)
+            factor = health.health_factor
+            if factor is not None and factor < self._health_below:
+                out.append(
+                    Incoming(
+                        id=f"health_factor:{principal}:{hour}:{health.risk}",
+                        source=self._name,
+                        type="health_factor_low",
+                        at=now,
+                        principal=principal,
+                        data={
+                            "health_factor": str(factor),
+                            "risk": health.risk,
+                            "debt_usd": str(health.debt_usd),
+                        },
+                    )
+                )
+        return out
