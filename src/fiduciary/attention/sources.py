@@ -201,7 +201,7 @@ def webhook_route(
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from ..server.webhooks import DELIVERY_HEADER, SignatureError, SignatureVerifier
+    from ..server.webhooks import SignatureError, SignatureVerifier
 
     by_name = {c.name: c for c in channels}
     verifier = SignatureVerifier(clock=clock)
@@ -221,8 +221,12 @@ def webhook_route(
             return JSONResponse({"error": "invalid_json"}, status_code=400)
         if not isinstance(payload, dict):
             return JSONResponse({"error": "invalid_json"}, status_code=400)
-        delivery = request.headers.get(DELIVERY_HEADER) or request.headers.get(
-            "x-fiduciary-signature", ""
+        # the sender's delivery id (a Standard Webhooks sender's webhook-id), else the
+        # signature: a redelivery carries the same and is judged once
+        delivery = (
+            request.headers.get("webhook-id")
+            or request.headers.get("x-fiduciary-delivery")
+            or request.headers.get("x-fiduciary-signature", "")
         )
         await source.deliver(
             f"{channel.name}:{delivery}", payload, principal=channel.principal, channel=channel.name

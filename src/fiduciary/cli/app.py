@@ -157,6 +157,8 @@ def _register_channels() -> None:
 
 _register_server()
 _register_wallet()
+
+
 def _register_attention() -> None:
     """``attention`` (run, decisions, eval)."""
     from ..attention.cli import register

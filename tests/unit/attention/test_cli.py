@@ -11,7 +11,7 @@ from uuid import uuid4
 import pytest
 from typer.testing import CliRunner
 
-from fiduciary.cli import app
+from fiduciary.cli.app import app
 from fiduciary.events import RunFailed, RunStarted, UserMessage
 from fiduciary.stores.base import RunRecord
 from fiduciary.stores.sqlite import SQLiteStore

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from fiduciary.attention.evaluation import Labelled, evaluate, read_labelled
 from fiduciary.attention.labelled import make
 from fiduciary.attention.types import JudgeInput, Judgment, RouteOffer, WindowEvent
-from fiduciary.cli import app
+from fiduciary.cli.app import app
 
 ROUTES = ("act", "drop")
 SHIPPED = Path(make.__file__).with_name("events.jsonl")
