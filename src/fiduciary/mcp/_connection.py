@@ -211,10 +211,15 @@ class Connection:
         self._closing = True
         self._broken.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # the session closes itself (its subprocess ended, its HTTP session deleted); a server
+        # that will not go within a few seconds is cut off
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        if not done:
             task.cancel()
-            with suppress(BaseException):
-                await task
+        with suppress(BaseException):
+            await task
 
 
 async def _list_tools(client: Client) -> list[mcp_types.Tool]:
