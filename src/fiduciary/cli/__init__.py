@@ -201,6 +201,18 @@ def _register_server() -> None:
 _register_server()
 
 
+# --- MCP hook (fiduciary.mcp registers its own command; absent without the mcp extra) -------
+def _register_mcp() -> None:
+    try:
+        from ..mcp.cli import register as register_mcp
+    except ImportError:
+        return
+    register_mcp(app)
+
+
+_register_mcp()
+
+
 def main() -> None:
     app(prog_name="fiduciary")
 

@@ -2,8 +2,8 @@
 
 - ``mcp_capabilities(server, ...)``: an external MCP server's tools as gated capabilities
   (``client``; the supervised connection is ``_connection``).
-- ``McpGateway``, ``serve_stdio``, ``mcp_http_app``: fiduciary's capabilities to any MCP
-  client, every call a run through the gates (``bridge`` makes the run, ``server`` speaks MCP).
+- ``McpGateway``, ``serve_stdio``, ``McpHttpApp``: fiduciary's capabilities to any MCP client,
+  every call a run through the gates (``bridge`` makes the run, ``server`` speaks MCP).
 - ``load_skills``, ``skills_capability``: ``SKILL.md`` playbooks as MCP prompts and as a read
   capability (``skills``).
 
@@ -11,6 +11,23 @@ The core never imports this package.
 """
 
 from ._connection import McpServer
+from .bridge import CallOutcome, McpGateway
 from .client import McpToolset, ToolPolicy, mcp_capabilities
+from .server import McpHttpApp, build_server, serve_stdio
+from .skills import Skill, load_skills, parse_skill, skills_capability
 
-__all__ = ["McpServer", "McpToolset", "ToolPolicy", "mcp_capabilities"]
+__all__ = [
+    "CallOutcome",
+    "McpGateway",
+    "McpHttpApp",
+    "McpServer",
+    "McpToolset",
+    "Skill",
+    "ToolPolicy",
+    "build_server",
+    "load_skills",
+    "mcp_capabilities",
+    "parse_skill",
+    "serve_stdio",
+    "skills_capability",
+]

@@ -849,6 +849,11 @@ def create_app(
         Route("/openapi.json", server.openapi_document, methods=["GET"]),
         Route("/healthz", server.healthz, methods=["GET"]),
     ]
+    # --- MCP hook: the agent's capabilities over streamable HTTP at /mcp (the mcp extra) ------
+    with suppress(ImportError):
+        from ..mcp.server import mcp_route
+
+        routes.append(mcp_route(agent, keys))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
