@@ -6,6 +6,7 @@ from the test process.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from decimal import Decimal
 from pathlib import Path
@@ -47,10 +48,22 @@ def note(text: str) -> dict[str, str]:
     return {"noted": text}
 
 
+@capability(kind="execute", tier="auto", timeout=600)
+async def slow_send(to: str) -> dict[str, str]:
+    """Send, slowly: records its effect, then never finishes (a test kills the process)."""
+    _effect(f"slow_send {to}")
+    marker = os.environ.get("FID_MCP_PID")
+    if marker:  # the test kills this process by its id
+        Path(marker).write_text(str(os.getpid()), encoding="utf-8")  # noqa: ASYNC240
+    await asyncio.Event().wait()
+    return {"sent": to}
+
+
 def make_agent(store: Store) -> Agent:
     return Agent(
         model=ScriptedModel([]),
-        capabilities=[balance, send, note],
+        capabilities=[balance, send, note, slow_send],
         store=store,
         authorize=allow_all,
+        lease_seconds=2.0,  # a killed server's run is taken over soon
     )

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import anyio
 import httpx
 import httpx2
 import pytest
@@ -61,7 +64,7 @@ async def served(
         await store.close()
 
 
-def _stdio(agent: Agent, db: Path, effects: Path) -> Served:
+def _stdio(agent: Agent, db: Path, effects: Path, pid_file: Path | None = None) -> Served:
     @asynccontextmanager
     async def connect(principal: str) -> AsyncIterator[Client]:
         params = StdioServerParameters(
@@ -77,7 +80,11 @@ def _stdio(agent: Agent, db: Path, effects: Path) -> Served:
                 "--db",
                 str(db),
             ],
-            env={"PYTHONPATH": str(ROOT), "FID_MCP_EFFECTS": str(effects)},
+            env={
+                "PYTHONPATH": str(ROOT),
+                "FID_MCP_EFFECTS": str(effects),
+                "FID_MCP_PID": str(pid_file or ""),
+            },
             cwd=str(ROOT),
         )
         async with Client(params, cache=None) as client:
@@ -142,7 +149,7 @@ async def test_tools_are_the_whitelist_and_a_read_answers(served: Served) -> Non
     async with served.connect("alice") as client:
         listed = (await client.list_tools()).tools
         answer = await client.call_tool("balance", {"account": "main"})
-    assert sorted(t.name for t in listed) == ["balance", "note", "send"]
+    assert sorted(t.name for t in listed) == ["balance", "note", "send", "slow_send"]
     by_name = {t.name: t for t in listed}
     assert by_name["send"].input_schema["required"] == ["to", "amount"]
     assert by_name["balance"].annotations is not None
@@ -221,5 +228,38 @@ async def test_an_unknown_key_is_refused(tmp_path: Path) -> None:
                 headers={"authorization": "Bearer fid_0000000000000000_" + "x" * 43},
             )
         assert answer.status_code == 401
+    finally:
+        await store.close()
+
+
+async def test_a_write_killed_after_its_started_row_is_unknown_and_never_runs_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, effects = tmp_path / "runs.sqlite3", tmp_path / "effects.log"
+    pid_file = tmp_path / "server.pid"
+    monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
+    store = SQLiteStore(db)
+    served = _stdio(make_agent(store), db, effects, pid_file)
+    try:
+        with anyio.fail_after(60):
+            async with served.connect("alice") as client, anyio.create_task_group() as tg:
+
+                async def call_and_be_killed() -> None:
+                    with pytest.raises(Exception):  # noqa: B017, PT011 - the server died
+                        await client.call_tool("slow_send", {"to": "bob"})
+
+                tg.start_soon(call_and_be_killed)
+                while not pid_file.exists() or not pid_file.read_text():  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            answer: dict[str, Any] = {"status": "in_progress"}
+            async with served.connect("alice") as again:
+                while answer["status"] == "in_progress":  # until the dead server's lease ends
+                    answer = _result(await again.call_tool("slow_send", {"to": "bob"}))
+                    await anyio.sleep(0.2)
+                repeat = _result(await again.call_tool("slow_send", {"to": "bob"}))
+        assert answer["status"] == "unknown"
+        assert repeat["status"] == "unknown"
+        assert served.effects() == ["slow_send bob"]  # never run a second time
     finally:
         await store.close()
