@@ -206,6 +206,14 @@ def _register_mcp() -> None:
     try:
         from ..mcp.cli import register as register_mcp
     except ImportError:
+
+        @app.command("mcp", help="Serve capabilities over MCP (needs fiduciary[mcp]).")
+        def mcp_missing() -> None:
+            Console(stderr=True).print(
+                "[red]error:[/] MCP needs the 'mcp' extra: pip install 'fiduciary[mcp]'"
+            )
+            raise typer.Exit(2)
+
         return
     register_mcp(app)
 
