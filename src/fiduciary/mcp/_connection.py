@@ -191,7 +191,7 @@ class Connection:
             raise CapabilityError(
                 "mcp_error", f"The MCP server {name!r} refused {tool}: {exc.message}"
             ) from None
-        except (OSError, EOFError) as exc:
+        except Exception as exc:  # the transport broke (a closed pipe or stream, a bad answer)
             self._broken.set()
             log.info("MCP server %s: %s", name, _reason(exc))
             return self._lost(tool, is_write)
