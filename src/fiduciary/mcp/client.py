@@ -70,6 +70,22 @@ class McpToolset(Sequence[Capability]):
     def __iter__(self) -> Iterator[Capability]:
         return iter(self._caps)
 
+    @classmethod
+    def combine(cls, toolsets: Sequence[McpToolset]) -> McpToolset:
+        """One toolset of several; a capability name two servers share is refused, naming both."""
+        caps: list[Capability] = []
+        origin: dict[str, str] = {}
+        for toolset in toolsets:
+            for cap in toolset:
+                server = toolset.origin.get(cap.name, "?")
+                if cap.name in origin:
+                    raise _collision(cap.name, origin[cap.name], server)
+                origin[cap.name] = server
+                caps.append(cap)
+        combined = cls(caps, [c for t in toolsets for c in t._connections])
+        combined.origin = origin
+        return combined
+
     @property
     def names(self) -> list[str]:
         return [c.name for c in self._caps]
@@ -143,10 +159,7 @@ async def mcp_capabilities(
                     max_result_chars=max_result_chars,
                 )
                 if cap.name in origin:
-                    raise ConfigurationError(
-                        f"the tool name {cap.name!r} is offered by two MCP servers, "
-                        f"{origin[cap.name]!r} and {conn.server.name!r}: give one of them a prefix"
-                    )
+                    raise _collision(cap.name, origin[cap.name], conn.server.name)
                 origin[cap.name] = conn.server.name
                 caps.append(cap)
     except BaseException:
@@ -155,6 +168,13 @@ async def mcp_capabilities(
     toolset = McpToolset(caps, connections)
     toolset.origin = origin
     return toolset
+
+
+def _collision(name: str, first: str, second: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"the tool name {name!r} is offered by two MCP servers, {first!r} and {second!r}: "
+        "give one of them a prefix"
+    )
 
 
 def _is_read(tool: mcp_types.Tool, reads: Collection[str], trust_hint: bool) -> bool:

@@ -236,3 +236,32 @@ async def test_a_dead_server_answers_a_refusal_at_once(tmp_path: Path, store: St
     assert len(outputs) == 2
     assert all("mcp_unavailable" in o for o in outputs), outputs
     assert events[-1].type == "run_completed"
+
+
+async def test_servers_from_a_toml_configuration(bank: Bank, tmp_path: Path) -> None:
+    from fiduciary.mcp import mcp_capabilities_from_config
+
+    server = bank.server
+    where = (
+        f"command = {json.dumps(server.command)}\nargs = {json.dumps(list(server.args))}\n"
+        f"cwd = {json.dumps(server.cwd)}\nenv = {json.dumps(dict(server.env or {}))}\n"
+        if server.command is not None
+        else f"url = {json.dumps(server.url)}\n"
+    ).replace('": "', '" = "').replace("{", "{ ").replace("}", " }")
+    path = tmp_path / "server.toml"
+    for prefix in ("", "b_"):
+        path.write_text(
+            f'[[mcp]]\nname = "bank"\n{where}reads = ["rates"]\n'
+            f'[mcp.operations.transfer]\noperation = "send"\namount = "amount"\n'
+            f'[[mcp]]\nname = "twin"\nprefix = "{prefix}"\n{where}',
+            encoding="utf-8",
+        )
+        if not prefix:
+            with pytest.raises(ConfigurationError, match="'bank' and 'twin'"):
+                await mcp_capabilities_from_config(path)
+            continue
+        async with await mcp_capabilities_from_config(path) as tools:
+            by_name = {c.name: c for c in tools}
+    assert by_name["rates"].kind is Kind.READ
+    assert by_name["transfer"].operation == "send"
+    assert by_name["b_rates"].kind is Kind.EXECUTE  # the twin declared no reads
