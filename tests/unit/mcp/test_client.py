@@ -243,11 +243,16 @@ async def test_servers_from_a_toml_configuration(bank: Bank, tmp_path: Path) -> 
 
     server = bank.server
     where = (
-        f"command = {json.dumps(server.command)}\nargs = {json.dumps(list(server.args))}\n"
-        f"cwd = {json.dumps(server.cwd)}\nenv = {json.dumps(dict(server.env or {}))}\n"
-        if server.command is not None
-        else f"url = {json.dumps(server.url)}\n"
-    ).replace('": "', '" = "').replace("{", "{ ").replace("}", " }")
+        (
+            f"command = {json.dumps(server.command)}\nargs = {json.dumps(list(server.args))}\n"
+            f"cwd = {json.dumps(server.cwd)}\nenv = {json.dumps(dict(server.env or {}))}\n"
+            if server.command is not None
+            else f"url = {json.dumps(server.url)}\n"
+        )
+        .replace('": "', '" = "')
+        .replace("{", "{ ")
+        .replace("}", " }")
+    )
     path = tmp_path / "server.toml"
     for prefix in ("", "b_"):
         path.write_text(
