@@ -196,6 +196,28 @@ class Connection:
             log.info("MCP server %s: %s", name, _reason(exc))
             return self._lost(tool, is_write)
 
+    async def prompts(self) -> list[tuple[mcp_types.Prompt, str]]:
+        """The server's prompts without required arguments, each with its text."""
+        client = self.client
+        if client is None or client.server_capabilities.prompts is None:
+            return []
+        listed: list[mcp_types.Prompt] = []
+        cursor: str | None = None
+        for _ in range(100):
+            page = await client.list_prompts(cursor=cursor)
+            listed.extend(page.prompts)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        out: list[tuple[mcp_types.Prompt, str]] = []
+        for prompt in listed:
+            if any(a.required for a in prompt.arguments or []):
+                continue
+            got = await client.get_prompt(prompt.name)
+            texts = [getattr(m.content, "text", "") for m in got.messages]
+            out.append((prompt, "\n\n".join(t for t in texts if t)))
+        return out
+
     def _lost(self, tool: str, is_write: bool) -> mcp_types.CallToolResult:
         if is_write:  # it may have acted before it went away
             raise ConnectionLostError(

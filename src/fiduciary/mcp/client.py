@@ -33,6 +33,7 @@ from ..capabilities import Capability, Kind, Risk, args_digest, capability
 from ..exceptions import CapabilityError, ConfigurationError
 from ._connection import Connection, McpServer
 from ._sdk import mcp_types
+from .skills import Skill
 
 __all__ = ["McpServer", "McpToolset", "ToolPolicy", "mcp_capabilities"]
 
@@ -95,6 +96,17 @@ class McpToolset(Sequence[Capability]):
             if conn.server.name == server:
                 return conn
         raise KeyError(server)
+
+    async def skills(self) -> list[Skill]:
+        """The servers' prompts that need no arguments, as skills (their text is the body)."""
+        found: list[Skill] = []
+        for conn in self._connections:
+            for prompt, text in await conn.prompts():
+                name = re.sub(r"[^a-z0-9]+", "-", prompt.name.lower()).strip("-")[:64]
+                description = (prompt.description or prompt.title or prompt.name).strip()
+                if name and text.strip():
+                    found.append(Skill(name, description[:1024], text.strip()))
+        return found
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self._connections))

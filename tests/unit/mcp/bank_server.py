@@ -80,6 +80,17 @@ async def hang(note: str) -> str:
     return "never"
 
 
+@server.prompt(description="Check the balance before any transfer.")
+def careful_transfer() -> str:
+    """A playbook the bank ships."""
+    return "1. balance first.\n2. then transfer."
+
+
+@server.prompt(description="Needs an argument: not a skill.")
+def about(topic: str) -> str:
+    return f"about {topic}"
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -270,3 +270,11 @@ async def test_servers_from_a_toml_configuration(bank: Bank, tmp_path: Path) -> 
     assert by_name["rates"].kind is Kind.READ
     assert by_name["transfer"].operation == "send"
     assert by_name["b_rates"].kind is Kind.EXECUTE  # the twin declared no reads
+
+
+async def test_a_servers_prompts_are_skills(bank: Bank) -> None:
+    async with await mcp_capabilities(bank.server) as tools:
+        skills = await tools.skills()
+    assert [s.name for s in skills] == ["careful-transfer"]
+    assert skills[0].description == "Check the balance before any transfer."
+    assert skills[0].body == "1. balance first.\n2. then transfer."
