@@ -41,6 +41,7 @@ from ..models.base import (
     StreamToolCall,
     ToolResultsMessage,
 )
+from ..stores.base import RunRecord
 
 __all__ = ["MODEL_NAME", "CallOutcome", "McpGateway", "ProposeCall", "call_run_id"]
 
@@ -71,11 +72,17 @@ class ProposeCall:
         yield StreamStop("end_turn")
 
 
-def call_run_id(principal: str, tool: str, arguments: Mapping[str, Any]) -> UUID:
+def call_run_id(principal: str, tool: str, arguments: Mapping[str, Any], attempt: int = 0) -> UUID:
     """The run of one write asked over MCP: the same principal, tool and arguments, the same
-    run (so the same ledger key, the same approval, the same recorded outcome)."""
+    run (so the same ledger key, the same approval, the same recorded outcome). ``attempt``
+    counts the earlier runs of that call a person declined or let expire (never executed)."""
     digest = args_digest(dict(arguments))
-    return uuid5(_NAMESPACE, f"{principal}\x00{tool}\x00{digest}")
+    tail = f"\x00{attempt}" if attempt else ""
+    return uuid5(_NAMESPACE, f"{principal}\x00{tool}\x00{digest}{tail}")
+
+
+_ASK_AGAIN = frozenset({"denied", "expired", "cancelled"})  # not executed: may be asked again
+_MAX_ATTEMPTS = 1000
 
 
 @dataclass(slots=True)
@@ -137,8 +144,7 @@ class McpGateway:
                 proxy.run(message, principal=principal, run_id=run_id, capabilities=[tool])
             )
             return await self._outcome(run_id, principal)
-        run_id = call_run_id(principal.actor_id, tool, arguments)
-        run = await self.agent.store.get_run(run_id)
+        run_id, run = await self._current_run(principal, tool, arguments)
         try:
             if run is None:
                 await _drain(
@@ -147,8 +153,10 @@ class McpGateway:
             elif run.principal != principal.actor_id:  # (the id includes the principal)
                 return CallOutcome("refused", "This call belongs to someone else.", run_id)
             elif run.status in ("awaiting_approval", "awaiting_client_result"):
-                if not await self.agent.pending_approvals(run_id=run_id):
-                    await _drain(proxy.resume(run_id))  # decided meanwhile: settle it here
+                now = self.agent.clock.now()
+                waiting = await self.agent.pending_approvals(run_id=run_id)
+                if not [a for a in waiting if a.expires_at > now]:
+                    await _drain(proxy.resume(run_id))  # decided or expired: settle it here
             elif run.status == "running":
                 await _drain(proxy.resume(run_id))  # after a crash: the ledger decides
         except RunError as exc:
@@ -160,6 +168,21 @@ class McpGateway:
                 run_id,
             )
         return await self._outcome(run_id, principal)
+
+    async def _current_run(
+        self, principal: Principal, tool: str, arguments: Mapping[str, Any]
+    ) -> tuple[UUID, RunRecord | None]:
+        """The run this call continues: its first, unless a person declined that one (or let
+        it expire) without it being executed; then the next attempt's."""
+        for attempt in range(_MAX_ATTEMPTS):
+            run_id = call_run_id(principal.actor_id, tool, arguments, attempt)
+            run = await self.agent.store.get_run(run_id)
+            if run is None or run.status not in ("completed", "failed", "cancelled"):
+                return run_id, run
+            outcome = await self._outcome(run_id, principal)
+            if outcome.details.get("reason") not in _ASK_AGAIN:
+                return run_id, run
+        raise RunError("invalid", f"{tool} was asked and declined too many times")
 
     async def _outcome(self, run_id: UUID, principal: Principal) -> CallOutcome:
         events = [e async for e in self.agent.events(run_id, follow=False)]

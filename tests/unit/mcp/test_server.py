@@ -263,3 +263,18 @@ async def test_a_write_killed_after_its_started_row_is_unknown_and_never_runs_tw
         assert served.effects() == ["slow_send bob"]  # never run a second time
     finally:
         await store.close()
+
+
+async def test_a_declined_call_may_be_asked_again_and_waits_for_a_person_anew(
+    served: Served,
+) -> None:
+    async with served.connect("alice") as client:
+        first = _result(await client.call_tool("send", {"to": "bob", "amount": 60}))
+        await served.agent.deny(UUID(first["approval_id"]), by="alice", reason="not today")
+        declined = await client.call_tool("send", {"to": "bob", "amount": 60})
+        assert _result(declined)["status"] == "refused"
+        assert _result(declined)["reason"] == "denied"
+        again = _result(await client.call_tool("send", {"to": "bob", "amount": 60}))
+    assert again["status"] == "pending_approval"
+    assert again["approval_id"] != first["approval_id"]
+    assert served.effects() == []
