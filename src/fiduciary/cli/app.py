@@ -166,9 +166,25 @@ def _register_attention() -> None:
     register(app)
 
 
+def _register_mcp() -> None:
+    """``mcp`` (fiduciary.mcp); without the mcp extra, a command that names it."""
+    try:
+        from ..mcp.cli import register
+    except ImportError:
+        help_text = "Serve the agent's capabilities over MCP (needs the mcp extra)."
+        app.command("mcp", help=help_text, context_settings=_ANY_ARGS)(_needs_mcp)
+        return
+    register(app)
+
+
+def _needs_mcp(ctx: typer.Context) -> None:
+    missing_extra(ctx.command_path, "mcp")
+
+
 _register_apps()
 _register_channels()
 _register_attention()
+_register_mcp()
 
 
 def _one_line_paragraphs(text: str | None) -> str | None:

@@ -100,6 +100,10 @@ def create_app(
     routes += docs_routes()
     chat = UIChat(agent, keys=keys, max_body_bytes=max(max_body_bytes, 256 * 1024))
     routes.append(chat.route("/api/chat"))  # the Vercel AI SDK's useChat endpoint
+    with suppress(ImportError):  # the agent's capabilities over MCP at /mcp (the mcp extra)
+        from ..mcp.server import mcp_route
+
+        routes.append(mcp_route(agent, keys))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

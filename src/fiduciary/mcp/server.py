@@ -1,0 +1,357 @@
+"""fiduciary's capabilities to any MCP client: over stdio, and as a streamable-HTTP ASGI app.
+
+``tools/list`` is the agent's whitelist (descriptions, input schemas, a read-only hint for reads).
+``tools/call`` is a run through the gates (``bridge``). Runs and approvals are resources
+(``fiduciary://runs/{id}``, ``fiduciary://approvals/{id}``), each principal seeing only its own.
+Skills are prompts (``skill-<name>``).
+
+Who is asking: over stdio, the principal given on the command line; over HTTP, the principal of
+the API key in ``Authorization: Bearer`` (the server's ``KeyStore``). The HTTP app is stateless
+(every request authenticated on its own; no session to take over) and answers JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from contextlib import AsyncExitStack, suppress
+from typing import Any
+from uuid import UUID
+
+from .. import __version__
+from ..capabilities import Principal
+from ..exceptions import FiduciaryError
+from ._sdk import MCPError, mcp_types
+from .bridge import McpGateway
+from .skills import Skill
+
+__all__ = ["McpHttpApp", "build_server", "mcp_route", "serve_stdio"]
+
+RUNS_READ = "runs:read"
+RUNS_WRITE = "runs:write"
+_KEY_SCOPE = "fiduciary.mcp.key"
+_INVALID_PARAMS = -32602
+_RUN = "fiduciary://runs/"
+_APPROVAL = "fiduciary://approvals/"
+
+
+class _Caller:
+    """Who a request acts for, and what its key allows (stdio: everything, as the flag says)."""
+
+    def __init__(self, principal: Principal, scopes: frozenset[str] | None = None) -> None:
+        self.principal = principal
+        self.scopes = scopes
+
+    def require(self, scope: str) -> None:
+        if self.scopes is not None and scope not in self.scopes and "admin" not in self.scopes:
+            raise MCPError(_INVALID_PARAMS, f"this needs an API key with the scope {scope}")
+
+
+def build_server(
+    gateway: McpGateway,
+    *,
+    principal: Principal | None = None,
+    skills: Sequence[Skill] = (),
+) -> Any:
+    """The low-level SDK server. ``principal``: the fixed one (stdio); else per HTTP request."""
+    from mcp.server import Server
+
+    by_name = {f"skill-{s.name}": s for s in skills}
+
+    def caller(ctx: Any) -> _Caller:
+        if principal is not None:
+            return _Caller(principal)
+        request = getattr(ctx, "request", None)
+        key = None if request is None else request.scope.get(_KEY_SCOPE)
+        if key is None:  # the ASGI layer lets no request through without one
+            raise MCPError(_INVALID_PARAMS, "unauthenticated")
+        return _Caller(Principal(key.principal, frozenset(key.scopes)), frozenset(key.scopes))
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        tools = []
+        for cap in gateway.capabilities():
+            tools.append(
+                mcp_types.Tool(
+                    name=cap.name,
+                    description=cap.description,
+                    input_schema=_object_schema(cap.input_schema()),
+                    annotations=mcp_types.ToolAnnotations(
+                        read_only_hint=not cap.is_write,
+                        destructive_hint=cap.is_write,
+                        idempotent_hint=not cap.is_write,
+                    ),
+                )
+            )
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> Any:
+        who = caller(ctx)
+        who.require(RUNS_WRITE)
+        try:
+            outcome = await gateway.call(who.principal, params.name, dict(params.arguments or {}))
+        except FiduciaryError as exc:
+            return _tool_error(f"{type(exc).__name__}: {exc}")
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(text=outcome.text)],
+            structured_content=outcome.structured(),
+            is_error=outcome.is_error,
+        )
+
+    async def list_resources(ctx: Any, params: Any) -> mcp_types.ListResourcesResult:
+        who = caller(ctx)
+        who.require(RUNS_READ)
+        actor = who.principal.actor_id
+        resources = [
+            mcp_types.Resource(
+                uri=f"{_APPROVAL}{a.approval_id}",
+                name=f"approval {a.approval_id}",
+                description=f"pending: {a.capability}",
+                mime_type="application/json",
+            )
+            for a in await gateway.agent.pending_approvals(principal=actor)
+        ]
+        resources += [
+            mcp_types.Resource(
+                uri=f"{_RUN}{r.run_id}",
+                name=f"run {r.run_id}",
+                description=f"{r.status}: {r.title}",
+                mime_type="application/json",
+            )
+            for r in await gateway.agent.list_runs(principal=actor, limit=50)
+        ]
+        return mcp_types.ListResourcesResult(resources=resources)
+
+    async def read_resource(
+        ctx: Any, params: mcp_types.ReadResourceRequestParams
+    ) -> mcp_types.ReadResourceResult:
+        who = caller(ctx)
+        who.require(RUNS_READ)
+        uri = str(params.uri)
+        body = await _resource(gateway, who.principal.actor_id, uri)
+        return mcp_types.ReadResourceResult(
+            contents=[
+                mcp_types.TextResourceContents(uri=uri, mime_type="application/json", text=body)
+            ]
+        )
+
+    async def list_prompts(ctx: Any, params: Any) -> mcp_types.ListPromptsResult:
+        return mcp_types.ListPromptsResult(
+            prompts=[
+                mcp_types.Prompt(name=n, description=s.description) for n, s in by_name.items()
+            ]
+        )
+
+    async def get_prompt(
+        ctx: Any, params: mcp_types.GetPromptRequestParams
+    ) -> mcp_types.GetPromptResult:
+        skill = by_name.get(params.name)
+        if skill is None:
+            raise MCPError(_INVALID_PARAMS, f"no prompt {params.name!r}")
+        return mcp_types.GetPromptResult(
+            description=skill.description,
+            messages=[
+                mcp_types.PromptMessage(role="user", content=mcp_types.TextContent(text=skill.body))
+            ],
+        )
+
+    return Server(
+        "fiduciary",
+        version=__version__,
+        instructions=(
+            "Every tool runs through fiduciary's gates. A write may answer pending_approval: a "
+            "person decides it in the console; then call the same tool with the same arguments "
+            "again for its outcome. Nothing you send approves it."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
+
+
+def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    schema = dict(schema)
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    return schema
+
+
+def _tool_error(text: str) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], is_error=True)
+
+
+async def _resource(gateway: McpGateway, actor: str, uri: str) -> str:
+    """A run (its record and events) or an approval, if it is the caller's; else not found."""
+    agent = gateway.agent
+    redactor = agent.redactor
+    missing = MCPError(_INVALID_PARAMS, f"no resource {uri[:200]}")
+    for head in (_RUN, _APPROVAL):
+        if not uri.startswith(head):
+            continue
+        try:
+            ident = UUID(uri[len(head) :])
+        except ValueError:
+            raise missing from None
+        if head == _RUN:
+            run = await agent.store.get_run(ident)
+            if run is None or run.principal != actor:
+                raise missing
+            events = [e.model_dump(mode="json") async for e in agent.events(ident, follow=False)]
+            return json.dumps(
+                {
+                    "run_id": str(run.run_id),
+                    "status": run.status,
+                    "title": run.title,
+                    "events": events,
+                },
+                ensure_ascii=False,
+            )
+        record = await agent.store.get_approval(ident)
+        if record is None or record.principal != actor:
+            raise missing
+        return json.dumps(
+            {
+                "approval_id": str(record.approval_id),
+                "run_id": str(record.run_id),
+                "capability": record.capability,
+                "status": record.status,
+                "tier": record.tier,
+                "args": redactor.redact(record.args),
+                "args_digest": record.args_digest,
+                "amount_usd": None if record.amount_usd is None else str(record.amount_usd),
+                "expires_at": record.expires_at.isoformat(),
+            },
+            ensure_ascii=False,
+        )
+    raise missing
+
+
+async def serve_stdio(
+    gateway: McpGateway, *, principal: Principal, skills: Sequence[Skill] = ()
+) -> None:
+    """Serve MCP on this process's stdin/stdout, every call acting for ``principal``."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(gateway, principal=principal, skills=skills)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class McpHttpApp:
+    """The MCP endpoint as an ASGI app (streamable HTTP, stateless, JSON answers), behind the
+    server's API keys: mount it at ``/mcp`` of ``fiduciary serve``, or serve it alone.
+
+    Its session manager starts with the first request (a mounted app gets no lifespan of its
+    own) or in ``lifespan()``; ``aclose()`` stops it."""
+
+    def __init__(self, gateway: McpGateway, keys: Any, *, skills: Sequence[Skill] = ()) -> None:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        self.gateway = gateway
+        self.keys = keys
+        self.manager = StreamableHTTPSessionManager(
+            app=build_server(gateway, skills=skills), json_response=True, stateless=True
+        )
+        self._stack: AsyncExitStack | None = None
+        self._starting = asyncio.Lock()
+
+    async def start(self) -> None:
+        async with self._starting:
+            if self._stack is not None:
+                return
+            stack = AsyncExitStack()
+            await stack.enter_async_context(_Running(self.manager))
+            self._stack = stack
+
+    async def aclose(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            with suppress(Exception):
+                await stack.aclose()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        if scope["type"] != "http":
+            return
+        key = await self._authenticate(scope)
+        if key is None:
+            await _unauthenticated(send)
+            return
+        await self.start()
+        scope = dict(scope)
+        scope[_KEY_SCOPE] = key
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _authenticate(self, scope: Any) -> Any:
+        header = ""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+        kind, _, token = header.partition(" ")
+        if kind.lower() != "bearer" or not token.strip() or len(token) > 200:
+            return None
+        return await self.keys.verify(token.strip())
+
+
+class _Running:
+    """The manager's ``run()`` held open by a task of its own (anyio scopes stay in one task)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> _Running:
+        started = asyncio.Event()
+
+        async def hold() -> None:
+            async with self.manager.run():
+                started.set()
+                await self._stop.wait()
+
+        self._task = asyncio.create_task(hold(), name="fiduciary-mcp-http")
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self._task.done():
+            self._task.result()  # raise what stopped it
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+
+
+async def _unauthenticated(send: Any) -> None:
+    body = json.dumps(
+        {
+            "type": "about:blank",
+            "title": "unauthenticated",
+            "status": 401,
+            "detail": "send Authorization: Bearer <API key>",
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"www-authenticate", b'Bearer realm="fiduciary"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def mcp_route(agent: Any, keys: Any, *, path: str = "/mcp", console_url: str | None = None) -> Any:
+    """The route ``fiduciary serve`` mounts: the MCP endpoint at ``path``, behind ``keys``."""
+    from starlette.routing import Route
+
+    gateway = McpGateway(agent, console_url=console_url or "http://127.0.0.1:8000/")
+    return Route(path, McpHttpApp(gateway, keys), methods=["GET", "POST", "DELETE"])

@@ -1,0 +1,280 @@
+"""``fiduciary mcp`` with the SDK's own client, over stdio (a real process) and streamable HTTP
+(the app ``fiduciary serve`` mounts at /mcp, in-process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from fiduciary import Agent, ToolCallEnd, ToolCallStart
+from fiduciary.server.app import create_app
+from fiduciary.server.auth import MemoryKeyStore
+from fiduciary.stores.sqlite import SQLiteStore
+
+from .conftest import ROOT
+from .served_agent import make_agent
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class Served:
+    """``fiduciary mcp`` for alice (and bob), the store it writes, and how a person approves."""
+
+    agent: Agent  # on the same store, in this process: reads what the server wrote
+    connect: Callable[[str], AbstractAsyncContextManager[Client]]
+    approve: Callable[[str, str, str], Any]  # (approval id, digest, by) -> awaitable
+    effects_file: Path
+
+    def effects(self) -> list[str]:
+        f = self.effects_file
+        return f.read_text().splitlines() if f.exists() else []
+
+
+@pytest.fixture(params=["stdio", "http"])
+async def served(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Served]:
+    db, effects = tmp_path / "runs.sqlite3", tmp_path / "effects.log"
+    monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
+    store = SQLiteStore(db)
+    agent = make_agent(store)
+    try:
+        if request.param == "stdio":
+            yield _stdio(agent, db, effects)
+        else:
+            yield await _http(agent, effects)
+    finally:
+        await store.close()
+
+
+def _stdio(agent: Agent, db: Path, effects: Path, pid_file: Path | None = None) -> Served:
+    @asynccontextmanager
+    async def connect(principal: str) -> AsyncIterator[Client]:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=[
+                "-m",
+                "fiduciary",
+                "mcp",
+                "--agent",
+                "tests.unit.mcp.served_agent:make_agent",
+                "--principal",
+                principal,
+                "--db",
+                str(db),
+            ],
+            env={
+                "PYTHONPATH": str(ROOT),
+                "FID_MCP_EFFECTS": str(effects),
+                "FID_MCP_PID": str(pid_file or ""),
+            },
+            cwd=str(ROOT),
+        )
+        async with Client(params, cache=None) as client:
+            yield client
+
+    async def approve(approval_id: str, digest: str, by: str) -> None:
+        await agent.approve(UUID(approval_id), by=by, args_digest=digest)
+
+    return Served(agent, connect, approve, effects)
+
+
+async def _http(agent: Agent, effects: Path) -> Served:
+    keys = MemoryKeyStore()
+    app = create_app(agent, keys=keys, resume_on_start=False)
+    issued = {p: (await keys.create(p, ["runs:read", "runs:write", "approvals:decide"]))[0]
+              for p in ("alice", "bob")}  # fmt: skip
+
+    @asynccontextmanager
+    async def connect(principal: str) -> AsyncIterator[Client]:
+        http = httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            headers={"authorization": f"Bearer {issued[principal]}"},
+        )
+        async with (
+            http,
+            Client(
+                streamable_http_client("http://testserver/mcp", http_client=http), cache=None
+            ) as client,
+        ):
+            yield client
+
+    async def approve(approval_id: str, digest: str, by: str) -> None:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        ) as api:
+            answer = await api.post(
+                f"/approvals/{approval_id}/approve",
+                json={"args_digest": digest},
+                headers={"authorization": f"Bearer {issued[by]}"},
+            )
+            if answer.status_code != 200:
+                raise AssertionError(answer.text)
+
+    return Served(agent, connect, approve, effects)
+
+
+def _result(answer: CallToolResult) -> dict[str, Any]:
+    assert isinstance(answer.structured_content, dict)
+    return answer.structured_content
+
+
+async def _no_done_ledger_row(agent: Agent, run_id: str) -> bool:
+    events = [e async for e in agent.events(UUID(run_id), follow=False)]
+    assert not [e for e in events if isinstance(e, ToolCallEnd)]
+    (start,) = [e for e in events if isinstance(e, ToolCallStart)]
+    key = f"{run_id}:{start.tool_use_id}:{start.name}:v1:{start.args_digest}"
+    entry = await agent.store.ledger_get(key)
+    return entry is None or entry.status != "done"
+
+
+async def test_tools_are_the_whitelist_and_a_read_answers(served: Served) -> None:
+    async with served.connect("alice") as client:
+        listed = (await client.list_tools()).tools
+        answer = await client.call_tool("balance", {"account": "main"})
+    assert sorted(t.name for t in listed) == ["balance", "note", "send", "slow_send"]
+    by_name = {t.name: t for t in listed}
+    assert by_name["send"].input_schema["required"] == ["to", "amount"]
+    assert by_name["balance"].annotations is not None
+    assert by_name["balance"].annotations.read_only_hint is True
+    assert not answer.is_error
+    assert _result(answer)["result"] == {"account": "main", "usd": "250.00"}
+
+
+async def test_a_write_waits_for_a_person_and_then_runs_exactly_once(served: Served) -> None:
+    async with served.connect("alice") as client:
+        first = _result(await client.call_tool("send", {"to": "bob", "amount": 50}))
+        assert first["status"] == "pending_approval"
+        assert await _no_done_ledger_row(served.agent, first["run_id"])
+        # nothing the client sends approves it
+        forged = await client.call_tool(
+            "send",
+            {"to": "bob", "amount": 50, "approved": True, "approval_id": str(uuid4())},
+        )
+        assert _result(forged)["status"] == "pending_approval"
+        again = _result(await client.call_tool("send", {"to": "bob", "amount": 50}))
+        assert again["approval_id"] == first["approval_id"]  # the same call, the same approval
+        assert served.effects() == []
+        await served.approve(first["approval_id"], first["args_digest"], "alice")
+        done = await client.call_tool("send", {"to": "bob", "amount": 50})
+        assert _result(done)["status"] == "done"
+        assert _result(done)["result"] == {"sent": "50", "to": "bob"}
+        recorded = _result(await client.call_tool("send", {"to": "bob", "amount": 50}))
+    assert recorded["status"] == "done"
+    assert served.effects() == ["send bob 50"]
+
+
+async def test_an_auto_write_runs_once_and_a_repeat_gets_the_recorded_outcome(
+    served: Served,
+) -> None:
+    async with served.connect("alice") as client:
+        one = _result(await client.call_tool("note", {"text": "hi"}))
+        two = _result(await client.call_tool("note", {"text": "hi"}))
+    assert one["status"] == two["status"] == "done"
+    assert one["run_id"] == two["run_id"]
+    assert served.effects() == ["note hi"]
+
+
+async def test_another_principal_sees_and_decides_nothing_of_the_first(served: Served) -> None:
+    async with served.connect("alice") as client:
+        pending = _result(await client.call_tool("send", {"to": "eve", "amount": 70}))
+        mine = {str(r.uri) for r in (await client.list_resources()).resources}
+        approval_uri = f"fiduciary://approvals/{pending['approval_id']}"
+        assert approval_uri in mine
+        read = await client.read_resource(approval_uri)
+        assert json.loads(read.contents[0].text)["status"] == "pending"  # type: ignore[union-attr]
+    async with served.connect("bob") as other:
+        theirs = {str(r.uri) for r in (await other.list_resources()).resources}
+        assert approval_uri not in theirs
+        assert f"fiduciary://runs/{pending['run_id']}" not in theirs
+        with pytest.raises(Exception, match="no resource"):
+            await other.read_resource(approval_uri)
+        # the same call by bob is bob's own, waiting for bob: not alice's outcome
+        own = _result(await other.call_tool("send", {"to": "eve", "amount": 70}))
+        assert own["status"] == "pending_approval"
+        assert own["approval_id"] != pending["approval_id"]
+    with pytest.raises(Exception):  # noqa: B017, PT011 - not found (HTTP) / someone else's
+        await served.approve(pending["approval_id"], pending["args_digest"], "bob")
+    assert served.effects() == []
+
+
+async def test_an_unknown_key_is_refused(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.sqlite3")
+    try:
+        app = create_app(make_agent(store), keys=MemoryKeyStore(), resume_on_start=False)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        ) as api:
+            answer = await api.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"authorization": "Bearer fid_0000000000000000_" + "x" * 43},
+            )
+        assert answer.status_code == 401
+    finally:
+        await store.close()
+
+
+async def test_a_write_killed_after_its_started_row_is_unknown_and_never_runs_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, effects = tmp_path / "runs.sqlite3", tmp_path / "effects.log"
+    pid_file = tmp_path / "server.pid"
+    monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
+    store = SQLiteStore(db)
+    served = _stdio(make_agent(store), db, effects, pid_file)
+    try:
+        with anyio.fail_after(60):
+            async with served.connect("alice") as client, anyio.create_task_group() as tg:
+
+                async def call_and_be_killed() -> None:
+                    with pytest.raises(Exception):  # noqa: B017, PT011 - the server died
+                        await client.call_tool("slow_send", {"to": "bob"})
+
+                tg.start_soon(call_and_be_killed)
+                while not pid_file.exists() or not pid_file.read_text():  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            answer: dict[str, Any] = {"status": "in_progress"}
+            async with served.connect("alice") as again:
+                while answer["status"] == "in_progress":  # until the dead server's lease ends
+                    answer = _result(await again.call_tool("slow_send", {"to": "bob"}))
+                    await anyio.sleep(0.2)
+                repeat = _result(await again.call_tool("slow_send", {"to": "bob"}))
+        assert answer["status"] == "unknown"
+        assert repeat["status"] == "unknown"
+        assert served.effects() == ["slow_send bob"]  # never run a second time
+    finally:
+        await store.close()
+
+
+async def test_a_declined_call_may_be_asked_again_and_waits_for_a_person_anew(
+    served: Served,
+) -> None:
+    async with served.connect("alice") as client:
+        first = _result(await client.call_tool("send", {"to": "bob", "amount": 60}))
+        await served.agent.deny(UUID(first["approval_id"]), by="alice", reason="not today")
+        declined = await client.call_tool("send", {"to": "bob", "amount": 60})
+        assert _result(declined)["status"] == "refused"
+        assert _result(declined)["reason"] == "denied"
+        again = _result(await client.call_tool("send", {"to": "bob", "amount": 60}))
+    assert again["status"] == "pending_approval"
+    assert again["approval_id"] != first["approval_id"]
+    assert served.effects() == []
