@@ -245,6 +245,23 @@ def every_event(run_id: UUID) -> list[Event]:
             "summary": "Paid the rent.",
             "tokens_before": 120_000,
             "tokens_after": 8_000,
+            "method": "summary",
+            "kept_from": 40,
+            "stubbed_before": 40,
+        },
+        {
+            "type": "context_layers",
+            "context": "<financial_context>\nAvailable: 12 USDC ($12.00)\n</financial_context>",
+            "recalled": ["fact: paid Alice 3 times, 45 USDC in all", "advice: keep a buffer"],
+        },
+        {
+            "type": "todo_update",
+            "tool_use_id": "toolu_07",
+            "todos": [
+                {"text": "Read the balance", "status": "done"},
+                {"text": "Pay the rent", "status": "in_progress"},
+                {"text": "Tell Ann", "status": "pending"},
+            ],
         },
         {
             "type": "usage",

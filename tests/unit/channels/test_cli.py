@@ -37,7 +37,7 @@ def test_the_core_never_imports_channels_and_the_cli_not_the_bot_library() -> No
     code = (
         "import sys, fiduciary, fiduciary.testing, fiduciary.agent\n"
         "assert not [m for m in sys.modules if m.startswith('fiduciary.channels')]\n"
-        "import fiduciary.cli\n"
+        "import fiduciary.cli.app\n"
         "assert 'fiduciary.channels.cli' in sys.modules\n"
         "assert 'telegram' not in sys.modules\n"
     )
