@@ -17,11 +17,14 @@ from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 __all__ = [
+    "Candidate",
     "Embedder",
     "Memory",
     "MemoryRecord",
     "blend",
     "cosine",
+    "embed_query",
+    "fuse",
     "query_terms",
     "rare_terms",
 ]
@@ -206,6 +209,43 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     na = math.sqrt(sum(x * x for x in a))
     nb = math.sqrt(sum(y * y for y in b))
     return dot / (na * nb) if na and nb else 0.0
+
+
+Candidate = tuple[UUID, str, str, datetime, Sequence[float] | None]
+"""A record found by a backend: id, kind, text, time, vector (None without an embedder)."""
+
+
+async def embed_query(embedder: Embedder | None, query: str) -> list[float] | None:
+    """The query's vector, or None without an embedder (or an empty query)."""
+    if embedder is None or not query.strip():
+        return None
+    (embedding,) = await embedder([query])
+    return [float(x) for x in embedding]
+
+
+def fuse(
+    namespace: str,
+    lexical: Sequence[Candidate],
+    recent: Sequence[Candidate],
+    query_vector: Sequence[float] | None,
+    top_k: int,
+) -> list[MemoryRecord]:
+    """The ``top_k`` records: the lexical ranking (best first), blended with the cosine ranking
+    of every candidate (lexical and recent) when there is a query vector."""
+    found = {c[0]: c for c in [*recent, *lexical]}
+    rankings: list[list[UUID]] = [[c[0] for c in lexical]]
+    if query_vector is not None:
+        scored = [
+            (cosine(query_vector, c[4]), record_id)
+            for record_id, c in found.items()
+            if c[4] is not None
+        ]
+        rankings.append([record_id for _s, record_id in sorted(scored, reverse=True)])
+    best = sorted(blend(*rankings).items(), key=lambda item: item[1], reverse=True)[:top_k]
+    return [
+        MemoryRecord(rid, namespace, found[rid][1], found[rid][2], found[rid][3], score)
+        for rid, score in best
+    ]
 
 
 def blend(*rankings: Sequence[UUID]) -> dict[UUID, float]:

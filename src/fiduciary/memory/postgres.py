@@ -24,7 +24,16 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     ) from exc
 
 from ..clock import Clock, SystemClock
-from .base import MAX_TEXT, Embedder, MemoryRecord, blend, cosine, query_terms, rare_terms
+from .base import (
+    MAX_TEXT,
+    Candidate,
+    Embedder,
+    MemoryRecord,
+    embed_query,
+    fuse,
+    query_terms,
+    rare_terms,
+)
 
 __all__ = ["PostgresMemory"]
 
@@ -47,6 +56,10 @@ CREATE TABLE IF NOT EXISTS memory_records (
 CREATE INDEX IF NOT EXISTS memory_records_tsv ON memory_records USING GIN (tsv);
 CREATE INDEX IF NOT EXISTS memory_records_ns ON memory_records (namespace, at DESC);
 """
+
+
+def _rows(rows: list[tuple[Any, ...]]) -> list[Candidate]:
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
 
 class PostgresMemory:
@@ -103,10 +116,7 @@ class PostgresMemory:
         self, query: str, *, namespace: str, top_k: int = 5, since: datetime | None = None
     ) -> list[MemoryRecord]:
         terms = query_terms(query)
-        query_vector: list[float] | None = None
-        if self.embedder is not None and query.strip():
-            (embedding,) = await self.embedder([query])
-            query_vector = [float(x) for x in embedding]
+        query_vector = await embed_query(self.embedder, query)
         width = CANDIDATES if query_vector is not None else top_k
         pool = await self._conn()
         lexical: list[tuple[Any, ...]] = []
@@ -144,20 +154,7 @@ class PostgresMemory:
                     (namespace, since, since, CANDIDATES),
                 )
                 recent = await cursor.fetchall()
-        found = {r[0]: r for r in [*recent, *lexical]}
-        rankings: list[list[UUID]] = [[r[0] for r in lexical]]
-        if query_vector is not None:
-            scored = [
-                (cosine(query_vector, r[4]), record_id)
-                for record_id, r in found.items()
-                if r[4] is not None
-            ]
-            rankings.append([record_id for _s, record_id in sorted(scored, reverse=True)])
-        best = sorted(blend(*rankings).items(), key=lambda item: item[1], reverse=True)[:top_k]
-        return [
-            MemoryRecord(rid, namespace, found[rid][1], found[rid][2], found[rid][3], score)
-            for rid, score in best
-        ]
+        return fuse(namespace, _rows(lexical), _rows(recent), query_vector, top_k)
 
     async def records(
         self, *, namespace: str, kind: str | None = None, limit: int = 100

@@ -22,7 +22,16 @@ from typing import TypeVar
 from uuid import UUID, uuid4
 
 from ..clock import Clock, SystemClock
-from .base import MAX_TEXT, Embedder, MemoryRecord, blend, cosine, query_terms, rare_terms
+from .base import (
+    MAX_TEXT,
+    Candidate,
+    Embedder,
+    MemoryRecord,
+    embed_query,
+    fuse,
+    query_terms,
+    rare_terms,
+)
 
 __all__ = ["SQLiteMemory"]
 
@@ -52,6 +61,19 @@ T = TypeVar("T")
 Row = tuple[str, str, str, str, bytes | None]  # record_id, kind, text, at, vector
 
 CANDIDATES = 200  # lexical candidates re-ranked by vector, with as many of the newest records
+
+
+def _candidates(rows: list[Row]) -> list[Candidate]:
+    return [
+        (
+            UUID(r[0]),
+            r[1],
+            r[2],
+            datetime.fromisoformat(r[3]),
+            None if r[4] is None else array("f", r[4]).tolist(),
+        )
+        for r in rows
+    ]
 
 
 def _quote(term: str) -> str:
@@ -118,10 +140,7 @@ class SQLiteMemory:
         self, query: str, *, namespace: str, top_k: int = 5, since: datetime | None = None
     ) -> list[MemoryRecord]:
         terms = query_terms(query)
-        query_vector: list[float] | None = None
-        if self.embedder is not None and query.strip():
-            (embedding,) = await self.embedder([query])
-            query_vector = list(embedding)
+        query_vector = await embed_query(self.embedder, query)
         after = since.isoformat() if since is not None else ""
         width = CANDIDATES if query_vector is not None else top_k
 
@@ -156,27 +175,7 @@ class SQLiteMemory:
             return lexical, recent
 
         lexical, recent = await self._run(search)
-        found: dict[UUID, Row] = {UUID(r[0]): r for r in [*recent, *lexical]}
-        rankings: list[list[UUID]] = [[UUID(r[0]) for r in lexical]]
-        if query_vector is not None:
-            scored = [
-                (cosine(query_vector, array("f", r[4]).tolist()), record_id)
-                for record_id, r in found.items()
-                if r[4] is not None
-            ]
-            rankings.append([record_id for _s, record_id in sorted(scored, reverse=True)])
-        best = sorted(blend(*rankings).items(), key=lambda item: item[1], reverse=True)[:top_k]
-        return [
-            MemoryRecord(
-                record_id,
-                namespace,
-                found[record_id][1],
-                found[record_id][2],
-                datetime.fromisoformat(found[record_id][3]),
-                score,
-            )
-            for record_id, score in best
-        ]
+        return fuse(namespace, _candidates(lexical), _candidates(recent), query_vector, top_k)
 
     async def records(
         self, *, namespace: str, kind: str | None = None, limit: int = 100
