@@ -44,7 +44,6 @@ def test_a_run_without_tracing_never_imports_opentelemetry() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
     env = {"PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True
-    )
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, check=True)
     assert done.stdout.strip() == "[]"

@@ -126,4 +126,11 @@ class Driver(Drive):
         """End the run for good (``Agent.cancel``, which holds the principal's lock around
         this): close every open call, then fail it ``aborted`` with status ``cancelled``.
         Nothing is executed here."""
-        await cancel(self, by=by, reason=reason)
+        stopped: BaseException | None = None
+        try:
+            await cancel(self, by=by, reason=reason)
+        except BaseException as exc:
+            stopped = exc
+            raise
+        finally:
+            self.trace.end(stopped)
