@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ class RunTracer(Protocol):
         self, run: RunRecord, *, resumed: bool, model: str, redactor: Redactor
     ) -> DriveTrace: ...
 
+    def watch_sse_subscribers(self, count: Callable[[], int]) -> None:
+        """The server's live-event hub: ``count`` tells how many streams are open."""
+
 
 class _NoDrive:
     __slots__ = ()
@@ -71,6 +74,9 @@ class _NoTracer:
 
     def drive(self, run: RunRecord, *, resumed: bool, model: str, redactor: Redactor) -> DriveTrace:
         return NO_DRIVE
+
+    def watch_sse_subscribers(self, count: Callable[[], int]) -> None:
+        pass
 
 
 NO_TRACER: RunTracer = _NoTracer()

@@ -11,6 +11,7 @@ it captures is redacted first.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,9 @@ class OtelTracer:
             capture_content=self.capture_content,
             owns_ids=self._owns_ids,
         )
+
+    def watch_sse_subscribers(self, count: Callable[[], int]) -> None:
+        self.metrics.watch_sse_subscribers(count)
 
 
 def instrument(

@@ -7,10 +7,11 @@ in the process that saw both the request and the decision (a run decided elsewhe
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from uuid import UUID
 
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from ..events import Usage
 
@@ -55,10 +56,19 @@ class Metrics:
             unit="{event}",
             description="Events per group commit",
         )
-        self.sse_subscribers = meter.create_up_down_counter(
-            "fiduciary.sse.subscribers", unit="{subscriber}", description="Open SSE streams"
-        )
+        self._meter = meter
         self._asked: dict[UUID, datetime] = {}
+
+    def watch_sse_subscribers(self, count: Callable[[], int]) -> None:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(count())]
+
+        self._meter.create_observable_gauge(
+            "fiduciary.sse.subscribers",
+            [observe],
+            unit="{subscriber}",
+            description="Open SSE streams of this server",
+        )
 
     def run(self, status: str) -> None:
         self._runs.add(1, {"fiduciary.run.status": status})
