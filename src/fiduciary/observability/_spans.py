@@ -85,25 +85,38 @@ class DriveSpans:
         caller = trace.get_current_span().get_span_context()
         if caller.is_valid:  # an HTTP request, a scheduler tick: linked, the run's trace is its own
             links.append(Link(caller, {"fiduciary.link": "caller"}))
+        self._opening = (run_id, resumed, resumed or not owns_ids, attributes, links)
+        self._span: Span | None = None  # opened by the drive's first report (``_agent``)
+        self._ctx = otel_context.Context()
+
+    def _agent(self) -> Span:
+        """The drive's ``invoke_agent`` span, opened at its first use: a ``Driver`` made and
+        never driven leaves no span."""
+        if self._span is not None:
+            return self._span
+        run_id, resumed, child, attributes, links = self._opening
         name = "invoke_agent fiduciary"
-        if resumed or not owns_ids:
+        if child:
             # a later drive (or ids we cannot choose): a child of the run's first drive
             parent = trace.set_span_in_context(root_parent(run_id), otel_context.Context())
             if resumed:
                 links.append(Link(root_context(run_id), {"fiduciary.link": "resumes"}))
-            self._span = tracer.start_span(name, parent, SpanKind.INTERNAL, attributes, links)
+            span = self._tracer.start_span(name, parent, SpanKind.INTERNAL, attributes, links)
         else:
             token = forced(run_id)
             try:
-                self._span = tracer.start_span(
+                span = self._tracer.start_span(
                     name, otel_context.Context(), SpanKind.INTERNAL, attributes, links
                 )
             finally:
                 unforce(token)
-        self._ctx = trace.set_span_in_context(self._span)
+        self._span = span
+        self._ctx = trace.set_span_in_context(span)
+        return span
 
     # --- DriveTrace ------------------------------------------------------------------------
     def chat_started(self, model: str) -> None:
+        self._agent()
         self._end_chat(None)
         self._chat = self._tracer.start_span(
             f"chat {model}",
@@ -118,6 +131,7 @@ class DriveSpans:
         )
 
     def observe(self, events: Sequence[Event], audit: Sequence[AuditRecord]) -> None:
+        self._agent()
         for row in audit:
             self._audit[row.tool_use_id] = row
         for event in events:
@@ -127,15 +141,18 @@ class DriveSpans:
         self._metrics.batch(batch)
 
     def end(self, error: BaseException | None) -> None:
+        if self._span is None:
+            return
         self._end_chat(None)
         for tool_use_id in list(self._tools):
             self._end_tool(tool_use_id, "interrupted", error=True)
+        span = self._span
         if error is not None:
-            self._span.set_status(Status(StatusCode.ERROR, type(error).__name__))
-            self._span.set_attribute("error.type", type(error).__name__)
-        self._span.set_attribute("fiduciary.run.status", self._status)
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_attribute("error.type", type(error).__name__)
+        span.set_attribute("fiduciary.run.status", self._status)
         self._metrics.run(self._status)
-        self._span.end()
+        span.end()
 
     # --- events ----------------------------------------------------------------------------
     def _event(self, event: Event) -> None:
@@ -201,7 +218,7 @@ class DriveSpans:
                 }
                 if self._capture:
                     attributes["fiduciary.guard.message"] = self._content(event.message)
-                target = self._tools.get(event.tool_use_id, self._span)
+                target = self._tools.get(event.tool_use_id) or self._agent()
                 target.add_event("fiduciary.guard", attributes)
             case PendingAction():
                 self._metrics.pending(event.approval_id, event.at)
@@ -239,8 +256,8 @@ class DriveSpans:
                 self._status = "completed"
             case RunFailed():
                 self._status = "cancelled" if event.reason == "aborted" else "failed"
-                self._span.set_attribute("fiduciary.run.failure", event.reason)
-                self._span.set_status(Status(StatusCode.ERROR, event.reason))
+                self._agent().set_attribute("fiduciary.run.failure", event.reason)
+                self._agent().set_status(Status(StatusCode.ERROR, event.reason))
                 self._end_chat(event.reason)
             case _:
                 pass

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from fiduciary.events import PendingAction
 from fiduciary.observability import instrument
@@ -172,3 +175,23 @@ async def test_metrics_count_tool_calls_by_outcome_and_tier(tmp_path: Path) -> N
         "input",
         "output",
     }
+
+
+async def test_a_provider_whose_ids_fiduciary_cannot_choose_still_gives_one_trace_per_run(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.sqlite3")
+    try:
+        agent, _ = traced_agent(store, capture_content=False)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()  # random ids
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        instrument(agent, tracer_provider=provider)
+        events = await collect(agent.run(MESSAGE, principal=PRINCIPAL))
+    finally:
+        await store.close()
+    spans = [as_json(s) for s in exporter.get_finished_spans()]
+    (agent_span,) = by_name(spans, "invoke_agent fiduciary")
+    assert agent_span["trace_id"] == events[0].run_id.int
+    assert agent_span["parent_id"] is not None  # the run's derived root: the same for every drive
+    assert {s["trace_id"] for s in spans} == {events[0].run_id.int}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from fiduciary import Agent
 from fiduciary.observability import instrument
@@ -22,6 +22,7 @@ def gauge(reader: InMemoryMetricReader) -> list[int | float]:
         for metric in scope.metrics
         if metric.name == "fiduciary.sse.subscribers"
         for point in metric.data.data_points
+        if isinstance(point, NumberDataPoint)
     ]
 
 
