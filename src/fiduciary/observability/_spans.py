@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["DriveSpans"]
 
 _MAX_CONTENT = 4096
+_MAX_NAME = 128
 
 
 class DriveSpans:
@@ -199,8 +200,9 @@ class DriveSpans:
                     span.set_attribute("gen_ai.tool.call.result", self._content(event.output))
                 if event.is_error:
                     span.set_attribute("error.type", event.error_code or "tool_error")
-                span.update_name(f"execute_tool {event.name}")
-                span.set_attribute("gen_ai.tool.name", event.name)
+                name = self._redactor.redact_text(event.name)[:_MAX_NAME]
+                span.update_name(f"execute_tool {name}")
+                span.set_attribute("gen_ai.tool.name", name)
                 outcome = "error" if event.is_error else "ok"
                 self._end_tool(event.tool_use_id, outcome, error=event.is_error)
             case ToolCallRejected():
@@ -269,7 +271,8 @@ class DriveSpans:
             "gen_ai.tool.call.id": tool_use_id,
             "gen_ai.tool.type": "function",
         }
-        if name is not None:
+        if name is not None:  # the model's words when the name is not a capability's
+            name = self._redactor.redact_text(name)[:_MAX_NAME]
             attributes["gen_ai.tool.name"] = name
         span = self._tracer.start_span(
             f"execute_tool {name or ''}".rstrip(), self._ctx, SpanKind.INTERNAL, attributes
