@@ -298,7 +298,48 @@ async def main(runs: int, batch: int, concurrency: int) -> dict[str, Any]:
         ratio = times["sqlite"] / times["durable_floor"]
         result[f"{label}_sqlite_ratio_to_durable_floor"] = round(ratio, 2)
     result["ratio_to_durable_floor"] = result["sequential_sqlite_ratio_to_durable_floor"]
+    result["traced_sqlite_ratio"] = await traced_overhead(runs, batch)
     return result
+
+
+async def traced_overhead(runs: int, batch: int) -> float:
+    """Tracing on (OpenTelemetry SDK, in-memory exporter) against off, both on SQLite,
+    sequential runs interleaved batch by batch; prints and returns the time ratio."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fiduciary.observability import RunIds, instrument
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plain_store = SQLiteStore(Path(tmp) / "plain.sqlite3")
+        traced_store = SQLiteStore(Path(tmp) / "traced.sqlite3")
+        plain, traced = make_agent(plain_store), make_agent(traced_store)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(id_generator=RunIds())
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        instrument(traced, tracer_provider=provider)
+        await fiduciary_batch(plain, 3)
+        await fiduciary_batch(traced, 3)
+        times = {"plain": 0.0, "traced": 0.0}
+        done = 0
+        gc.collect()
+        while done < runs:
+            n = min(batch, runs - done)
+            t0 = time.perf_counter()
+            await fiduciary_batch(plain, n)
+            t1 = time.perf_counter()
+            await fiduciary_batch(traced, n)
+            t2 = time.perf_counter()
+            times["plain"] += t1 - t0
+            times["traced"] += t2 - t1
+            exporter.clear()
+            done += n
+        await plain_store.close()
+        await traced_store.close()
+    ratio = times["traced"] / times["plain"]
+    print(f"traced (OpenTelemetry, in-memory exporter): {ratio:.2f}x the untraced SQLite time")
+    return round(ratio, 2)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from .stores.base import (
     follow_poll_seconds,
 )
 from .stores.memory import MemoryStore
+from .tracing import RunTracer, tracer_from_env
 
 if TYPE_CHECKING:
     from .memory.base import Memory
@@ -124,6 +125,8 @@ class Agent:
         self.max_tool_calls = max_tool_calls
         self.model_settings: dict[str, Any] = dict(model_settings or {})
         self.lease_seconds = lease_seconds
+        # spans and metrics of each drive (fiduciary.observability): off unless OTEL_* asks
+        self.tracer: RunTracer = tracer_from_env()
         self.gates = Gates(
             capabilities,
             store=self.store,
@@ -562,6 +565,7 @@ class Agent:
             prices=self.prices,
             principal_lock=self.principal_lock,
             context=self._context_config(),
+            tracer=self.tracer,
         )
 
     def _context_config(self) -> ContextConfig:

@@ -38,16 +38,20 @@ class Driver(Drive):
         """
         self.writer.start_renewing()
         failure: StoreError | None = None
+        stopped: BaseException | None = None
         try:
             await self._drive()
             await self.barrier()
-        except StaleEpochError:  # a commit or a ledger_begin refused: nothing was written
+        except StaleEpochError as exc:  # a commit or a ledger_begin refused: nothing written
+            stopped = exc
             log.warning("run %s was taken over by another worker; stopping", self.run_id)
         except StoreError as exc:
             failure = exc
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            stopped = exc
             raise
         except Exception as exc:
+            stopped = exc
             log.exception("run %s failed", self.run_id)
             try:
                 message = f"internal error ({type(exc).__name__})"
@@ -66,6 +70,7 @@ class Driver(Drive):
             with contextlib.suppress(Exception):
                 await self.rt.store.release(self.run_id, epoch=self.epoch)
             self.writer.finish()
+            self.trace.end(failure or stopped)
         if failure is not None:
             log.warning(
                 "run %s stopped: the store failed (%s); it can be resumed", self.run_id, failure
@@ -121,4 +126,11 @@ class Driver(Drive):
         """End the run for good (``Agent.cancel``, which holds the principal's lock around
         this): close every open call, then fail it ``aborted`` with status ``cancelled``.
         Nothing is executed here."""
-        await cancel(self, by=by, reason=reason)
+        stopped: BaseException | None = None
+        try:
+            await cancel(self, by=by, reason=reason)
+        except BaseException as exc:
+            stopped = exc
+            raise
+        finally:
+            self.trace.end(stopped)

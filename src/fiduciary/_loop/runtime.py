@@ -21,6 +21,7 @@ from ..models.pricing import PriceTable
 from ..models.tiers import Effort, Tier
 from ..redaction import Redactor
 from ..stores.base import HeldPrincipalLock, Store
+from ..tracing import NO_TRACER, RunTracer
 
 __all__ = ["Held", "Limits", "Runtime"]
 
@@ -54,6 +55,7 @@ class Runtime:
     prices: PriceTable | None
     principal_lock: Callable[[str], AbstractAsyncContextManager[Held]]
     context: ContextConfig | None = None  # layers, shaping, compaction, memory (None: none)
+    tracer: RunTracer = NO_TRACER  # spans and metrics of each drive (fiduciary.observability)
 
 
 class Held:

@@ -33,7 +33,13 @@ class Drive:
         self.run_id = run.run_id
         self.epoch = run.epoch
         self.t = transcript
-        self.writer = Writer(rt.store, rt.clock, run, transcript, rt.limits.lease_seconds)
+        # a new run's log holds its run_started and user_message: more means a later drive
+        self.trace = rt.tracer.drive(
+            run, resumed=transcript.last_seq > 2, model=rt.model.name, redactor=rt.redactor
+        )
+        self.writer = Writer(
+            rt.store, rt.clock, run, transcript, rt.limits.lease_seconds, trace=self.trace
+        )
         self.principal = Principal(run.principal, frozenset(run.scopes))
         gates, started = rt.gates, transcript.started
         allowed_names = gates.names if started is None else started.capabilities
@@ -65,7 +71,9 @@ class Drive:
         approvals: tuple[ApprovalRecord, ...] = (),
         audit: tuple[AuditRecord, ...] = (),
     ) -> list[Event]:
-        return self.writer.emit(*drafts, status=status, approvals=approvals, audit=audit)
+        events = self.writer.emit(*drafts, status=status, approvals=approvals, audit=audit)
+        self.trace.observe(events, audit)
+        return events
 
     async def barrier(self) -> None:
         await self.writer.barrier()

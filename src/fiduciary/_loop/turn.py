@@ -99,6 +99,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     answered_by: str | None = None
     stop = "end_turn"
     max_calls = rt.limits.max_tool_calls
+    d.trace.chat_started(answering.name)
     try:
         async for item in rt.model.stream(request):
             match item:

@@ -18,6 +18,7 @@ from ..clock import Clock
 from ..events import Draft, Event, stamp
 from ..exceptions import StoreError
 from ..stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus, Store
+from ..tracing import NO_DRIVE, DriveTrace
 from .transcript import Transcript
 
 __all__ = ["DONE", "Writer"]
@@ -45,6 +46,7 @@ class Writer:
         "run_id",
         "store",
         "t",
+        "trace",
     )
 
     def __init__(
@@ -54,6 +56,8 @@ class Writer:
         run: RunRecord,
         transcript: Transcript,
         lease_seconds: float,
+        *,
+        trace: DriveTrace = NO_DRIVE,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -61,6 +65,7 @@ class Writer:
         self.epoch = run.epoch
         self.t = transcript
         self.lease_seconds = lease_seconds
+        self.trace = trace
         self.out: asyncio.Queue[Any] | None = None
         self._next_seq = transcript.last_seq + 1
         self._events: list[Event] = []
@@ -125,6 +130,7 @@ class Writer:
                     approvals=approvals,
                     audit=audit,
                 )
+                self.trace.committed(len(events))
                 if self.out is not None:
                     for event in events:
                         self.out.put_nowait(event)

@@ -94,6 +94,7 @@ class Server:
             poll_seconds=follow_poll_seconds(agent.store) if poll_seconds is None else poll_seconds,
             coalesce_seconds=coalesce_seconds,
         )
+        agent.tracer.watch_sse_subscribers(lambda: self.hub.subscriber_count)  # when traced
         self._principals: dict[UUID, str] = {}
         # cancel requests from other processes (PostgreSQL) for the runs driven here
         self._cancelling: set[asyncio.Task[None]] = set()
