@@ -254,10 +254,17 @@ async def open_features(
         if hook_targets:
             if features.apps is None:
                 raise ConfigurationError("a channel's target is an app: serve apps (--apps)")
+            acts_for = {c.name: c.principal for c in channels}
             for channel, target in hook_targets.items():
                 if target not in features.apps.inbox:
                     raise ConfigurationError(
                         f"channel {channel}: target {target!r} is not an app with a message hook"
+                    )
+                principal = acts_for.get(channel, features.apps.principal.actor_id)
+                if principal != features.apps.principal.actor_id:
+                    raise ConfigurationError(
+                        f"channel {channel} acts for {principal}, but the apps act for "
+                        f"{features.apps.principal.actor_id}"
                     )
             features.hook_targets = dict(hook_targets)
         if attention is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fiduciary.exceptions import ConfigurationError
+from fiduciary.server import InboundChannel
 from fiduciary.server.cli import AppsSettings, ServerConfig
 from fiduciary.server.features import open_features
 from fiduciary.server.served import wallet_agent
@@ -52,6 +53,19 @@ async def test_the_sample_apps_over_the_runs_sqlite_file(tmp_path: Path) -> None
         assert await open_features(store, agent) is None
         with pytest.raises(ConfigurationError, match="target 'nope' is not an app"):
             await open_features(store, agent, apps=AppsSettings(), hook_targets={"x": "nope"})
+        desk = tmp_path / "apps" / "desk"
+        desk.mkdir(parents=True)
+        (desk / "app.md").write_text(
+            "---\nid: desk\nhooks: [message]\ncapabilities: [balance_check]\n---\nAnswer.\n"
+        )
+        with pytest.raises(ConfigurationError, match="acts for bob, but the apps act for demo"):
+            await open_features(
+                store,
+                agent,
+                apps=AppsSettings(dir=tmp_path / "apps"),
+                hook_targets={"x": "desk"},
+                channels=[InboundChannel("x", "0123456789abcdef", "bob")],
+            )
         with pytest.raises(ConfigurationError, match="serve apps"):
             await open_features(store, agent, hook_targets={"x": "dca"})
         with pytest.raises(ConfigurationError, match="no folder at"):
