@@ -133,7 +133,7 @@ class WebhookConfig(_Config):
 
 
 class ServerConfig(_Config):
-    """``--config server.toml``: rate limit, inbound channels, outbound notifications.
+    """``--config server.toml``: rate limit, inbound channels, outbound notifications, apps.
 
     ```toml
     rate_limit = "10/60"
@@ -141,12 +141,15 @@ class ServerConfig(_Config):
     name = "chat"
     principal = "demo-user"
     secret_env = "FIDUCIARY_CHAT_SECRET"
+    # target = "dca"   # an app's id: the channel's messages go to the app (one inbox)
     [[notify]]
     url = "https://hooks.example.com/fiduciary"
     secret_env = "FIDUCIARY_NOTIFY_SECRET"
     [webhooks]
     schemes = ["https"]
     allow_private = false
+    [apps]             # serve apps (see AppsSettings)
+    dir = "apps"
     ```
     Secrets are read from the environment (``secret_env``) or, less safely, given inline.
     """
