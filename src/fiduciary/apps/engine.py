@@ -31,6 +31,7 @@ from uuid import UUID, uuid4
 
 from ..agent import Agent
 from ..capabilities import CallContext, Capability, Principal, canonical_json, principal_of
+from ..channels.inbox import ChannelError, Inbox, RateLimitError, Reply
 from ..clock import Clock, SystemClock
 from ..exceptions import ConfigurationError, RunError
 from ..gates import Authorize
@@ -75,6 +76,16 @@ class MessageReply:
 
 
 @dataclass(frozen=True, slots=True)
+class AppReply(Reply):
+    """What an app's message hook answers the inbox: its text, the actions it waits for, the
+    hook's run, and the reply as the hook gave it (None while waiting)."""
+
+    run_id: UUID | None = None
+    reply: str | None = None
+    waiting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TickResult:
     app_id: str
     slot: str
@@ -113,6 +124,7 @@ class AppEngine:
         max_errors: int = MAX_ERRORS,
         cooldown_seconds: float = COOLDOWN_SECONDS,
         lease_seconds: float = 30.0,
+        inbox: Inbox | None = None,
     ) -> None:
         self.model = model
         self.paper = {c.name: c for c in capabilities}
@@ -132,20 +144,26 @@ class AppEngine:
         self.redactor = Redactor()  # one for every agent of the engine (they are many)
         self._hook_agents: dict[tuple[str, str, bool], Agent] = {}
         self.owner = uuid4().hex[:12]
+        # every channel's way in to the message hooks: one rate limit and one lock per app
+        self.inbox = inbox or Inbox(
+            limit=MESSAGES_PER_WINDOW,
+            window_seconds=MESSAGE_WINDOW.total_seconds(),
+            clock=self.clock,
+        )
         self.manifests: dict[str, Manifest] = {}
         for manifest in manifests:
             self.add(manifest)
         self._own = engine_capabilities(enabled=self._enabled, granted=self._granted)
         self._state_cap = state_capability(self._state_of)
         self._running: dict[str, asyncio.Task[TickResult]] = {}
-        self._message_locks: dict[str, asyncio.Lock] = {}
-        self._messages: dict[str, list[datetime]] = {}
 
     # --- apps ------------------------------------------------------------------------------
     def add(self, manifest: Manifest) -> None:
         if manifest.tier not in self.tiers:
             raise ConfigurationError(f"{manifest.path}: tier: unknown tier {manifest.tier!r}")
         self.manifests[manifest.id] = manifest
+        if "message" in manifest.hooks:
+            self._register(manifest.id)
 
     def manifest(self, app_id: str) -> Manifest:
         found = self.manifests.get(app_id)
@@ -678,31 +696,62 @@ class AppEngine:
         return TickResult(manifest.id, tick.slot, outcome, UUID(tick.run_id), detail)
 
     # --- messages --------------------------------------------------------------------------
-    async def message(self, app_id: str, text: str) -> MessageReply:
-        """One message to an app (console, webhook, Telegram: every channel comes here): one
-        rate limit per app (10 per 60 s), serial per app, parallel across apps. The message
-        hook is a run that may use the app's capabilities directly, through the gates."""
+    async def message(
+        self,
+        app_id: str,
+        text: str,
+        *,
+        principal: Principal | str | None = None,
+        channel: str = "api",
+    ) -> MessageReply:
+        """One message to an app. Every channel (console, webhook, Telegram) comes through
+        ``self.inbox`` — this method delivers there too: one rate limit per app (10 per 60 s),
+        serial per app, parallel across apps. The message hook is a run that may use the app's
+        capabilities directly, through the gates."""
         manifest = self.manifest(app_id)
         if "message" not in manifest.hooks:
             raise RunError("invalid", f"app {app_id} has no message hook")
-        now = self.clock.now()
-        recent = [t for t in self._messages.get(app_id, []) if now - t < MESSAGE_WINDOW]
-        if len(recent) >= MESSAGES_PER_WINDOW:
-            raise RunError("busy", f"app {app_id} takes at most 10 messages a minute; try later")
-        self._messages[app_id] = [*recent, now]
-        lock = self._message_locks.setdefault(app_id, asyncio.Lock())
-        async with lock:
-            record = await self.record(app_id)
-            if not record.enabled:
-                raise RunError("state", f"app {app_id} is not enabled")
-            context = {"message": text, "appId": app_id, **self._base_context(manifest, record)}
-            rid = uuid4()
-            answer = await self._hook(manifest, record, "message", rid, context)
-            if answer is None:
-                return MessageReply(app_id, rid, None, waiting=True)
-            await self._apply(manifest, record, answer)
-            reply = answer.get("reply")
-            return MessageReply(app_id, rid, None if reply is None else str(reply))
+        try:
+            reply = await self.inbox.deliver(
+                app_id, principal=principal or self.principal, text=text, channel=channel
+            )
+        except RateLimitError:
+            raise RunError(
+                "busy", f"app {app_id} takes at most 10 messages a minute; try later"
+            ) from None
+        except ChannelError as exc:
+            raise RunError("invalid", exc.message) from None
+        assert isinstance(reply, AppReply)
+        assert reply.run_id is not None
+        return MessageReply(app_id, reply.run_id, reply.reply, waiting=reply.waiting)
+
+    def _register(self, app_id: str) -> None:
+        """The app as an inbox target (once: a manifest may be replaced)."""
+        if app_id in self.inbox:
+            return
+
+        async def target(principal: Principal, text: str, channel: str) -> Reply:
+            return await self._message_hook(app_id, text)
+
+        self.inbox.add(app_id, target)
+
+    async def _message_hook(self, app_id: str, text: str) -> AppReply:
+        manifest = self.manifest(app_id)
+        if "message" not in manifest.hooks:
+            raise RunError("invalid", f"app {app_id} has no message hook")
+        record = await self.record(app_id)
+        if not record.enabled:
+            raise RunError("state", f"app {app_id} is not enabled")
+        context = {"message": text, "appId": app_id, **self._base_context(manifest, record)}
+        rid = uuid4()
+        answer = await self._hook(manifest, record, "message", rid, context)
+        if answer is None:
+            pending = await self.decider().pending_approvals(run_id=rid)
+            return AppReply("", tuple(pending), run_id=rid, waiting=True)
+        await self._apply(manifest, record, answer)
+        said = answer.get("reply")
+        text_out = None if said is None else str(said)
+        return AppReply(text_out or "", run_id=rid, reply=text_out)
 
     # --- the scheduler ---------------------------------------------------------------------
     async def step(self) -> list[TickResult]:

@@ -3,11 +3,12 @@
 ``GET /`` the apps (enabled, counters); ``GET /{id}`` one app (state, last ticks, pending
 actions); ``POST /{id}/enable``, ``/{id}/disable``, ``/{id}/tick``; ``POST /{id}/messages``
 (``{"text": ...}``) — the console's way in to the message hook, the same path as every other
-channel (one rate limit per app). The server supplies ``authenticate``: the caller's principal,
-or an exception its own error handling turns into 401; only the engine's principal, or a caller
-with the ``admin`` scope, may use them. ``POST /{id}/approvals/{approval_id}/approve | deny``
-decides an app's pending action (``{"confirm_amount": ...}`` where the amount must be re-typed):
-through the engine, whose agent knows the apps' own capabilities.
+channel (``AppEngine.inbox``: one rate limit per app). The server supplies ``authenticate``:
+the caller's principal, or a ``RunError("unauthenticated")`` answered 401; only the engine's
+principal, or a caller with the ``admin`` scope, may use them.
+``POST /{id}/approvals/{approval_id}/approve | deny`` decides an app's pending action
+(``{"confirm_amount": ...}`` where the amount must be re-typed): through the engine, whose
+agent knows the apps' own capabilities.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from .engine import AppEngine
 __all__ = ["apps_routes"]
 
 Authenticate = Callable[[Request], Awaitable[Principal]]
-_STATUS = {"not_found": 404, "forbidden": 403, "busy": 429, "state": 409, "invalid": 422}
+_STATUS = {
+    "unauthenticated": 401,
+    "not_found": 404,
+    "forbidden": 403,
+    "busy": 429,
+    "state": 409,
+    "invalid": 422,
+}
 
 
 def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
@@ -121,7 +129,12 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
         text = body.get("text") if isinstance(body, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise RunError("invalid", "a message needs non-empty text")
-        answer = await engine.message(request.path_params["app_id"], text)
+        answer = await engine.message(
+            request.path_params["app_id"],
+            text,
+            principal=request.state.principal,
+            channel="console",
+        )
         return {"run_id": str(answer.run_id), "reply": answer.reply, "waiting": answer.waiting}
 
     async def decide(request: Request) -> Any:

@@ -18,9 +18,12 @@ of the output went away (``| head``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import re
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -77,8 +80,20 @@ async def worker(
         float, typer.Option(help="Seconds between polls (besides NOTIFY).")
     ] = 1.0,
     drain_seconds: Annotated[float, typer.Option(help="Seconds to finish runs on SIGTERM.")] = 10.0,
+    apps: Annotated[
+        Path | None,
+        typer.Option(help="Also tick apps: a folder of <id>/app.md manifests (each slot once)."),
+    ] = None,
+    apps_engine: Annotated[
+        str | None,
+        typer.Option(help="The apps factory, module:attribute (store, tables, principal)."),
+    ] = None,
+    apps_principal: Annotated[
+        str, typer.Option(help="On whose behalf the apps act.")
+    ] = "demo-user",
 ) -> int:
-    """Claim and drive runs from a shared PostgreSQL database until SIGTERM or Ctrl-C."""
+    """Claim and drive runs from a shared PostgreSQL database until SIGTERM or Ctrl-C; with
+    --apps or --apps-engine, tick the apps too."""
     import signal
 
     try:
@@ -94,16 +109,51 @@ async def worker(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await run_worker(
-            agent_of(factory(store), agent),
-            stop=stop,
-            concurrency=concurrency,
-            poll_interval=poll_interval,
-            drain_seconds=drain_seconds,
-        )
+        made = agent_of(factory(store), agent)
+        async with _ticking(store, apps, apps_engine, apps_principal, poll_interval):
+            await run_worker(
+                made,
+                stop=stop,
+                concurrency=concurrency,
+                poll_interval=poll_interval,
+                drain_seconds=drain_seconds,
+            )
     finally:
         await store.close()
     return 0
+
+
+@contextlib.asynccontextmanager
+async def _ticking(
+    store: Any, folder: Path | None, factory: str | None, principal: str, every: float
+) -> AsyncIterator[None]:
+    """The apps engine stepping every ``every`` seconds beside the worker (none without
+    ``--apps`` or ``--apps-engine``); stopped and closed when the worker stops."""
+    if folder is None and factory is None:
+        yield
+        return
+    from ..apps.served import DEFAULT_APPS_ENGINE, open_apps
+
+    served = await open_apps(
+        store, principal=principal, folder=folder, factory=factory or DEFAULT_APPS_ENGINE
+    )
+
+    async def tick() -> None:
+        while True:
+            try:
+                await served.engine.run_forever(every=every)
+            except Exception as exc:  # one failed step must not stop the ticks
+                logging.getLogger("fiduciary").warning("apps: a scheduler step failed: %s", exc)
+                await asyncio.sleep(every)
+
+    ticking = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        ticking.cancel()
+        with contextlib.suppress(BaseException):
+            await ticking
+        await served.close()
 
 
 # Commands that exist without their extra, so that they say how to get it (typer would answer

@@ -27,6 +27,7 @@ from ..stores.base import RunRecord
 from .apidocs import docs_routes
 from .auth import KeyStore
 from .boundary import Boundary, http_exception
+from .features import Features
 from .openapi import build_openapi
 from .operations import OPERATIONS
 from .pages import page_routes
@@ -36,7 +37,7 @@ from .state import BalancesHook, Server
 from .ui_stream import UIChat
 from .webhooks import InboundChannel, Notifier
 
-__all__ = ["OPERATIONS", "BalancesHook", "Server", "create_app"]
+__all__ = ["OPERATIONS", "BalancesHook", "Features", "Server", "create_app"]
 
 
 def create_app(
@@ -55,6 +56,7 @@ def create_app(
     resume_on_start: bool = True,
     drive: bool = True,
     sweep_seconds: float = SWEEP_SECONDS,
+    features: Features | None = None,
 ) -> Starlette:
     """The ASGI app serving ``agent``: the API, live events, webhooks and the console.
 
@@ -69,6 +71,9 @@ def create_app(
     run. A new run or message is recorded for the workers (``Agent.submit``), a decision only
     makes the run claimable again, and nothing is resumed on startup; the API, the approvals
     and the live events (LISTEN/NOTIFY) work as when driving, whichever process drives the run.
+
+    ``features`` (``features.py``): apps, one inbox for every channel, attention — their routes
+    are mounted first, their background work runs while the app does.
     """
     if sweep_seconds <= 0:
         raise ConfigurationError("sweep_seconds must be positive")
@@ -92,7 +97,8 @@ def create_app(
         version=__version__,
         description="Runs, live events, approvals and webhooks of a fiduciary agent.",
     )
-    routes = [
+    routes = [] if features is None else features.routes(server)
+    routes += [
         Route(op.path, endpoint(server, op), methods=[op.method], name=op.operation_id)
         for op in OPERATIONS
     ]
@@ -112,9 +118,13 @@ def create_app(
             if resume_on_start and drive
             else None
         )
+        if features is not None:
+            await features.start()
         try:
             yield
         finally:
+            if features is not None:
+                await features.stop()
             if resumer is not None:
                 resumer.cancel()
                 with suppress(BaseException):

@@ -99,6 +99,23 @@ class ChannelConfig(_Config):
     principal: str = Field(min_length=1)
     secret: str | None = None
     secret_env: str | None = None
+    target: str | None = None  # an app's id: its messages go to the app (features.py)
+
+
+class AppsSettings(_Config):
+    """``[apps]`` of ``--config server.toml`` (``--apps DIR`` alone means the defaults)::
+
+    [apps]
+    dir = "apps"                                  # <id>/app.md folders (else the samples)
+    engine = "fiduciary.apps.served:paper_engine" # (store, tables, principal) -> AppEngine
+    principal = "demo-user"                       # on whose behalf the apps act
+    tick_seconds = 1.0                            # between scheduler steps
+    """
+
+    dir: Path | None = None
+    engine: str = "fiduciary.apps.served:paper_engine"
+    principal: str = Field(default="demo-user", min_length=1)
+    tick_seconds: float = Field(default=1.0, gt=0)
 
 
 class TargetConfig(_Config):
@@ -116,7 +133,7 @@ class WebhookConfig(_Config):
 
 
 class ServerConfig(_Config):
-    """``--config server.toml``: rate limit, inbound channels, outbound notifications.
+    """``--config server.toml``: rate limit, inbound channels, outbound notifications, apps.
 
     ```toml
     rate_limit = "10/60"
@@ -124,12 +141,15 @@ class ServerConfig(_Config):
     name = "chat"
     principal = "demo-user"
     secret_env = "FIDUCIARY_CHAT_SECRET"
+    # target = "dca"   # an app's id: the channel's messages go to the app (one inbox)
     [[notify]]
     url = "https://hooks.example.com/fiduciary"
     secret_env = "FIDUCIARY_NOTIFY_SECRET"
     [webhooks]
     schemes = ["https"]
     allow_private = false
+    [apps]             # serve apps (see AppsSettings)
+    dir = "apps"
     ```
     Secrets are read from the environment (``secret_env``) or, less safely, given inline.
     """
@@ -139,13 +159,17 @@ class ServerConfig(_Config):
     channels: list[ChannelConfig] = Field(default_factory=list)
     notify: list[TargetConfig] = Field(default_factory=list)
     webhooks: WebhookConfig = Field(default_factory=WebhookConfig)
+    apps: AppsSettings | None = None
 
     @classmethod
     def load(cls, path: Path | None) -> ServerConfig:
         if path is None:
             return cls()
         try:
-            return cls.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+            loaded = cls.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+            if loaded.apps is not None and loaded.apps.dir is not None:
+                loaded.apps.dir = path.parent / loaded.apps.dir  # relative to the file
+            return loaded
         except ValidationError as exc:
             raise ValueError(f"{path}: {plain_errors(exc)}") from exc
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -156,6 +180,10 @@ class ServerConfig(_Config):
             InboundChannel(c.name, _secret(c.secret, c.secret_env, c.name), c.principal)
             for c in self.channels
         ]
+
+    def hook_targets(self) -> dict[str, str]:
+        """Channel name → the app its messages go to (channels with a ``target``)."""
+        return {c.name: c.target for c in self.channels if c.target is not None}
 
     def targets(self) -> list[WebhookTarget]:
         return [
@@ -211,6 +239,21 @@ def serve(
             "(a dead process's, or decided in another process)."
         ),
     ] = SWEEP_SECONDS,
+    apps: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve apps: a folder of <id>/app.md manifests, ticking in the background "
+            "(else [apps] of --config; the sample apps when it names no dir)."
+        ),
+    ] = None,
+    apps_engine: Annotated[
+        str | None,
+        typer.Option(help="The apps factory, module:attribute (store, tables, principal)."),
+    ] = None,
+    attention: Annotated[
+        Path | None,
+        typer.Option(help="An attention TOML file: serve its decision feed and run its watcher."),
+    ] = None,
 ) -> None:
     """Serve the HTTP API, live events and the web console (SQLite or PostgreSQL)."""
     if not drive and postgres is None:
@@ -221,6 +264,10 @@ def serve(
         settings = ServerConfig.load(config)
         limit = RateLimit.parse(rate_limit or settings.rate_limit)
         channels, targets = settings.inbound(), settings.targets()
+        if apps is not None or apps_engine is not None:
+            settings.apps = settings.apps or AppsSettings()
+            settings.apps.dir = apps or settings.apps.dir
+            settings.apps.engine = apps_engine or settings.apps.engine
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if targets and not drive:
@@ -232,7 +279,17 @@ def serve(
     try:
         code = asyncio.run(
             _serve(
-                where, host, port, agent, drive, settings, limit, channels, targets, sweep_seconds
+                where,
+                host,
+                port,
+                agent,
+                drive,
+                settings,
+                limit,
+                channels,
+                targets,
+                sweep_seconds,
+                attention=attention,
             )
         )
     except KeyboardInterrupt:
@@ -283,10 +340,13 @@ async def _serve(
     channels: list[InboundChannel],
     targets: list[WebhookTarget],
     sweep_seconds: float,
+    *,
+    attention: Path | None = None,
 ) -> int:
     import uvicorn
 
     from .app import create_app
+    from .features import Features, open_features
     from .served import load_factory, serve_setup
     from .webhooks import Notifier, UrlGuard
 
@@ -308,9 +368,19 @@ async def _serve(
         console.print(f"[red]error:[/] cannot open {escape(str(where))}: {escape(str(exc))}")
         return 2
     keys: KeyStore | None = None
+    features: Features | None = None
     try:
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
+        features = await open_features(
+            store,
+            setup.agent,
+            apps=settings.apps,
+            hook_targets=settings.hook_targets(),
+            attention=attention,
+            channels=channels,
+            heartbeat_seconds=settings.heartbeat_seconds,
+        )
         notifier = None
         if targets:
             guard = UrlGuard(
@@ -327,6 +397,7 @@ async def _serve(
             heartbeat_seconds=settings.heartbeat_seconds,
             drive=drive,
             sweep_seconds=sweep_seconds,
+            features=features,
         )
         if not await keys.list():
             console.print(
@@ -370,6 +441,8 @@ async def _serve(
     finally:
         for sock in sockets:
             sock.close()
+        if features is not None:
+            await features.stop()  # (again: what it opened, if the app never started)
         if keys is not None:
             await keys.aclose()
         await store.close()

@@ -256,6 +256,9 @@
     $("app").hidden = false;
     refreshLists();
     refreshBalances();
+    refreshApps();
+    followDecisions();
+    if (!appsState.timer) appsState.timer = setInterval(() => state.key && (refreshApps(), followDecisions()), 5000);
     const runId = store.getItem(RUN);
     if (runId) openRun(runId);
     else newChat();
@@ -263,6 +266,7 @@
 
   function signOut(message) {
     stopStream();
+    if (appsState.feed) appsState.feed.abort();
     state.key = null;
     store.clear();
     $("who").hidden = true;
@@ -970,6 +974,141 @@
 
   function showError(text) {
     $("composer-error").textContent = text || "";
+  }
+
+  // --- apps and the attention feed (shown only when the server serves them) ---------------
+  // Every string from the server goes in as text (el's "text" or a text node), never as HTML.
+  const appsState = { timer: null, feed: null, decisions: [] };
+
+  function panel(id, title, testid) {
+    let node = $(id);
+    if (node) return node;
+    node = el("section", { class: "panel", id, "data-testid": testid }, el("h2", { text: title }), el("div", { class: "body" }));
+    document.querySelector(".sidebar").append(node);
+    return node;
+  }
+
+  const appState = (app) => (app.paused_until ? "paused" : app.enabled ? "enabled" : "disabled");
+
+  async function appAction(app, verb) {
+    try {
+      await api("POST", `/apps/${encodeURIComponent(app.id)}/${verb}`);
+    } catch (error) {
+      showError(error.message);
+    }
+    refreshApps();
+  }
+
+  async function decideForApp(app, pending, verb) {
+    try {
+      await api("POST", `/apps/${encodeURIComponent(app.id)}/approvals/${encodeURIComponent(pending.approval_id)}/${verb}`);
+      if (verb === "approve" && pending.capability === "app_enable") {
+        await api("POST", `/apps/${encodeURIComponent(app.id)}/enable`);
+      }
+    } catch (error) {
+      showError(error.message);
+    }
+    refreshApps();
+  }
+
+  function appCard(app, detail) {
+    const c = app.counters || {};
+    const state = appState(app);
+    const pending = (detail && detail.pending) || [];
+    const ticks = (detail && detail.ticks) || [];
+    const shownState = !app.enabled && pending.some((p) => p.capability === "app_enable") ? "waiting for approval" : state;
+    const button = app.enabled
+      ? el("button", { type: "button", class: "ghost", "data-testid": "app-disable", onclick: () => appAction(app, "disable"), text: "Disable" })
+      : el("button", { type: "button", class: "primary", "data-testid": "app-enable", onclick: () => appAction(app, "enable"), text: "Enable" });
+    const counts = `ticks ${c.model_calls || 0} · unchanged ${c.skipped_unchanged || 0} · busy ${c.skipped_busy || 0}` +
+      (c.errors ? ` · errors ${c.errors}` : "");
+    return el("li", { class: "app", "data-testid": "app", "data-app": app.id },
+      el("div", { class: "app-head" },
+        el("span", { class: "app-name", text: shown(app.name || app.id).text }),
+        el("span", { class: `status ${state}`, "data-testid": "app-state", text: shownState })),
+      el("div", { class: "sub", "data-testid": "app-ticks", text: `${app.tier} · ${counts}` }),
+      ticks.length
+        ? el("div", { class: "sub", "data-testid": "app-last-ticks", text: "last: " + ticks.slice(0, 3).map((t) => t.outcome || t.status).join(", ") })
+        : null,
+      pending.length
+        ? el("ul", { class: "app-pending", "data-testid": "app-pending" },
+          ...pending.map((p) =>
+            el("li", {},
+              el("span", { text: shown(p.capability).text }),
+              el("button", { type: "button", class: "primary", "data-testid": "app-approve", onclick: () => decideForApp(app, p, "approve"), text: "Approve" }),
+              el("button", { type: "button", class: "danger", "data-testid": "app-deny", onclick: () => decideForApp(app, p, "deny"), text: "Deny" }))))
+        : null,
+      el("div", { class: "app-actions" }, button));
+  }
+
+  async function refreshApps() {
+    let apps;
+    try {
+      apps = await api("GET", "/apps/");
+    } catch (_) {
+      if ($("apps-panel")) $("apps-panel").hidden = true; // no apps on this server, or not ours
+      return;
+    }
+    const details = await Promise.all(
+      apps.map((app) => api("GET", `/apps/${encodeURIComponent(app.id)}`).catch(() => null)));
+    const node = panel("apps-panel", "Apps", "apps-panel");
+    node.hidden = false;
+    node.querySelector(".body").replaceChildren(
+      el("ul", { class: "list apps", "data-testid": "apps" }, ...apps.map((app, i) => appCard(app, details[i]))));
+  }
+
+  function decisionRow(d) {
+    const probabilities = Object.entries(d.probabilities || {})
+      .map(([route, p]) => `${route} ${Number(p).toFixed(2)}`).join(" · ");
+    const what = d.route || `dead letter: ${d.error || ""}`;
+    const started = d.run_id ? ` → run ${d.run_id.slice(0, 8)}` : d.action ? ` → ${d.action}` : "";
+    return el("li", { "data-testid": "decision", "data-seq": d.seq },
+      el("span", { text: shown(`${d.event_type} → ${what}${started}`).text }),
+      el("span", { class: "sub", text: probabilities }));
+  }
+
+  async function followDecisions() {
+    if (appsState.feed) return;
+    const controller = new AbortController();
+    appsState.feed = controller;
+    try {
+      const after = appsState.decisions.length ? appsState.decisions[appsState.decisions.length - 1].seq : 0;
+      const response = await fetch("/attention/decisions", {
+        headers: { authorization: `Bearer ${state.key}`, "last-event-id": String(after) },
+        signal: controller.signal,
+      });
+      if (!response.ok) return; // no attention feed on this server
+      const node = panel("attention-panel", "Attention", "attention-panel");
+      node.hidden = false;
+      const list = el("ul", { class: "list decisions", "data-testid": "decisions" });
+      node.querySelector(".body").replaceChildren(list);
+      const draw = () => list.replaceChildren(...appsState.decisions.slice(-20).reverse().map(decisionRow));
+      draw();
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
+          if (!data) continue;
+          try {
+            appsState.decisions.push(JSON.parse(data));
+          } catch (_) {
+            continue;
+          }
+          draw();
+        }
+      }
+    } catch (_) {
+      /* aborted, or the connection dropped: the next refresh reconnects */
+    } finally {
+      if (appsState.feed === controller) appsState.feed = null;
+    }
   }
 
   // --- wiring ---------------------------------------------------------------------------
