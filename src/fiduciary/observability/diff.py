@@ -4,8 +4,8 @@ Two logs are compared event by event, ignoring what is the same for no two runs 
 ``seq``, ``at``) and what marks a replay or a fork (``replay_of``, ``fork_of``, ``fork_at``,
 the model's name in ``run_started``). Streamed text is compared as whole turns, so two models
 that split the same words differently do not diverge. Beside the first divergence: the calls
-each run made (in order, with their arguments), how each ended, the tiers and amounts of the
-actions that waited for a person, and each run's final text.
+each run made (in order, with their arguments), how each ended, the tier and amount of each
+write (a replay's: the tier the original policy would have given), and each run's final text.
 """
 
 from __future__ import annotations
@@ -60,9 +60,18 @@ class CallSummary:
     input: dict[str, Any]
     outcome: str  # ok | error | rejected:<reason> | not_executed | open
     output: str = ""
+    # a write's tier (a replay's: the one the original policy would have given) and amount
+    tier: str | None = None
+    amount_usd: str | None = None
 
     def same_call(self, other: CallSummary) -> bool:
-        return self.name == other.name and canonical_json(self.input) == canonical_json(other.input)
+        return (
+            self.name == other.name
+            and canonical_json(self.input) == canonical_json(other.input)
+            and self.tier == other.tier
+            # an auto write's amount is in the audit rows, not the log: compared when both known
+            and (None in (self.amount_usd, other.amount_usd) or self.amount_usd == other.amount_usd)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +84,12 @@ class Divergence:
     a: dict[str, Any] | None
     b: dict[str, Any] | None
 
+    @property
+    def fields(self) -> list[str]:
+        """The fields whose values differ (all of them when one side has no event)."""
+        a, b = self.a or {}, self.b or {}
+        return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
 
 @dataclass(frozen=True, slots=True)
 class RunDiff:
@@ -83,8 +98,8 @@ class RunDiff:
     first: Divergence | None
     calls_a: list[CallSummary] = field(default_factory=list)
     calls_b: list[CallSummary] = field(default_factory=list)
-    tiers_a: list[tuple[str, str, str | None]] = field(default_factory=list)
-    tiers_b: list[tuple[str, str, str | None]] = field(default_factory=list)
+    tiers_a: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    tiers_b: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     final_a: str | None = None
     final_b: str | None = None
     status_a: str = ""
@@ -107,7 +122,15 @@ class RunDiff:
 
     def to_json(self) -> dict[str, Any]:
         def call(c: CallSummary | None) -> dict[str, Any] | None:
-            return None if c is None else {"name": c.name, "input": c.input, "outcome": c.outcome}
+            if c is None:
+                return None
+            return {
+                "name": c.name,
+                "input": c.input,
+                "outcome": c.outcome,
+                "tier": c.tier,
+                "amount_usd": c.amount_usd,
+            }
 
         first = self.first
         return {
@@ -116,7 +139,13 @@ class RunDiff:
             "same": self.same,
             "first_divergence": None
             if first is None
-            else {"seq_a": first.seq_a, "seq_b": first.seq_b, "a": first.a, "b": first.b},
+            else {
+                "seq_a": first.seq_a,
+                "seq_b": first.seq_b,
+                "fields": first.fields,
+                "a": first.a,
+                "b": first.b,
+            },
             "differing_calls": [
                 {"index": i, "a": call(ca), "b": call(cb)} for i, ca, cb in self.differing_calls
             ],
@@ -152,14 +181,20 @@ def _calls(events: list[Event]) -> list[CallSummary]:
     started: dict[str, ToolCallStart] = {}
     order: list[str] = []
     ended: dict[str, tuple[str, str]] = {}
+    tiers: dict[str, tuple[str | None, str | None]] = {}
     for event in events:
         if isinstance(event, ToolCallStart):
             started[event.tool_use_id] = event
             order.append(event.tool_use_id)
+        elif isinstance(event, PendingAction):
+            amount = None if event.amount_usd is None else str(event.amount_usd)
+            tiers[event.tool_use_id] = (event.tier, amount)
         elif isinstance(event, ToolCallEnd):
             outcome = "error" if event.is_error else "ok"
-            if event.output.startswith('{"not_executed": "replay"'):
+            called = _would_have_called(event.output)
+            if called is not None:
                 outcome = "not_executed"
+                tiers[event.tool_use_id] = (called.get("tier"), called.get("amount_usd"))
             ended[event.tool_use_id] = (outcome, event.output)
         elif isinstance(event, ToolCallRejected):
             ended[event.tool_use_id] = (f"rejected:{event.reason}", event.message)
@@ -167,16 +202,26 @@ def _calls(events: list[Event]) -> list[CallSummary]:
     for use in order:
         start = started[use]
         outcome, output = ended.get(use, ("open", ""))
-        out.append(CallSummary(start.name, dict(start.input), outcome, output))
+        write = start.kind not in (None, "read", "preview")
+        tier, amount = tiers.get(use, ("auto" if write and outcome == "ok" else None, None))
+        out.append(CallSummary(start.name, dict(start.input), outcome, output, tier, amount))
     return out
 
 
-def _tiers(events: list[Event]) -> list[tuple[str, str, str | None]]:
-    return [
-        (e.name, e.tier, None if e.amount_usd is None else str(e.amount_usd))
-        for e in events
-        if isinstance(e, PendingAction)
-    ]
+def _would_have_called(output: str) -> dict[str, Any] | None:
+    """A replay's record of a write it did not execute (None: not one)."""
+    if '"not_executed": "replay"' not in output:
+        return None
+    try:
+        value, _ = json.JSONDecoder().raw_decode(output)
+    except ValueError:
+        return None
+    called = value.get("would_have_called") if isinstance(value, dict) else None
+    return called if isinstance(called, dict) else None
+
+
+def _tiers(calls: list[CallSummary]) -> list[tuple[str, str | None, str | None]]:
+    return [(c.name, c.tier, c.amount_usd) for c in calls if c.tier is not None]
 
 
 def _final(events: list[Event]) -> str | None:
@@ -206,14 +251,15 @@ async def diff(store: Store, a: UUID, b: UUID) -> RunDiff:
             None if rb is None else rb[1],
         )
         break
+    calls_a, calls_b = _calls(events_a), _calls(events_b)
     return RunDiff(
         a=a,
         b=b,
         first=first,
-        calls_a=_calls(events_a),
-        calls_b=_calls(events_b),
-        tiers_a=_tiers(events_a),
-        tiers_b=_tiers(events_b),
+        calls_a=calls_a,
+        calls_b=calls_b,
+        tiers_a=_tiers(calls_a),
+        tiers_b=_tiers(calls_b),
         final_a=_final(events_a),
         final_b=_final(events_b),
         status_a=run_a.status,
@@ -226,6 +272,23 @@ def _short(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _from_difference(a: Any, b: Any) -> tuple[str, str]:
+    """Two values as text, long ones from a little before where they first differ."""
+    ta = a if isinstance(a, str) else canonical_json(a)
+    tb = b if isinstance(b, str) else canonical_json(b)
+    at = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), None)
+    if at is None:
+        at = min(len(ta), len(tb))
+    start = max(0, at - 40)
+    lead = "…" if start else ""
+    return lead + _short(ta[start:], 120), lead + _short(tb[start:], 120)
+
+
+def _call_text(c: CallSummary) -> str:
+    tier = "" if c.tier is None else f" [{c.tier}" + (f" ${c.amount_usd}]" if c.amount_usd else "]")
+    return f"{c.name}({_short(c.input, 80)}){tier} {c.outcome}"
+
+
 def render_diff(d: RunDiff) -> str:
     """The diff as plain text (no markup: escape it before printing it through rich)."""
     lines = [f"A {d.a} ({d.status_a})", f"B {d.b} ({d.status_b})"]
@@ -235,21 +298,28 @@ def render_diff(d: RunDiff) -> str:
         f = d.first
         where_a = "after its end" if f.seq_a is None else f"seq {f.seq_a}"
         where_b = "after its end" if f.seq_b is None else f"seq {f.seq_b}"
-        lines.append(f"first divergence: A {where_a}, B {where_b}")
-        lines.append(f"  A: {_short(f.a) if f.a is not None else '(nothing)'}")
-        lines.append(f"  B: {_short(f.b) if f.b is not None else '(nothing)'}")
+        kind = (f.a or f.b or {}).get("type", "?")
+        lines.append(f"first divergence: A {where_a}, B {where_b} ({kind})")
+        if f.a is None or f.b is None or f.a.get("type") != f.b.get("type"):
+            lines.append(f"  A: {_short(f.a) if f.a is not None else '(nothing)'}")
+            lines.append(f"  B: {_short(f.b) if f.b is not None else '(nothing)'}")
+        else:
+            for name in f.fields:
+                va, vb = _from_difference(f.a.get(name), f.b.get(name))
+                lines.append(f"  {name}  A: {va}")
+                lines.append(f"  {' ' * len(name)}  B: {vb}")
     differing = d.differing_calls
     if differing:
         lines.append("calls that differ:")
         for i, ca, cb in differing:
-            shown_a = "(none)" if ca is None else f"{ca.name}({_short(ca.input, 80)}) {ca.outcome}"
-            shown_b = "(none)" if cb is None else f"{cb.name}({_short(cb.input, 80)}) {cb.outcome}"
+            shown_a = "(none)" if ca is None else _call_text(ca)
+            shown_b = "(none)" if cb is None else _call_text(cb)
             lines.append(f"  #{i + 1}  A: {shown_a}")
             lines.append(f"       B: {shown_b}")
     else:
-        lines.append("calls: the same names and arguments")
+        lines.append("calls: the same names, arguments, tiers and amounts")
     if d.tiers_a != d.tiers_b:
-        lines.append("actions that waited for a person (name, tier, amount USD):")
+        lines.append("tiers of the writes (name, tier, amount USD):")
         lines.append(f"  A: {d.tiers_a or 'none'}")
         lines.append(f"  B: {d.tiers_b or 'none'}")
     if d.final_a != d.final_b:

@@ -7,9 +7,11 @@ capability wrapped, so the loop, the gates and the log work as in any run while
 - a read answers from the recording when the original made the same call (name and argument
   digest; repeated calls are answered in their recorded order), runs live only when the host
   allows it (``live_reads``), and is refused otherwise;
-- a write never reaches its handler: its ``tool_call_end`` is a "would have called" entry
-  (``{"not_executed": "replay", ...}``) with the tier the original policy would have given it,
-  its amount, and what the original recorded for the same call.
+- a write never reaches its handler: its ``tool_call_end`` is a "would have called" entry,
+  ``"not_executed": "replay"`` and ``"would_have_called"`` (name, arguments, the tier the
+  original policy would have given it, its amount), merged into what the original recorded for
+  the same call when it made one (so the model goes on as it did), else beside
+  ``"recorded_result": null``.
 
 Nothing in a replay needs a person: the wrapped writes are ``auto`` and carry no amount (no
 daily limit is spent); a guard that holds a call for a person is approved by the replay itself,
@@ -146,15 +148,23 @@ def _write(cap: Capability, recording: Recording, agent: Agent) -> Capability:
             tier = agent.policy.decide(cap, amount).tier
         except Exception:  # pricing the call is the host's code: its failure is not the replay's
             tier = None
-        recorded = recording.take(cap.name, args_digest(shown))
-        return {
-            "not_executed": NOT_EXECUTED,
-            "would_have_called": cap.name,
+        call = {
+            "name": cap.name,
             "arguments": shown,
             "tier": tier,
             "amount_usd": None if amount is None else str(amount),
-            "recorded_result": None if recorded is None else recorded.output,
         }
+        recorded = recording.take(cap.name, args_digest(shown))
+        if recorded is not None and recorded.is_error:
+            raise CapabilityError(
+                recorded.error_code or "error",
+                f"Not executed (this is a replay); the recorded run got: {recorded.output}",
+            )
+        value = None if recorded is None else _recorded_value(recorded.output)
+        marks = {"not_executed": NOT_EXECUTED, "would_have_called": call}
+        if isinstance(value, dict):  # the recorded result, marked: the model goes on as before
+            return {**value, **marks}
+        return {**marks, "recorded_result": value}
 
     return _wrapped(cap, would_have_called, tier="auto")
 
