@@ -278,3 +278,21 @@ async def test_a_fork_from_the_first_message_runs_again(
     rid = await fork(agent, run_id, 2)
     assert (await agent.get_run(rid)).status == "completed"
     assert len(effects.payments) == 2
+
+
+async def test_a_fork_after_a_turn_dispatches_its_calls_again_through_the_gates(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = make_agent(effects, store, clock, PAY)
+    run_id = await _approved_run(agent)
+    events = await store.read_events(run_id)
+    (pending,) = _of(events, PendingAction)
+    turn_end = max(e.seq for e in events if e.type == "turn_complete" and e.seq < pending.seq)
+
+    rid = await fork(agent, run_id, turn_end)
+
+    assert (await agent.get_run(rid)).status == "awaiting_approval"  # a person is asked again
+    (asked,) = _of(await store.read_events(rid), PendingAction)
+    assert asked.seq > turn_end
+    assert asked.args_digest == pending.args_digest
+    assert len(effects.payments) == 1

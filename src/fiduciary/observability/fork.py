@@ -7,10 +7,11 @@ use is "what if the person had decided otherwise": fork at the ``pending_action`
 ``decide`` it another way.
 
 A cut is valid where the run could have stopped: not inside a model turn (text, thinking or
-calls streamed and no ``turn_complete`` yet), not inside a compaction, and with every call
-of the last turn either ended or waiting for a decision; a cut at the run's end is refused (a
-finished run continues with a new message, not by forking it). Approvals still pending at the
-cut are created afresh for the fork (new ids, the same terms, a new deadline).
+calls streamed and no ``turn_complete`` yet) and not inside a compaction; a cut at the run's
+end is refused (a finished run continues with a new message, not by forking it). Approvals
+still pending at the cut are created afresh for the fork (new ids, the same terms, a new
+deadline); calls of the last turn that had not ended at the cut are dispatched again, through
+the gates, as a resumed run dispatches them (under the fork's own ledger keys).
 """
 
 from __future__ import annotations
@@ -84,25 +85,10 @@ def valid_cut(events: Sequence[Event], at_seq: int) -> list[PendingAction]:
         raise RunError("invalid", f"seq {at_seq} is inside a compaction; fork after its end")
     resolved = {e.approval_id for e in head if isinstance(e, ActionResolved)}
     pending: list[PendingAction] = []
-    waiting = []
     for use in transcript.unresolved:
         action = transcript.pending_actions.get(use.id)
         if action is not None and action.approval_id not in resolved:
             pending.append(action)
-        else:
-            waiting.append(use.name)
-    if pending and waiting:
-        raise RunError(
-            "invalid",
-            f"at seq {at_seq} the turn's calls are still being dispatched ({', '.join(waiting)}); "
-            "fork once every call has ended or waits for a decision",
-        )
-    if waiting:
-        raise RunError(
-            "invalid",
-            f"at seq {at_seq} calls were running ({', '.join(waiting)}); fork before their turn "
-            "ended or once they ended",
-        )
     return pending
 
 
@@ -131,8 +117,8 @@ async def fork(
     if decide is not None and not isinstance(decide, str) and len(pending) > 1:
         raise RunError(
             "invalid",
-            f"at seq {at_seq} {len(pending)} approvals are pending; edits apply to one: fork at "
-            "the first pending_action",
+            f"at seq {at_seq} {len(pending)} approvals are pending; edits apply to one: decide "
+            "approve or deny, or fork without deciding and decide each",
         )
     started = events[0]
     if not isinstance(started, RunStarted):
