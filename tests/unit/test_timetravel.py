@@ -296,3 +296,19 @@ async def test_a_fork_after_a_turn_dispatches_its_calls_again_through_the_gates(
     assert asked.seq > turn_end
     assert asked.args_digest == pending.args_digest
     assert len(effects.payments) == 1
+
+
+async def test_no_agent_but_a_replay_agent_drives_or_continues_a_replay(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = make_agent(effects, store, clock, SMALL)
+    run_id = (await collect(agent.run("tip bob", principal=ALICE)))[0].run_id
+    rid = await replay(agent, run_id)
+    with pytest.raises(RunError, match="is a replay: only a replay agent drives it") as exc:
+        await agent.check_resumable(rid)
+    assert exc.value.code == "agent_mismatch"
+    with pytest.raises(RunError, match="is a replay") as continued:
+        await collect(agent.run("tip bob again", principal=ALICE, run_id=rid))
+    assert continued.value.code == "state"
+    assert (await agent.get_run(rid)).lease_owner is None  # released as it was
+    assert len(effects.payments) == 1

@@ -203,7 +203,7 @@ def replay_agent(
             if cap.is_write
             else _read(cap, recording, live=live_reads)
         )
-    return Agent(
+    again = Agent(
         model=model or agent.model,
         capabilities=caps,
         store=agent.store,
@@ -229,6 +229,8 @@ def replay_agent(
         summarizer=agent.summarizer,
         microcompact=agent.microcompact,
     )
+    again.drives_replays = True  # no other agent drives a replay: its handlers are real
+    return again
 
 
 async def replay(
@@ -294,7 +296,9 @@ async def replay(
         UserMessage(run_id=rid, seq=2, at=now, text=first_text),
     ]
     await agent.store.create_run(run, head)
-    await agent.store.release(rid, epoch=1)
+    # driven under the lease it was created with: never left unleased for a sweep to find
+    async for _ in again.resume(rid, claimed=run.with_(last_seq=len(head))):
+        pass
     await _drive(again, rid, who)
     for text in recording.messages[1:]:
         if (await existing_run(agent.store, rid)).status not in IDLE:
