@@ -63,6 +63,10 @@ DEFAULT_SYSTEM = (
     "When a tool reports an error, a refusal or an unknown outcome, tell the person plainly."
 )
 
+_REPLAY_ONLY = (
+    "run {run_id} is a replay: only a replay agent drives it (its writes never execute); "
+    "replay the original run again instead"
+)
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 
 
@@ -155,6 +159,9 @@ class Agent:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
+        # runs marked as replays are driven only by a replay agent (fiduciary.observability),
+        # whose writes never execute: never by this agent's real handlers
+        self.drives_replays = False
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -262,6 +269,10 @@ class Agent:
         if existing.status not in IDLE:
             raise RunError("busy", "the run is still running")
         run, transcript = await self._lease(existing.run_id)
+        started = transcript.started
+        if started is not None and started.replay_of is not None and not self.drives_replays:
+            await self.store.release(run.run_id, epoch=run.epoch)
+            raise RunError("state", _REPLAY_ONLY.format(run_id=run.run_id))
         if run.status not in IDLE:  # someone else continued it between our read and lease
             await self.store.release(run.run_id, epoch=run.epoch)
             raise RunError("busy", "the run is still running")
@@ -464,6 +475,8 @@ class Agent:
                 f"run {run_id} was started by an agent with capabilities this agent lacks: "
                 f"{', '.join(missing)}",
             )
+        if started.replay_of is not None and not self.drives_replays:
+            raise RunError("agent_mismatch", _REPLAY_ONLY.format(run_id=run_id))
         if not any_model and started.model != self.model.name:
             raise RunError(
                 "agent_mismatch",

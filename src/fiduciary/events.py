@@ -114,6 +114,10 @@ class RunStartedDraft(Draft):
     allowed_kinds: list[str]
     tier: str | None = None  # fast | standard | powerful, from the riskiest callable capability
     effort: str | None = None  # low | medium | high, from the first message's complexity
+    # time travel (fiduciary.observability): a replay of a recorded run, or a fork of one
+    replay_of: UUID | None = None
+    fork_of: UUID | None = None
+    fork_at: int | None = None
 
 
 class RunStarted(RunStartedDraft, EventBase):

@@ -94,6 +94,6 @@ def tracer_from_env(environ: Mapping[str, str] | None = None) -> RunTracer:
     exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporter == "none" or (not exporter and not any(env.get(k) for k in _ASKING)):
         return NO_TRACER
-    observability = importlib.import_module("fiduciary.observability")
+    observability = importlib.import_module("fiduciary.observability.otel")
     tracer: RunTracer = observability.tracer_from_env()
     return tracer

@@ -27,7 +27,7 @@ def test_tracing_is_off_unless_an_exporter_is_configured(environ: dict[str, str]
 def test_an_otlp_endpoint_turns_the_opentelemetry_tracer_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import fiduciary.observability as observability
+    import fiduciary.observability.otel as observability
 
     made = observability.OtelTracer()  # the global (no-op) providers: nothing is exported
     monkeypatch.setattr(observability, "tracer_from_env", lambda: made)
@@ -47,3 +47,26 @@ def test_a_run_without_tracing_never_imports_opentelemetry() -> None:
     command = [sys.executable, "-c", code]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_time_travel_and_the_server_import_without_opentelemetry() -> None:
+    """``fiduciary.observability`` (replay, fork, diff) and the server need no OpenTelemetry:
+    only ``instrument`` and friends import it, on first use."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'opentelemetry' or name.startswith('opentelemetry.'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from fiduciary.observability import diff, fork, replay\n"
+        "import fiduciary.server.app\n"
+        "try:\n"
+        "    from fiduciary.observability import instrument\n"
+        "except ImportError as exc:\n"
+        "    assert 'observability' in str(exc), exc\n"
+        "else:\n"
+        "    raise SystemExit('instrument imported without OpenTelemetry')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -34,6 +34,7 @@ from rich.markup import escape
 from ..agent_factory import agent_of
 from ._common import _command, load_agent_factory, missing_extra
 from .runs import approvals_app, runs_app
+from .timetravel import register as _register_timetravel
 
 __all__ = ["app", "command_tree", "main"]
 
@@ -44,6 +45,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold arguments a person must not see
 )
 app.add_typer(runs_app, name="runs")
+_register_timetravel(runs_app)
 app.add_typer(approvals_app, name="approvals")
 
 

@@ -1,122 +1,39 @@
-"""OpenTelemetry traces and metrics of fiduciary's runs (the ``observability`` extra).
+"""Observability: OpenTelemetry spans and metrics (the ``observability`` extra), and time travel
+over recorded runs (replay, fork, diff: no extra needed).
 
-``instrument(agent)`` gives an agent an ``OtelTracer``; an ``Agent`` made while the standard
-``OTEL_*`` variables name an exporter gets one by itself (``fiduciary.tracing``). Each drive of
-a run is an ``invoke_agent`` span in the run's own trace (its id is the run id), with ``chat``
-and ``execute_tool`` children; see docs/observability.md. Content capture is off unless
-``capture_content`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, and what
-it captures is redacted first.
+``instrument``, ``tracer_from_env``, ``OtelTracer`` and ``RunIds`` live in ``.otel`` and are
+imported on first use, so importing this package never needs OpenTelemetry.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from importlib.metadata import version
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-try:
-    from opentelemetry import metrics, trace
-    from opentelemetry.sdk.trace import TracerProvider
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "fiduciary.observability needs OpenTelemetry: pip install 'fiduciary[observability]'"
-    ) from exc
-
-from ..redaction import Redactor
-from ..stores.base import RunRecord
-from ..tracing import DriveTrace
-from ._ids import RunIds
-from ._metrics import Metrics
-from ._spans import DriveSpans
+from .diff import RunDiff, diff, render_diff
+from .fork import fork
+from .replay import replay
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from .otel import OtelTracer, RunIds, instrument, tracer_from_env
 
-__all__ = ["OtelTracer", "RunIds", "instrument", "tracer_from_env"]
+__all__ = [
+    "OtelTracer",
+    "RunDiff",
+    "RunIds",
+    "diff",
+    "fork",
+    "instrument",
+    "render_diff",
+    "replay",
+    "tracer_from_env",
+]
 
-_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
-
-class OtelTracer:
-    """A ``RunTracer`` over OpenTelemetry providers (the global ones unless given)."""
-
-    def __init__(
-        self,
-        *,
-        tracer_provider: trace.TracerProvider | None = None,
-        meter_provider: metrics.MeterProvider | None = None,
-        capture_content: bool | None = None,
-    ) -> None:
-        release = version("fiduciary")
-        self._tracer = trace.get_tracer("fiduciary", release, tracer_provider=tracer_provider)
-        self.metrics = Metrics(
-            metrics.get_meter("fiduciary", release, meter_provider=meter_provider)
-        )
-        provider = tracer_provider or trace.get_tracer_provider()
-        # the first drive's span takes the run's ids only where the provider lets us choose
-        self._owns_ids = isinstance(getattr(provider, "id_generator", None), RunIds)
-        if capture_content is None:
-            capture_content = os.environ.get(_CAPTURE, "").strip().lower() == "true"
-        self.capture_content = capture_content
-
-    def drive(self, run: RunRecord, *, resumed: bool, model: str, redactor: Redactor) -> DriveTrace:
-        return DriveSpans(
-            self._tracer,
-            self.metrics,
-            run,
-            resumed=resumed,
-            model=model,
-            redactor=redactor,
-            capture_content=self.capture_content,
-            owns_ids=self._owns_ids,
-        )
-
-    def watch_sse_subscribers(self, count: Callable[[], int]) -> None:
-        self.metrics.watch_sse_subscribers(count)
+_OTEL = frozenset({"OtelTracer", "RunIds", "instrument", "tracer_from_env"})
 
 
-def instrument(
-    agent: Agent,
-    *,
-    tracer_provider: trace.TracerProvider | None = None,
-    meter_provider: metrics.MeterProvider | None = None,
-    capture_content: bool | None = None,
-) -> OtelTracer:
-    """Trace ``agent``'s runs (with the global providers unless given); returns the tracer."""
-    tracer = OtelTracer(
-        tracer_provider=tracer_provider,
-        meter_provider=meter_provider,
-        capture_content=capture_content,
-    )
-    agent.tracer = tracer
-    return tracer
+def __getattr__(name: str) -> Any:
+    if name in _OTEL:
+        from . import otel
 
-
-_from_env: OtelTracer | None = None
-
-
-def tracer_from_env() -> OtelTracer:
-    """The process's tracer exporting over OTLP as the ``OTEL_*`` variables say (endpoint,
-    headers, service name, resource attributes); made once, providers set globally."""
-    global _from_env
-    if _from_env is None:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        resource = Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME", "fiduciary")}
-        )
-        tracer_provider = TracerProvider(resource=resource, id_generator=RunIds())
-        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        meter_provider = MeterProvider(
-            resource=resource, metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]
-        )
-        trace.set_tracer_provider(tracer_provider)
-        metrics.set_meter_provider(meter_provider)
-        _from_env = OtelTracer(tracer_provider=tracer_provider, meter_provider=meter_provider)
-    return _from_env
+        return getattr(otel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, runs
+from . import account, approvals, auth, runs, timetravel
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -78,6 +78,35 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", runs.cancel_run,
         scope=auth.RUNS_WRITE, params=(_RUN_ID,), response=RunOut,
         problems=("not_found", "run_busy", "run_state"), tags=("runs",),
+    ),
+    Operation(
+        "POST", "/runs/{run_id}/replay", "replayRun", "Replay a run, executing no write",
+        timetravel.replay_run, scope=auth.RUNS_WRITE, params=(_RUN_ID,),
+        body=timetravel.ReplayBody, status=201, response=RunOut,
+        problems=("not_found", "invalid_request", "run_state", "rate_limited"),
+        tags=("time travel",),
+        description="A new run marked as a replay (`run_started.replay_of`): the person's "
+        "messages are sent again, reads answer from the recording, writes are recorded as what "
+        "they would have called and never executed. Answered once the replay has ended.",
+    ),
+    Operation(
+        "POST", "/runs/{run_id}/fork", "forkRun", "Fork a run at a seq", timetravel.fork_run,
+        scope=auth.RUNS_WRITE, params=(_RUN_ID,), body=timetravel.ForkBody, status=201,
+        response=RunOut,
+        problems=(
+            "not_found", "invalid_request", "insufficient_scope", "run_state", "rate_limited",
+            "digest_mismatch", "field_not_modifiable", "invalid_edit",
+        ),
+        tags=("time travel",),
+        description="A new, real run (`run_started.fork_of`, `fork_at`) whose history is the "
+        "run's log up to `at_seq`, driven on from there: its writes pass the gates and execute. "
+        "`decide` (needs `approvals:decide`) decides the approval pending at the cut.",
+    ),
+    Operation(
+        "GET", "/runs/{run_id}/diff/{other_id}", "diffRuns", "Where two runs diverge",
+        timetravel.diff_runs, scope=auth.RUNS_READ,
+        params=(_RUN_ID, Param("other_id", "path", {"type": "string", "format": "uuid"})),
+        response=timetravel.DiffOut, problems=("not_found",), tags=("time travel",),
     ),
     Operation(
         "GET", "/approvals", "listApprovals", "List approvals (pending by default)",

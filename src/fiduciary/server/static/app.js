@@ -447,12 +447,28 @@
     return node;
   }
 
+  // a replay or a fork says so beside the run it came from, with a link to it
+  function origin(event) {
+    const from = event.replay_of || event.fork_of;
+    if (!from) return [];
+    const label = event.replay_of ? "REPLAY" : `FORK at seq ${event.fork_at}`;
+    const link = el("a", { href: "#", "data-testid": "origin-link", onclick: (e) => { e.preventDefault(); openRun(from); } }, `run ${from}`);
+    return [" · ", el("span", { class: event.replay_of ? "badge" : "badge hot", "data-testid": "origin", text: label }), " of ", link];
+  }
+
+  // the run list's label of a replay or a fork (its title begins with what it came from)
+  function originLabel(title) {
+    if (/^replay of [0-9a-f]{8}/.test(title || "")) return el("span", { class: "badge", "data-testid": "origin", text: "replay" });
+    if (/^FORK of [0-9a-f]{8}/.test(title || "")) return el("span", { class: "badge hot", "data-testid": "origin", text: "fork" });
+    return null;
+  }
+
   function render(event) {
     const view = state.view;
     switch (event.type) {
       case "run_started":
         $("run-title").textContent = "Run";
-        $("run-meta").replaceChildren(`${event.principal} · ${event.model} · started `, when(event.at), ` · run ${event.run_id}`);
+        $("run-meta").replaceChildren(`${event.principal} · ${event.model} · started `, when(event.at), ` · run ${event.run_id}`, ...origin(event));
         setStatus("running");
         break;
       case "user_message":
@@ -917,6 +933,7 @@
       runList.replaceChildren(
         ...runs.runs.map((run) =>
           el("li", { "data-run": run.run_id, onclick: () => openRun(run.run_id) },
+            originLabel(run.title), originLabel(run.title) ? " " : null,
             short(run.title || run.run_id, 40),
             el("span", { class: "sub" }, `${run.status.replaceAll("_", " ")} · `, when(run.updated_at)))),
       );
