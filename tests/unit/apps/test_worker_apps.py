@@ -31,16 +31,18 @@ CLOCK = ManualClock()
 HOOKS = Hooks()
 HOOKS.on("pulse", "tick", lambda ctx: {})
 MADE: list[AppEngine] = []
+READS = [0]  # the source's readings, shared by both workers' engines
 
 
 def factory(store: Store, tables: AppTables, principal: str) -> AppEngine:
-    """The apps factory the workers name (``--apps-engine``): a changing source, so every
-    slot asks the model."""
-    counter = [0]
+    """The apps factory the workers name (``--apps-engine``): a source that changes at every
+    read, whichever engine reads it (one counter for both: with one each, the second engine's
+    first reading equals the first's and its slot is rightly 'unchanged'), so every slot asks
+    the model."""
 
     async def n() -> int:
-        counter[0] += 1
-        return counter[0]
+        READS[0] += 1
+        return READS[0]
 
     made = engine(
         APP, book=Book(), hooks=HOOKS, clock=CLOCK, store=store, tables=tables, sources={"n": n}
