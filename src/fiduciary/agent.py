@@ -10,7 +10,7 @@ import asyncio
 import os
 import socket
 import weakref
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -62,6 +62,7 @@ DEFAULT_SYSTEM = (
     "When a tool reports an error, a refusal or an unknown outcome, tell the person plainly."
 )
 
+_FOLDS_KEPT = 64  # transcripts kept for the next message of a conversation
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 
 
@@ -71,7 +72,9 @@ class Agent:
     ``authorize`` is required for propose / approve / execute capabilities: without it those
     calls are refused (fail closed). An async ``authorize`` that has not answered within
     ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
-    synchronous one runs on the event loop and must not block.
+    synchronous one runs on the event loop and must not block. With a ``memory``,
+    ``remember_after_run(principal_id)`` runs in the background after each completed run
+    (``agent.memory.drain()`` waits for it and for the remembered replies).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Agent:
         memory: Memory | None = None,
         remember_replies: bool = False,
         recall_days: int | None = None,
+        remember_after_run: Callable[[str], Awaitable[object]] | None = None,
         context_window: int | None = None,
         compact_at: float = 0.85,
         summarizer: Summarizer | None = None,
@@ -144,6 +148,9 @@ class Agent:
             )
         )
         self.remember_replies = remember_replies
+        if remember_after_run is not None and self.memory is None:
+            raise ConfigurationError("remember_after_run needs a memory (memory=...)")
+        self.remember_after_run = remember_after_run
         self.context_window = context_window
         self.compact_at = compact_at
         self.summarizer = summarizer
@@ -152,6 +159,7 @@ class Agent:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
+        self._folded: dict[UUID, tuple[int, Transcript]] = {}  # run -> (epoch, its fold)
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -522,7 +530,27 @@ class Agent:
         )
         if run is None:
             raise RunError("busy", f"run {run_id} is being driven by another worker")
+        kept = self._folded.pop(run_id, None)
+        # the fold this process left at its last lease, when no one has leased the run since:
+        # only the events after it are read (a long conversation costs the same every turn)
+        if kept is not None and kept[0] + 1 == run.epoch and kept[1].last_seq <= run.last_seq:
+            try:
+                tail = await self.store.read_events(run_id, after_seq=kept[1].last_seq)
+            except BaseException:
+                with suppress(Exception):
+                    await self.store.release(run.run_id, epoch=run.epoch)
+                raise
+            transcript = kept[1]
+            for event in tail:
+                transcript.apply(event)
+            return run, transcript
         return run, await self._replay(run)
+
+    def _keep_fold(self, driver: Driver) -> None:
+        """Keep a settled drive's transcript for the run's next lease (a few runs at most)."""
+        self._folded[driver.run_id] = (driver.epoch, driver.t)
+        while len(self._folded) > _FOLDS_KEPT:
+            del self._folded[next(iter(self._folded))]
 
     async def _replay(self, run: RunRecord) -> Transcript:
         """The transcript of a leased run, from its log (the lease is released on failure)."""
@@ -583,6 +611,7 @@ class Agent:
             memory=self.memory,
             microcompact=self.microcompact,
             remember_replies=self.remember_replies,
+            after_run=self.remember_after_run,
         )
 
     async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
@@ -596,6 +625,8 @@ class Agent:
                     break
                 yield item
             await task
+            if driver.settled:
+                self._keep_fold(driver)
         finally:
             if not task.done():
                 task.cancel()
