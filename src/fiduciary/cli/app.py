@@ -166,9 +166,17 @@ def _register_attention() -> None:
     register(app)
 
 
+def _register_memory() -> None:
+    """``memory`` (list, forget)."""
+    from ..memory.cli import register
+
+    register(app)
+
+
 _register_apps()
 _register_channels()
 _register_attention()
+_register_memory()
 
 
 def _one_line_paragraphs(text: str | None) -> str | None:
