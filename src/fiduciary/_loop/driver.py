@@ -41,6 +41,7 @@ class Driver(Drive):
         try:
             await self._drive()
             await self.barrier()
+            self.settled = True
         except StaleEpochError:  # a commit or a ledger_begin refused: nothing was written
             log.warning("run %s was taken over by another worker; stopping", self.run_id)
         except StoreError as exc:
