@@ -27,7 +27,7 @@ async def balance() -> dict[str, str]:
     return {"USDC": "100"}
 
 
-def steps() -> list[object]:
+def steps() -> list[ToolCalls | Reply]:
     plan = [
         {"text": "Read the balance", "status": "in_progress"},
         {"text": HOSTILE, "status": "pending"},
@@ -48,7 +48,7 @@ async def test_the_checklist_and_the_context_layers_are_shown_as_text(tmp_path: 
     memory = InMemoryMemory()
     await memory.remember("advice: <script>keep</script> 50 USDC for rent", namespace="ann")
     agent = Agent(
-        model=ScriptedModel([Script("plan", steps())]),  # type: ignore[list-item]
+        model=ScriptedModel([Script("plan", steps())]),
         capabilities=[balance, update_todo],
         store=store,
         authorize=allow_all,
