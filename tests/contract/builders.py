@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 from fiduciary.events import (
     ActionResolved,
     Compaction,
+    ContextLayers,
     Event,
     GuardFired,
     GuardNote,
@@ -20,6 +21,7 @@ from fiduciary.events import (
     TextDelta,
     ThinkingDelta,
     ThinkingDone,
+    TodoUpdate,
     ToolCallEnd,
     ToolCallRejected,
     ToolCallStart,
@@ -245,6 +247,23 @@ def every_event(run_id: UUID) -> list[Event]:
             "summary": "Paid the rent.",
             "tokens_before": 120_000,
             "tokens_after": 8_000,
+            "method": "summary",
+            "kept_from": 12,
+            "stubbed_before": 14,
+        },
+        {
+            "type": "context_layers",
+            "context": "<financial_context>\nNet worth: $1,234.50\n</financial_context>",
+            "recalled": ["advice: keep 50 USDC for rent", "fact: paid Alice 3 times"],
+        },
+        {
+            "type": "todo_update",
+            "tool_use_id": "toolu_09",
+            "todos": [
+                {"text": "Read the balance", "status": "done"},
+                {"text": "Pay the rent", "status": "in_progress"},
+                {"text": "Report", "status": "pending"},
+            ],
         },
         {
             "type": "usage",
@@ -283,6 +302,8 @@ def every_event(run_id: UUID) -> list[Event]:
             ToolCallEnd,
             ToolCallRejected,
             Compaction,
+            ContextLayers,
+            TodoUpdate,
             Usage,
             TurnComplete,
             TurnRetracted,
