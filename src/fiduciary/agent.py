@@ -10,7 +10,7 @@ import asyncio
 import os
 import socket
 import weakref
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -67,6 +67,7 @@ _REPLAY_ONLY = (
     "run {run_id} is a replay: only a replay agent drives it (its writes never execute); "
     "replay the original run again instead"
 )
+_FOLDS_KEPT = 64  # transcripts kept for the next message of a conversation
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 
 
@@ -76,7 +77,9 @@ class Agent:
     ``authorize`` is required for propose / approve / execute capabilities: without it those
     calls are refused (fail closed). An async ``authorize`` that has not answered within
     ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
-    synchronous one runs on the event loop and must not block.
+    synchronous one runs on the event loop and must not block. With a ``memory``,
+    ``remember_after_run(principal_id)`` runs in the background after each completed run
+    (``agent.memory.drain()`` waits for it and for the remembered replies).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class Agent:
         memory: Memory | None = None,
         remember_replies: bool = False,
         recall_days: int | None = None,
+        remember_after_run: Callable[[str], Awaitable[object]] | None = None,
         context_window: int | None = None,
         compact_at: float = 0.85,
         summarizer: Summarizer | None = None,
@@ -151,6 +155,9 @@ class Agent:
             )
         )
         self.remember_replies = remember_replies
+        if remember_after_run is not None and self.memory is None:
+            raise ConfigurationError("remember_after_run needs a memory (memory=...)")
+        self.remember_after_run = remember_after_run
         self.context_window = context_window
         self.compact_at = compact_at
         self.summarizer = summarizer
@@ -162,6 +169,7 @@ class Agent:
         # runs marked as replays are driven only by a replay agent (fiduciary.observability),
         # whose writes never execute: never by this agent's real handlers
         self.drives_replays = False
+        self._folded: dict[UUID, tuple[int, Transcript]] = {}  # run -> (epoch, its fold)
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -538,7 +546,27 @@ class Agent:
         )
         if run is None:
             raise RunError("busy", f"run {run_id} is being driven by another worker")
+        kept = self._folded.pop(run_id, None)
+        # the fold this process left at its last lease, when no one has leased the run since:
+        # only the events after it are read (a long conversation costs the same every turn)
+        if kept is not None and kept[0] + 1 == run.epoch and kept[1].last_seq <= run.last_seq:
+            try:
+                tail = await self.store.read_events(run_id, after_seq=kept[1].last_seq)
+            except BaseException:
+                with suppress(Exception):
+                    await self.store.release(run.run_id, epoch=run.epoch)
+                raise
+            transcript = kept[1]
+            for event in tail:
+                transcript.apply(event)
+            return run, transcript
         return run, await self._replay(run)
+
+    def _keep_fold(self, driver: Driver) -> None:
+        """Keep a settled drive's transcript for the run's next lease (a few runs at most)."""
+        self._folded[driver.run_id] = (driver.epoch, driver.t)
+        while len(self._folded) > _FOLDS_KEPT:
+            del self._folded[next(iter(self._folded))]
 
     async def _replay(self, run: RunRecord) -> Transcript:
         """The transcript of a leased run, from its log (the lease is released on failure)."""
@@ -600,6 +628,7 @@ class Agent:
             memory=self.memory,
             microcompact=self.microcompact,
             remember_replies=self.remember_replies,
+            after_run=self.remember_after_run,
         )
 
     async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
@@ -613,6 +642,8 @@ class Agent:
                     break
                 yield item
             await task
+            if driver.settled:
+                self._keep_fold(driver)
         finally:
             if not task.done():
                 task.cancel()

@@ -53,7 +53,8 @@ async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
         return cfg.microcompact and cap is not None and cap.kind in _DEDUPABLE
 
     if cfg.microcompact or t.shape != Shape():
-        request = replace(request, messages=shaped(t.messages, t.shape, dedupable))
+        sent = shaped(t.messages, t.shape, dedupable, turns_before=t.turns_before)
+        request = replace(request, messages=sent)
     policy = cfg.compaction
     if policy is None:
         return request
@@ -80,7 +81,7 @@ async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
         summarize=cfg.summarize,
         redact=redact,
     )
-    sent = shaped(t.messages, shape, dedupable)
+    sent = shaped(t.messages, shape, dedupable, turns_before=t.turns_before)
     d.emit(
         CompactionDraft(
             phase="end",
@@ -96,7 +97,12 @@ async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
 
 
 def remember_reply(d: Drive, text: str) -> None:
-    """Keep a final answer in the principal's memory (kind ``advice``), if so configured."""
+    """After a completed run: keep its final answer in the principal's memory (kind ``advice``),
+    and start the agent's ``remember_after_run``, if so configured (both in the background)."""
     cfg = d.rt.context
-    if cfg is not None and cfg.memory is not None and cfg.remember_replies and text.strip():
+    if cfg is None or cfg.memory is None:
+        return
+    if cfg.remember_replies and text.strip():
         cfg.memory.remember_soon(text, d.principal.actor_id, kind="advice")
+    if cfg.after_run is not None:
+        cfg.memory.soon(cfg.after_run(d.principal.actor_id))

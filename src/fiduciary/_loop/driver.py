@@ -42,6 +42,7 @@ class Driver(Drive):
         try:
             await self._drive()
             await self.barrier()
+            self.settled = True
         except StaleEpochError as exc:  # a commit or a ledger_begin refused: nothing written
             stopped = exc
             log.warning("run %s was taken over by another worker; stopping", self.run_id)

@@ -62,6 +62,8 @@ class Drive:
         self.plan: TurnPlan | None = None
         # the provider's count of the last request and its estimate: how the next is measured
         self.last_request: LastRequest | None = None
+        # the drive ended with every event it folded committed: its transcript is the log's
+        self.settled = False
 
     # --- emission ------------------------------------------------------------------------
     def emit(

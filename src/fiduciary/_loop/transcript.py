@@ -84,6 +84,8 @@ class Transcript:
     user_text: str = ""
     layers: ContextLayers | None = None
     _records: dict[str, int] = field(default_factory=dict)
+    # for each message, how many assistant messages come before it (turns are numbered by it)
+    _turns_before: list[int] = field(default_factory=list)
 
     def apply(self, event: Event) -> None:
         self.last_seq = event.seq
@@ -139,7 +141,7 @@ class Transcript:
                 self.resolved.add(event.approval_id)
             case TurnComplete():
                 message = AssistantMessage(tuple(self.parts))
-                self.messages.append(message)
+                self._append(message)
                 self.last_text = message.text
                 self.open_uses = message.tool_uses
                 self.parts = []
@@ -153,7 +155,7 @@ class Transcript:
                 self.parts = []
                 self.partial_from = None
             case UserMessage(text=text):
-                self.messages.append(UserTextMessage(text))
+                self._append(UserTextMessage(text))
                 self.history.add_user_message(text)
                 self.turns_since_user = 0
                 self.calls_since_user = 0
@@ -219,11 +221,23 @@ class Transcript:
                 output=output,
             )
 
+    def _append(self, message: Message) -> None:
+        before = self._turns_before[-1] if self._turns_before else 0
+        if self.messages and isinstance(self.messages[-1], AssistantMessage):
+            before += 1
+        self._turns_before.append(before)
+        self.messages.append(message)
+
+    def turns_before(self, index: int) -> int:
+        """How many assistant messages come before ``messages[index]`` (all, past the end)."""
+        if index < len(self._turns_before):
+            return self._turns_before[index]
+        ends = bool(self.messages) and isinstance(self.messages[-1], AssistantMessage)
+        return (self._turns_before[-1] if self._turns_before else 0) + ends
+
     def _close_turn(self) -> None:
         if self.open_uses and all(u.id in self.results for u in self.open_uses):
-            self.messages.append(
-                ToolResultsMessage(tuple(self.results[u.id] for u in self.open_uses))
-            )
+            self._append(ToolResultsMessage(tuple(self.results[u.id] for u in self.open_uses)))
             self.open_uses = []
 
     @property

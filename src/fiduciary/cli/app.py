@@ -218,6 +218,13 @@ def _register_attention() -> None:
     register(app)
 
 
+def _register_memory() -> None:
+    """``memory`` (list, forget)."""
+    from ..memory.cli import register
+
+    register(app)
+
+
 def _register_mcp() -> None:
     """``mcp`` (fiduciary.mcp); without the mcp extra, a command that names it."""
     try:
@@ -236,6 +243,7 @@ def _needs_mcp(ctx: typer.Context) -> None:
 _register_apps()
 _register_channels()
 _register_attention()
+_register_memory()
 _register_mcp()
 
 

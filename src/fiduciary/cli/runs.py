@@ -69,7 +69,7 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
     """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
     scripted demo's by default)."""
     from ..wallet import PaperWallet
-    from ..wallet.demo import build_wallet_agent, load_model, require_key
+    from ..wallet.demo import build_wallet_agent, load_model, require_key, wallet_memory
 
     chosen = None
     if model is not None and model != "scripted":
@@ -78,8 +78,15 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
             require_key(model, os.environ)
         except ConfigurationError as exc:
             raise CliError(f"{exc} (the run's model)") from exc
+    memory = wallet_memory(store)
     with PaperWallet(store.path) as wallet:
-        yield build_wallet_agent(store, wallet, model=chosen)
+        agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
+        try:
+            yield agent
+        finally:
+            if agent.memory is not None:
+                await agent.memory.drain()
+            await memory.close()
 
 
 @asynccontextmanager

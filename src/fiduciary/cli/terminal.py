@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -197,9 +198,50 @@ class Renderer:
             )
         elif isinstance(event, ev.RunFailed):
             self.out.print(f"[red]run failed ({event.reason}): {escape(event.message)}[/]")
+        elif isinstance(event, ev.ContextLayers):
+            self._layers(event)
+        elif isinstance(event, ev.TodoUpdate):
+            self.out.print("  [cyan]☰[/] to do:", highlight=False)
+            for item in event.todos:
+                mark, style = _TODO_MARKS[item.status]
+                text = escape(_clip(item.text, self._room))
+                self.out.print(f"    {mark} [{style}]{text}[/]", highlight=False)
+        elif isinstance(event, ev.Compaction):
+            self.out.print(f"  [blue]⇣[/] [dim]{escape(describe(event))}[/]", highlight=False)
         elif event.type in _MARKS:
             line = f"  {_MARKS[event.type]} {escape(describe(event))}"
             self.out.print(line, highlight=False)
+
+    @property
+    def _room(self) -> int:
+        """The characters of an indented line that fit the terminal (one line each)."""
+        return max(40, self.out.width - 6)
+
+    def _layers(self, event: ev.ContextLayers) -> None:
+        """What this message's system prompt adds: the domain context (its tags left out)
+        and each memory recalled, one line each."""
+        lines = [
+            line.strip()
+            for line in event.context.splitlines()
+            if line.strip() and not _TAG.fullmatch(line.strip())
+        ]
+        if lines:
+            self.out.print("  [blue]◇[/] context:", highlight=False)
+            for line in lines:
+                self.out.print(f"    [dim]{escape(_clip(line, self._room))}[/]", highlight=False)
+        if event.recalled:
+            self.out.print(f"  [blue]◇[/] recalled ({len(event.recalled)}):", highlight=False)
+            for text in event.recalled:
+                shown = escape(_clip(text, self._room))
+                self.out.print(f"    [dim]· {shown}[/]", highlight=False)
+
+
+_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")  # a block's opening or closing tag, alone on its line
+_TODO_MARKS = {
+    "pending": ("○", "default"),
+    "in_progress": ("▸", "bold"),
+    "done": ("[green]✓[/]", "dim"),
+}
 
 
 def pending_card(event: PendingAction) -> Panel:

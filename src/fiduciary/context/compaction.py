@@ -83,13 +83,29 @@ class CompactionPolicy:
 
 
 def shaped(
-    messages: Sequence[Message], shape: Shape, dedupable: Callable[[str], bool]
+    messages: Sequence[Message],
+    shape: Shape,
+    dedupable: Callable[[str], bool],
+    *,
+    turns_before: Callable[[int], int] | None = None,
 ) -> tuple[Message, ...]:
-    """What the model is sent for ``messages`` cut as ``shape`` says, microcompacted."""
-    stubbed = stub_results(messages, shape.stubbed_before)
-    first_turn = 1 + sum(isinstance(m, AssistantMessage) for m in messages[: shape.kept_from])
-    kept = with_summary(stubbed, shape.kept_from, shape.summary)
+    """What the model is sent for ``messages`` cut as ``shape`` says, microcompacted.
+
+    Only the kept messages are worked on (a cut never separates a call from its result), so
+    the cost follows what is sent, not the whole conversation (``turns_before(index)``: the
+    assistant messages before an index, when the caller keeps that count)."""
+    cut = shape.kept_from
+    stubbed = stub_results(messages[cut:], shape.stubbed_before - cut)
+    if turns_before is None:
+        first_turn = 1 + sum(1 for i in range(min(cut, len(messages))) if _assistant(messages[i]))
+    else:
+        first_turn = 1 + turns_before(cut)
+    kept = with_summary(stubbed, 0, shape.summary)
     return microcompact(kept, dedupable, first_turn=first_turn)
+
+
+def _assistant(message: Message) -> bool:
+    return isinstance(message, AssistantMessage)
 
 
 def render_for_summary(messages: Sequence[Message], previous: str | None) -> str:

@@ -50,6 +50,8 @@ class ContextConfig:
     memory: MemoryLayer | None = None
     microcompact: bool = True
     remember_replies: bool = False  # each final answer is remembered (kind "advice")
+    # called with the principal's id after each completed run, in the background (MemoryLayer)
+    after_run: Callable[[str], Awaitable[object]] | None = None
 
     @property
     def layered(self) -> bool:

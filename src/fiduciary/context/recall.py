@@ -9,7 +9,7 @@ by a background task whose failure is logged. ``drain`` waits for those writes (
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -59,9 +59,19 @@ class MemoryLayer:
         safe = self.redact(text).strip()
         if not safe:
             return
-        task = asyncio.get_running_loop().create_task(self._remember(safe, namespace, kind))
+        self.soon(self._remember(safe, namespace, kind))
+
+    def soon(self, work: Awaitable[object]) -> None:
+        """Run ``work`` in the background (``drain`` waits for it); a failure is logged."""
+        task = asyncio.get_running_loop().create_task(self._quietly(work))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+
+    async def _quietly(self, work: Awaitable[object]) -> None:
+        try:
+            await work
+        except Exception as exc:
+            log.warning("a background memory write failed (%s)", type(exc).__name__)
 
     async def _remember(self, text: str, namespace: str, kind: str) -> None:
         try:

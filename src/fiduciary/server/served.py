@@ -64,7 +64,7 @@ def wallet_agent(store: Store) -> ServedAgent:
     from ..stores.memory import MemoryStore
     from ..stores.sqlite import SQLiteStore
     from ..wallet import PaperWallet, build_wallet_agent
-    from ..wallet.demo import default_model_name, load_model
+    from ..wallet.demo import default_model_name, load_model, wallet_memory
 
     if not isinstance(store, SQLiteStore | MemoryStore):
         raise ConfigurationError(
@@ -91,7 +91,8 @@ def wallet_agent(store: Store) -> ServedAgent:
                 usd[f"{holding.asset}{book}"] = holding.usd
         return Balances(balances=amounts, usd=usd, total_usd=report.total_usd)
 
-    return ServedAgent(build_wallet_agent(store, wallet, model=model), balances)
+    agent = build_wallet_agent(store, wallet, model=model, memory=wallet_memory(store))
+    return ServedAgent(agent, balances)
 
 
 def load_factory(spec: str) -> AgentFactory:

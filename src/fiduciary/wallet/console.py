@@ -26,6 +26,7 @@ from ..cli.terminal import (
 from ..display import show_usd
 from ..events import UserMessage
 from ..exceptions import ConfigurationError
+from ..memory.base import Memory
 from ..models.base import Model
 from ..stores.base import RunRecord
 from ..stores.sqlite import SQLiteStore
@@ -37,6 +38,7 @@ from .demo import (
     default_model_name,
     load_model,
     require_key,
+    wallet_memory,
 )
 from .scripted import CAN_DO
 from .views import BalanceReport
@@ -212,10 +214,12 @@ async def run_demo(
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
     wallet = PaperWallet(db)
+    memory = wallet_memory(store)
     run_id: UUID | None = None
     status = "completed"
+    agent: Agent | None = None
     try:
-        agent = build_wallet_agent(store, wallet, model=chosen)
+        agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
         start = wallet.balances(DEMO_PRINCIPAL)
         out.print(
             Panel(
@@ -250,6 +254,7 @@ async def run_demo(
         out.print(balances_table(end, title="Balances after", before=start))
         await _where(out, db, agent, run_id, wallet)
     finally:
+        await _settle(agent, memory)
         wallet.close()
         await store.close()
     return 0 if status == "completed" else 1
@@ -274,9 +279,11 @@ async def run_chat(
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
     wallet = PaperWallet(db)
+    memory = wallet_memory(store)
     run_id: UUID | None = None
+    agent: Agent | None = None
     try:
-        agent: Agent = build_wallet_agent(store, wallet, model=chosen)
+        agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
         out.print(f"[dim]{escape(principal)} · model {escape(chosen.name)} · {_CHAT_HELP}[/]")
         while True:
             try:
@@ -311,6 +318,14 @@ async def run_chat(
                 run_id = None
         await _where(out, db, agent, run_id, wallet)
     finally:
+        await _settle(agent, memory)
         wallet.close()
         await store.close()
     return 0
+
+
+async def _settle(agent: Agent | None, memory: Memory) -> None:
+    """Let what the agent is remembering in the background finish, then close its memory."""
+    if agent is not None and agent.memory is not None:
+        await agent.memory.drain()
+    await memory.close()

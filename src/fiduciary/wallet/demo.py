@@ -19,21 +19,25 @@ fiduciary's provider models are installed; ``require_key`` checks its API key fi
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from ..agent import Agent
 from ..clock import Clock
+from ..context.todos import update_todo
 from ..exceptions import ConfigurationError
 from ..gates import AuthorizationRequest, Authorize
 from ..guards import Guard, default_guards
+from ..memory.base import Memory
 from ..models.base import Model
 from ..models.scripted import Script, ScriptedModel
 from ..policy import Policy
 from ..stores.base import Store
 from .capabilities import wallet_capabilities
 from .guards import FinanceGuardConfig, finance_guards
+from .memory import financial_context, remember_ledger_facts
 from .scripted import (
     DAVE_GUESS,
     DEMO_CONVERSATION,
@@ -45,6 +49,7 @@ from .scripted import (
 from .wallet import PaperWallet
 
 __all__ = [
+    "ADVICE_DAYS",
     "DAVE_GUESS",
     "DEMO_CONVERSATION",
     "DEMO_PRINCIPAL",
@@ -55,7 +60,10 @@ __all__ = [
     "demo_script",
     "load_model",
     "require_key",
+    "wallet_memory",
 ]
+
+ADVICE_DAYS = 30  # the advice log: what the agent said in the last 30 days is recalled
 
 WALLET_SYSTEM = (
     "You manage a person's paper wallet through the tools you are given, and only through "
@@ -98,11 +106,26 @@ def build_wallet_agent(
     authorize: Authorize | None = None,
     clock: Clock | None = None,
     system: str | Sequence[str] = WALLET_SYSTEM,
+    memory: Memory | None = None,
 ) -> Agent:
-    """An agent that manages money in ``wallet`` (the scripted demo model unless ``model``)."""
+    """An agent that manages money in ``wallet`` (the scripted demo model unless ``model``).
+
+    Its system prompt carries a ``<financial_context>`` snapshot of the principal's books; with
+    ``memory`` (``wallet_memory(store)``: the runs' own database), every final answer is kept as
+    advice (the last ``ADVICE_DAYS`` days are recalled) and the ledger's facts are remembered
+    again after each completed run, in the background."""
+    after_run = None
+    if memory is not None:
+        kept = memory
+        one_at_a_time = asyncio.Lock()  # two runs ending together must not both replace facts
+
+        async def after_run(principal: str) -> None:
+            async with one_at_a_time:
+                await remember_ledger_facts(wallet, principal, kept)
+
     return Agent(
         model=model or WalletScriptedModel(),
-        capabilities=wallet_capabilities(wallet),
+        capabilities=[*wallet_capabilities(wallet), update_todo],
         store=store,
         policy=policy or Policy(preset="balanced"),
         guards=(
@@ -111,7 +134,29 @@ def build_wallet_agent(
         authorize=authorize or own_wallet_only,
         clock=clock or wallet.clock,
         system=system,
+        context=financial_context(wallet, clock or wallet.clock),
+        memory=memory,
+        remember_replies=memory is not None,
+        recall_days=ADVICE_DAYS,
+        remember_after_run=after_run,
     )
+
+
+def wallet_memory(store: Store) -> Memory:
+    """The memory kept beside ``store``'s runs: in its SQLite file, its PostgreSQL database, or
+    (a store in memory) in memory."""
+    from ..memory.inmemory import InMemoryMemory
+    from ..memory.sqlite import SQLiteMemory
+    from ..stores.sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
+        return SQLiteMemory(store.path)
+    dsn = getattr(store, "dsn", None)
+    if isinstance(dsn, str):
+        from ..memory.postgres import PostgresMemory
+
+        return PostgresMemory(dsn)
+    return InMemoryMemory()
 
 
 def default_model_name(env: Mapping[str, str]) -> str:

@@ -209,7 +209,10 @@ class Ledger:
                 raise StoreError("the wallet ledger is closed")
             conn = self._conn
             try:
-                conn.execute("BEGIN IMMEDIATE" if commit else "BEGIN")
+                # a preview writes drafts too: it takes the write lock first, waiting for it,
+                # as a deferred transaction upgraded after another connection wrote (the
+                # memory's, the store's) would fail at once with "database is locked"
+                conn.execute("BEGIN IMMEDIATE")
                 batch = Batch(self, conn)
                 try:
                     yield batch

@@ -79,10 +79,14 @@ def ledger_facts(wallet: PaperWallet, principal: str, limit: int = 500) -> list[
 
 
 async def remember_ledger_facts(wallet: PaperWallet, principal: str, memory: Memory) -> int:
-    """Replace the principal's ``fact`` records with the ledger's current facts; their count."""
-    for record in await memory.records(namespace=principal, kind="fact", limit=1_000):
-        await memory.forget(record.record_id, namespace=principal)
+    """Replace the principal's ``fact`` records with the ledger's current facts (nothing is
+    written when they are the same); their count."""
+    kept = await memory.records(namespace=principal, kind="fact", limit=1_000)
     facts = ledger_facts(wallet, principal)
+    if sorted(r.text for r in kept) == sorted(facts):
+        return len(facts)
+    for record in kept:
+        await memory.forget(record.record_id, namespace=principal)
     for fact in facts:
         await memory.remember(fact, namespace=principal, kind="fact")
     return len(facts)

@@ -52,7 +52,8 @@ def test_export_names_a_file_with_brackets_exactly(demo_db: Path, tmp_path: Path
     result = fiduciary("runs", "export", demo_run(demo_db), "-o", target, "--db", demo_db)
     assert result.returncode == 0, result.stderr
     assert result.stderr.endswith(f"written to {target}\n")  # rich took [server] for markup
-    assert target.read_text(encoding="utf-8").count("\n") == 89
+    # 89 events, and a context_layers event for each of the 4 messages
+    assert target.read_text(encoding="utf-8").count("\n") == 93
 
 
 def demo_run(db: Path) -> str:

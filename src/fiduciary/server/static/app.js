@@ -530,9 +530,30 @@
         add(el("div", { class: "marker failed", text: `${event.reason}: ${event.message}` }), event.seq);
         setStatus(event.reason === "aborted" ? "cancelled" : "failed");
         break;
+      case "todo_update":
+        todos(event);
+        break;
       default:
-        break; // usage, thinking, progress, compaction: the timeline shows them
+        break; // usage, thinking, progress, compaction, context layers: the timeline shows them
     }
+  }
+
+  // the run's to-do list: only its latest version is shown, after the call that set it
+  function todos(event) {
+    const view = state.view;
+    if (view.todo) {
+      view.bySeq = view.bySeq.filter((node) => node !== view.todo);
+      view.todo.remove();
+    }
+    const done = event.todos.filter((item) => item.status === "done").length;
+    const items = event.todos.map((item) =>
+      el("li", { class: `todo ${item.status}`, "data-testid": "todo", "data-status": item.status },
+        el("input", { type: "checkbox", disabled: true, checked: item.status === "done", "aria-label": item.status.replace("_", " ") }),
+        el("span", {}, el("span", { class: "todo-text", text: shown(item.text).text }),
+          item.status === "in_progress" ? el("span", { class: "small muted", text: " · in progress" }) : null)));
+    view.todo = add(el("section", { class: "todos", "data-testid": "todos" },
+      el("div", { class: "todos-head", text: `To do · ${done} of ${event.todos.length} done` }),
+      el("ul", { class: "todo-items" }, ...items)), event.seq);
   }
 
   function closeAssistant() {
@@ -825,7 +846,16 @@
       case "tool_progress":
         return `${shown(event.name).text}: ${event.message}`;
       case "compaction":
-        return event.phase;
+        return event.phase === "start"
+          ? `start · ${event.tokens_before} tokens`
+          : `${event.method}: ${event.tokens_before} → ${event.tokens_after} tokens`;
+      case "context_layers":
+        return `${event.context ? "domain context" : "no domain context"} · ${event.recalled.length} recalled`;
+      case "todo_update": {
+        const done = event.todos.filter((item) => item.status === "done").length;
+        const now = event.todos.find((item) => item.status === "in_progress");
+        return `${done} of ${event.todos.length} done${now ? ` · ${shown(now.text).text}` : ""}`;
+      }
       default:
         return "";
     }
@@ -887,6 +917,14 @@
       const summary = el("summary", { text: `thinking · ${event.text.length} characters` });
       body = el("details", { class: "thinking", "data-testid": "thinking" }, summary, text);
       body.textNode = text;
+    } else if (event.type === "context_layers" || (event.type === "compaction" && event.summary)) {
+      // what the model was sent besides the conversation, unfolded on demand
+      const parts = event.type === "compaction" ? [el("div", { class: "thought", text: event.summary })]
+        : [event.context ? el("div", { class: "thought", text: event.context }) : null,
+          ...event.recalled.map((text) => el("div", { class: "recalled", "data-testid": "recalled", text }))];
+      const summary = el("summary", {}, el("span", { class: "type", text: event.type.replaceAll("_", " ") }),
+        el("span", { class: "what", text: what }));
+      body = el("details", { class: "layers", "data-testid": event.type.replace("_", "-") }, summary, ...parts);
     } else if (event.type === "text_delta") {
       body = el("span", { class: "paragraph", "data-testid": "text", text: event.text });
       body.textNode = body;
