@@ -20,13 +20,13 @@ from uuid import UUID, uuid4
 from . import _cancelling, _decisions
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
+from ._loop.folds import KeptFolds
 from ._sweep import SWEEP_SECONDS, sweep_forever
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
-from .context.compaction import CompactionPolicy, Summarizer
-from .context.config import ContextConfig, DomainContext, model_summarizer
+from .context.compaction import Summarizer
+from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
-from .context.tokens import context_window
 from .events import Event, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
@@ -67,7 +67,6 @@ _REPLAY_ONLY = (
     "run {run_id} is a replay: only a replay agent drives it (its writes never execute); "
     "replay the original run again instead"
 )
-_FOLDS_KEPT = 64  # transcripts kept for the next message of a conversation
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 
 
@@ -169,7 +168,7 @@ class Agent:
         # runs marked as replays are driven only by a replay agent (fiduciary.observability),
         # whose writes never execute: never by this agent's real handlers
         self.drives_replays = False
-        self._folded: dict[UUID, tuple[int, Transcript]] = {}  # run -> (epoch, its fold)
+        self._folds = KeptFolds()  # transcripts kept for the next message of a conversation
 
     # --- runs ------------------------------------------------------------------------------
     async def run(
@@ -546,27 +545,18 @@ class Agent:
         )
         if run is None:
             raise RunError("busy", f"run {run_id} is being driven by another worker")
-        kept = self._folded.pop(run_id, None)
-        # the fold this process left at its last lease, when no one has leased the run since:
-        # only the events after it are read (a long conversation costs the same every turn)
-        if kept is not None and kept[0] + 1 == run.epoch and kept[1].last_seq <= run.last_seq:
-            try:
-                tail = await self.store.read_events(run_id, after_seq=kept[1].last_seq)
-            except BaseException:
-                with suppress(Exception):
-                    await self.store.release(run.run_id, epoch=run.epoch)
-                raise
-            transcript = kept[1]
-            for event in tail:
-                transcript.apply(event)
-            return run, transcript
-        return run, await self._replay(run)
+        try:
+            # the fold this process left at its last lease, when no one has leased it since
+            kept = await self._folds.take(self.store, run)
+        except BaseException:
+            with suppress(Exception):
+                await self.store.release(run.run_id, epoch=run.epoch)
+            raise
+        return run, kept if kept is not None else await self._replay(run)
 
     def _keep_fold(self, driver: Driver) -> None:
         """Keep a settled drive's transcript for the run's next lease (a few runs at most)."""
-        self._folded[driver.run_id] = (driver.epoch, driver.t)
-        while len(self._folded) > _FOLDS_KEPT:
-            del self._folded[next(iter(self._folded))]
+        self._folds.keep(driver.run_id, driver.epoch, driver.t)
 
     async def _replay(self, run: RunRecord) -> Transcript:
         """The transcript of a leased run, from its log (the lease is released on failure)."""
@@ -610,20 +600,11 @@ class Agent:
         )
 
     def _context_config(self) -> ContextConfig:
-        window = self.context_window or context_window(self.model.name)
-        policy = None
-        if window is not None:
-            try:
-                policy = CompactionPolicy(
-                    window=window,
-                    compact_at=self.compact_at,
-                    compact_to=min(0.5, self.compact_at * 0.6),
-                )
-            except ValueError as exc:
-                raise ConfigurationError(str(exc)) from None
-        return ContextConfig(
-            compaction=policy,
-            summarize=self.summarizer or model_summarizer(self.model),
+        return context_config(
+            self.model,
+            window=self.context_window,
+            compact_at=self.compact_at,
+            summarizer=self.summarizer,
             domain=self.context,
             memory=self.memory,
             microcompact=self.microcompact,

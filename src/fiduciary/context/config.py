@@ -13,13 +13,21 @@ from typing import TYPE_CHECKING
 
 from .._logs import logger
 from ..capabilities import Principal
+from ..exceptions import ConfigurationError
 from ..models.base import Model, ModelRequest
 from .compaction import CompactionPolicy, Summarizer
+from .tokens import context_window
 
 if TYPE_CHECKING:
     from .recall import MemoryLayer
 
-__all__ = ["ContextConfig", "DomainContext", "domain_text", "model_summarizer"]
+__all__ = [
+    "ContextConfig",
+    "DomainContext",
+    "context_config",
+    "domain_text",
+    "model_summarizer",
+]
 
 log = logger("fiduciary.context")
 
@@ -93,3 +101,37 @@ def model_summarizer(model: Model) -> Summarizer:
         return summary
 
     return summarize
+
+
+def context_config(
+    model: Model,
+    *,
+    window: int | None,
+    compact_at: float,
+    summarizer: Summarizer | None,
+    domain: DomainContext | None,
+    memory: MemoryLayer | None,
+    microcompact: bool,
+    remember_replies: bool,
+    after_run: Callable[[str], Awaitable[object]] | None,
+) -> ContextConfig:
+    """An agent's context options as the loop reads them: the window is the given one, else the
+    model's from the table (no window: no compaction); the summariser defaults to the model."""
+    window = window or context_window(model.name)
+    policy = None
+    if window is not None:
+        try:
+            policy = CompactionPolicy(
+                window=window, compact_at=compact_at, compact_to=min(0.5, compact_at * 0.6)
+            )
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+    return ContextConfig(
+        compaction=policy,
+        summarize=summarizer or model_summarizer(model),
+        domain=domain,
+        memory=memory,
+        microcompact=microcompact,
+        remember_replies=remember_replies,
+        after_run=after_run,
+    )
