@@ -253,6 +253,104 @@ async def test_commit_with_a_stale_epoch_is_refused_and_writes_nothing(store: St
     assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2]
 
 
+async def test_commit_with_release_applies_the_commit_then_frees_the_lease(store: Store) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=300)
+    assert lease is not None
+    events = deltas(run.run_id, 2, 2)
+
+    await store.commit(
+        run.run_id, epoch=lease.epoch, events=events, status="completed", release=True
+    )
+
+    stored = await store.get_run(run.run_id)
+    assert stored == replace(
+        lease,
+        last_seq=3,
+        status="completed",
+        updated_at=events[-1].at,
+        lease_owner=None,
+        lease_until=None,
+    )
+    assert (await store.read_events(run.run_id))[1:] == events
+    taken = await store.acquire(run.run_id, owner="w2", now=at(11), ttl_seconds=30)
+    assert taken is not None
+    assert taken.epoch == lease.epoch + 1
+
+
+@pytest.mark.parametrize("case", ["stale_epoch", "wrong_seqs"])
+async def test_a_refused_commit_with_release_keeps_the_lease(store: Store, case: str) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=300)
+    assert lease is not None
+    before = await snapshot(store, run.run_id)
+    epoch = lease.epoch + 1 if case == "stale_epoch" else lease.epoch
+    first = 2 if case == "stale_epoch" else 5
+
+    with pytest.raises((StaleEpochError, ConflictError)):
+        await store.commit(
+            run.run_id,
+            epoch=epoch,
+            events=deltas(run.run_id, first, 1),
+            status="completed",
+            release=True,
+        )
+
+    assert await snapshot(store, run.run_id) == before
+    assert await store.acquire(run.run_id, owner="w2", now=at(11), ttl_seconds=30) is None
+
+
+async def test_a_commit_and_a_ledger_begin_issued_together_both_apply(store: Store) -> None:
+    """The loop issues the events before a write's effect beside the ledger's started row (a
+    group-committing store writes them in one transaction): both apply, in either store."""
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=300)
+    assert lease is not None
+    events = deltas(run.run_id, 2, 3)
+    entry = make_ledger(run.run_id)
+
+    done, begun = await asyncio.gather(
+        store.commit(run.run_id, epoch=lease.epoch, events=events),
+        store.ledger_begin(entry, epoch=lease.epoch),
+    )
+
+    assert (done, begun) == (None, None)
+    assert (await store.read_events(run.run_id))[1:] == events
+    assert await store.ledger_get(entry.key) == entry
+    # the finish, issued beside the commit of the call's outcome
+    finished = at(30)
+    await asyncio.gather(
+        store.ledger_finish(entry.key, status="done", at=finished, result={"ok": True}),
+        store.commit(run.run_id, epoch=lease.epoch, events=deltas(run.run_id, 5, 1)),
+    )
+    assert await store.ledger_get(entry.key) == replace(
+        entry, status="done", finished_at=finished, result={"ok": True}
+    )
+    assert [e.seq for e in await store.read_events(run.run_id)] == [1, 2, 3, 4, 5]
+
+
+async def test_a_stale_commit_and_ledger_begin_issued_together_write_nothing(
+    store: Store,
+) -> None:
+    run = await new_run(store)
+    old = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=30)
+    assert old is not None
+    new = await store.acquire(run.run_id, owner="w2", now=at(40), ttl_seconds=30)
+    assert new is not None
+    entry = make_ledger(run.run_id)
+    before = await snapshot(store, run.run_id)
+
+    results = await asyncio.gather(
+        store.commit(run.run_id, epoch=old.epoch, events=deltas(run.run_id, 2, 1)),
+        store.ledger_begin(entry, epoch=old.epoch),
+        return_exceptions=True,
+    )
+
+    assert [type(r) for r in results] == [StaleEpochError, StaleEpochError]
+    assert await snapshot(store, run.run_id) == before
+    assert await store.ledger_get(entry.key) is None
+
+
 async def test_commit_to_an_unknown_run_is_refused(store: Store) -> None:
     run_id = uuid4()
     with pytest.raises(StoreError):

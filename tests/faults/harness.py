@@ -103,10 +103,17 @@ class FaultyStore:
         status: RunStatus | None = None,
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
+        release: bool = False,
     ) -> None:
         await self._trap(
             self.inner.commit(
-                run_id, epoch=epoch, events=events, status=status, approvals=approvals, audit=audit
+                run_id,
+                epoch=epoch,
+                events=events,
+                status=status,
+                approvals=approvals,
+                audit=audit,
+                release=release,
             )
         )
 

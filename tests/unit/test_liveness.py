@@ -62,13 +62,20 @@ class DiskFull(MemoryStore):
         status: RunStatus | None = None,
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
+        release: bool = False,
     ) -> None:
         if self.full:
             raise StoreError("database or disk is full")
         if self.armed and any(isinstance(e, TurnComplete) for e in events):
             self.full, self.armed = True, False  # the commit with turn_complete is the last
         await super().commit(
-            run_id, epoch=epoch, events=events, status=status, approvals=approvals, audit=audit
+            run_id,
+            epoch=epoch,
+            events=events,
+            status=status,
+            approvals=approvals,
+            audit=audit,
+            release=release,
         )
 
 

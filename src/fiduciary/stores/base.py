@@ -188,8 +188,12 @@ class RunLog(Protocol):
         status: RunStatus | None = None,
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
+        release: bool = False,
     ) -> None:
-        """Append events (with the next seqs) and apply the rest, all or nothing."""
+        """Append events (with the next seqs) and apply the rest, all or nothing.
+
+        ``release``: then clear the run's lease as ``release`` does (the drive's last commit),
+        in the same transaction where the store can; never if the commit is refused."""
 
     async def read_events(
         self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None

@@ -99,6 +99,7 @@ class MemoryStore:
         status: RunStatus | None = None,
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
+        release: bool = False,
     ) -> None:
         self._check_open()
         run = self._check_epoch(run_id, epoch)
@@ -113,6 +114,8 @@ class MemoryStore:
                 self._woken.discard(run_id)
         if events:
             changes["updated_at"] = events[-1].at
+        if release:
+            changes["lease_owner"] = changes["lease_until"] = None
         self._runs[run_id] = replace(run, **changes)
         self._events[run_id].extend(events)
         for a in approvals:

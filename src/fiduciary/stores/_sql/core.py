@@ -82,6 +82,7 @@ class Append:
     approvals: list[Params]
     audit: list[Params]
     create: Params | None = None  # the runs row of a create_run
+    release: bool = False  # a commit that then clears the run's lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +146,7 @@ class SQLStore:
         status: RunStatus | None = None,
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
+        release: bool = False,
     ) -> None:
         codec = self.dialect.codec
         events = tuple(events)
@@ -159,6 +161,7 @@ class SQLStore:
                 status,
                 [codec.approval_row(a) for a in approvals] if approvals else [],
                 [codec.audit_row(a) for a in audit] if audit else [],
+                release=release,
             )
         )
 

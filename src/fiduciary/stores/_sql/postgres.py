@@ -372,6 +372,8 @@ class PostgresStore(SQLStore):
         if self._closed:
             raise StoreError("the store is closed")
         await self._submit(Request(append, asyncio.get_running_loop().create_future()))
+        if append.release:  # after the batch committed it (its rows are planned per kind)
+            await self.release(append.run_id, epoch=append.epoch)
 
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
         rows = await self._fetch(QUERIES.acquire, params)

@@ -246,6 +246,8 @@ class Commit(Op[None]):
                 raise self._refusal(conn)
         elif conn.execute(QUERIES.check_epoch, (self.key, a.epoch)).fetchone() is None:
             raise self._refusal(conn)
+        if a.release:  # the drive's last commit: its lease goes in the same transaction
+            conn.execute(QUERIES.release, {"run_id": self.key, "epoch": a.epoch})
         for params in a.approvals:
             try:
                 conn.execute(QUERIES.insert_approval, params)
