@@ -7,7 +7,7 @@ from uuid import UUID
 
 import pytest
 
-from fiduciary.events import PendingAction, RunStarted
+from fiduciary.events import PendingAction, RunStarted, ToolCallStart
 
 from .test_cli import cli, completed, ledger_figures, stored_events, with_store
 
@@ -59,7 +59,8 @@ def test_fork_at_a_pending_action_denying_it(completed: tuple[Path, UUID]) -> No
     assert result.exit_code in (0, 1), result.output
     assert "FORK" in result.output
     assert f"of run {run_id} at seq {first.seq}" in result.output
-    refused = cli("runs", "fork", str(run_id), "--at", "3", "--db", db)
+    inside = next(e for e in stored_events(db, run_id) if isinstance(e, ToolCallStart))
+    refused = cli("runs", "fork", str(run_id), "--at", str(inside.seq), "--db", db)
     assert refused.exit_code != 0
     assert "inside a model turn" in refused.output
     bad = cli("runs", "fork", str(run_id), "--at", str(first.seq), "--decide", "maybe", "--db", db)
