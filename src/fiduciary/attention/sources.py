@@ -40,6 +40,27 @@ def _parse(cursor: str | None) -> datetime | None:
     return None if cursor is None else datetime.fromisoformat(cursor)
 
 
+async def _polled(
+    cursor: str | None,
+    scan: Callable[[datetime | None, datetime], Awaitable[list[Incoming]]],
+    clock: Clock,
+    sleep: Sleep,
+    every: float,
+    once: bool,
+) -> AsyncIterator[Batch]:
+    """The batches of a polling source: each scans from the previous scan's time (the cursor)
+    to now and carries now as its cursor; ``once`` stops after the first."""
+    since = _parse(cursor)
+    while True:
+        now = clock.now()
+        events = await scan(since, now)
+        yield Batch(events=tuple(events), cursor=now.isoformat())
+        since = now
+        if once:
+            return
+        await sleep(every)
+
+
 class FiduciaryEvents:
     """What in fiduciary's own store deserves attention (see the module docstring)."""
 
@@ -68,16 +89,11 @@ class FiduciaryEvents:
     def name(self) -> str:
         return self._name
 
-    async def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
-        since = _parse(cursor)
-        while True:
-            now = self._clock.now()
-            events = await self.scan(None if since is None else since - self._overlap, now)
-            since = now
-            yield Batch(events=tuple(events), cursor=now.isoformat())
-            if self._once:
-                return
-            await self._sleep(self._every)
+    def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
+        async def scan(since: datetime | None, now: datetime) -> list[Incoming]:
+            return await self.scan(None if since is None else since - self._overlap, now)
+
+        return _polled(cursor, scan, self._clock, self._sleep, self._every, self._once)
 
     async def scan(self, since: datetime | None, now: datetime) -> list[Incoming]:
         out: list[Incoming] = []
@@ -273,15 +289,11 @@ class WalletWatch:
     def name(self) -> str:
         return self._name
 
-    async def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
-        since = _parse(cursor)
-        while True:
-            now = self._clock.now()
-            yield Batch(events=tuple(self.scan(since, now)), cursor=now.isoformat())
-            since = now
-            if self._once:
-                return
-            await self._sleep(self._every)
+    def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
+        async def scan(since: datetime | None, now: datetime) -> list[Incoming]:
+            return self.scan(since, now)
+
+        return _polled(cursor, scan, self._clock, self._sleep, self._every, self._once)
 
     def scan(self, since: datetime | None, now: datetime) -> list[Incoming]:
         out: list[Incoming] = []
