@@ -10,31 +10,68 @@ The log itself is never changed. ``remember_reply`` keeps a final answer in memo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..capabilities import Kind
-from ..context.compaction import Shape, compact, shaped
-from ..context.config import domain_text
+from ..context.compaction import SentView, Shape, compact
+from ..context.config import ContextConfig, domain_text
 from ..context.layers import SystemPrompt, recall_block
-from ..context.tokens import measure_request
+from ..context.tokens import measured
 from ..events import CompactionDraft, ContextLayersDraft
-from ..models.base import Message, ModelRequest
-from ..models.pricing import estimate_input_tokens
+from ..gates import Gates
+from ..models.base import Message, ModelRequest, ToolSpec
+from ..models.pricing import message_chars, prompt_chars, tokens_of_chars
 from .state import Drive
 
-__all__ = ["prepare", "remember_reply"]
+__all__ = ["Prepared", "prepare", "remember_reply"]
 
 _DEDUPABLE = frozenset({Kind.READ, Kind.PREVIEW})
 
 
-async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
-    """``request`` (the base system prompt and the whole conversation) as it is to be sent."""
-    cfg, t = d.rt.context, d.t
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A model call's request as it is to be sent, and its ``estimate_input_tokens`` when
+    preparing it measured it (measured once: the budget and the next measure reuse it)."""
+
+    request: ModelRequest
+    tokens: int | None
+
+
+def _dedupable(cfg: ContextConfig, gates: Gates) -> Callable[[str], bool]:
+    # closes over the configuration only: the view it serves outlives the drive
+    def dedupable(name: str) -> bool:
+        cap = gates.get(name)
+        return cfg.microcompact and cap is not None and cap.kind in _DEDUPABLE
+
+    return dedupable
+
+
+def _view(d: Drive, cfg: ContextConfig, shape: Shape, made: SentView | None = None) -> SentView:
+    """The view for ``shape``, brought up to date: ``made`` or the one the transcript kept from
+    its previous call when it is for the same shape and configuration, else built anew. Kept
+    on the transcript when ``shape`` is the transcript's."""
+    t, key = d.t, (cfg.microcompact, id(d.rt.gates))  # the view's dedupable holds the gates
+    view = made if made is not None else t.view
+    if view is None or view.shape != shape or view.key != key:
+        first_turn = 1 + t.turns_before(shape.kept_from)
+        view = SentView(shape, _dedupable(cfg, d.rt.gates), first_turn=first_turn, key=key)
+    view.extend(t.messages)
+    if shape == t.shape:
+        t.view = view
+    return view
+
+
+async def prepare(d: Drive, *, tools: tuple[ToolSpec, ...], settings: dict[str, Any]) -> Prepared:
+    """The next model call's request: the system prompt and the conversation as sent."""
+    rt, cfg, t = d.rt, d.rt.context, d.t
     if cfg is None:
-        return request
-    redact = d.rt.redactor.redact_text
+        whole = tuple(t.messages)
+        return Prepared(ModelRequest(rt.system, whole, tools, settings), None)
+    system, stable = rt.system, None
     if cfg.layered:
+        redact = rt.redactor.redact_text
         if t.layers is None:
             context = "" if cfg.domain is None else await domain_text(cfg.domain, d.principal)
             recalled: list[str] = []
@@ -44,44 +81,41 @@ async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
         layers = t.layers
         assert layers is not None  # the fold applied the draft just emitted
         prompt = SystemPrompt.assemble(
-            request.system, context=layers.context, recall=recall_block(layers.recalled)
+            system, context=layers.context, recall=recall_block(layers.recalled)
         )
-        request = replace(request, system=prompt.layers, stable_layers=prompt.stable)
-
-    def dedupable(name: str) -> bool:
-        cap = d.rt.gates.get(name)
-        return cfg.microcompact and cap is not None and cap.kind in _DEDUPABLE
-
-    if cfg.microcompact or t.shape != Shape():
-        sent = shaped(t.messages, t.shape, dedupable, turns_before=t.turns_before)
-        request = replace(request, messages=sent)
+        system, stable = prompt.layers, prompt.stable
+    view = _view(d, cfg, t.shape)
+    fixed = prompt_chars(system, ()) + view.tools_chars(tools)
+    estimate = tokens_of_chars(fixed + view.chars)
+    request = ModelRequest(system, tuple(view.messages), tools, settings, stable)
     policy = cfg.compaction
     if policy is None:
-        return request
+        return Prepared(request, estimate)
     if t.compacting is None:
-        tokens = measure_request(request, d.last_request)
+        tokens = measured(estimate, d.last_request)
         if tokens <= policy.threshold:
-            return request
+            return Prepared(request, estimate)
         d.emit(CompactionDraft(phase="start", tokens_before=tokens))
     else:  # a compaction started before a crash and not ended: done again, the same way
         tokens = t.compacting
     # one measure for the whole compaction, fixed by what the start recorded, so that a run
     # resumed between start and end cuts where the first process would have
-    ratio = tokens / max(1, estimate_input_tokens(request))
+    ratio = tokens / estimate
 
     def measure(messages: Sequence[Message]) -> int:
-        return round(estimate_input_tokens(replace(request, messages=tuple(messages))) * ratio)
+        return round(tokens_of_chars(fixed + sum(map(message_chars, messages))) * ratio)
 
     shape, method = await compact(
         t.messages,
         t.shape,
         policy,
         measure=measure,
-        dedupable=dedupable,
+        dedupable=_dedupable(cfg, rt.gates),
         summarize=cfg.summarize,
-        redact=redact,
+        redact=rt.redactor.redact_text,
+        turns_before=t.turns_before,
     )
-    sent = shaped(t.messages, shape, dedupable, turns_before=t.turns_before)
+    sent = _view(d, cfg, shape)
     d.emit(
         CompactionDraft(
             phase="end",
@@ -90,10 +124,13 @@ async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
             stubbed_before=shape.stubbed_before,
             summary=shape.summary,
             tokens_before=tokens,
-            tokens_after=measure(sent),
+            tokens_after=measure(sent.messages),
         )
     )
-    return replace(request, messages=sent)
+    sent = _view(d, cfg, t.shape, sent)  # the shape as the log has it: what a resume sends
+    estimate = tokens_of_chars(fixed + sent.chars)
+    request = ModelRequest(system, tuple(sent.messages), tools, settings, stable)
+    return Prepared(request, estimate)
 
 
 def remember_reply(d: Drive, text: str) -> None:

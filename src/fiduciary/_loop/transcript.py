@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import assert_never
 from uuid import UUID, uuid4
 
-from ..context.compaction import Shape
+from ..context.compaction import SentView, Shape
 from ..events import (
     ActionResolved,
     Compaction,
@@ -83,6 +83,9 @@ class Transcript:
     compacting: int | None = None  # a compaction's tokens_before, from its start to its end
     user_text: str = ""
     layers: ContextLayers | None = None
+    # not part of the fold: what the last model call was sent, kept up to date by the next
+    # (``_loop.context``) so that it works on the messages added since, not the whole history
+    view: SentView | None = None
     _records: dict[str, int] = field(default_factory=dict)
     # for each message, how many assistant messages come before it (turns are numbered by it)
     _turns_before: list[int] = field(default_factory=list)

@@ -26,7 +26,6 @@ from ..events import (
 from ..exceptions import StoreError
 from ..gates import ParsedCall
 from ..models.base import (
-    ModelRequest,
     StreamRetry,
     StreamStop,
     StreamTextDelta,
@@ -39,7 +38,6 @@ from ..models.pricing import (
     budget_refusal,
     cost_usd,
     estimate_call_usd,
-    estimate_input_tokens,
     price_of,
 )
 from ..models.tiers import plan_turn
@@ -72,12 +70,8 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
             effort=rt.thinking_effort,
         )
     plan = d.plan
-    request = await prepare(
-        d,
-        ModelRequest(
-            system=rt.system, messages=tuple(t.messages), tools=d.tools, settings=plan.settings
-        ),
-    )
+    prepared = await prepare(d, tools=d.tools, settings=plan.settings)
+    request = prepared.request
     # the model that will answer (a tiered model routes by the plan's tier), and its price
     route = getattr(rt.model, "model_for", None)
     answering = route(request) if callable(route) else rt.model
@@ -86,7 +80,9 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         refusal = budget_refusal(
             budget_usd=budget,
             spent_usd=t.cost_usd,
-            next_call_usd=estimate_call_usd(price_of(answering, table=rt.prices), request),
+            next_call_usd=estimate_call_usd(
+                price_of(answering, table=rt.prices), request, input_tokens=prepared.tokens
+            ),
             model=answering.name,
         )
         if refusal is not None:
@@ -159,7 +155,8 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         return None
     cost = cost_usd(price_of(answering, answered_by, rt.prices), usage)
     reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-    d.last_request = LastRequest(reported, estimate_input_tokens(request))
+    if prepared.tokens is not None:  # the next call of the drive is measured from this one
+        d.last_request = LastRequest(reported, prepared.tokens)
     d.emit(
         UsageDraft(
             model=answered_by or rt.model.name,

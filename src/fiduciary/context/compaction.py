@@ -31,12 +31,22 @@ from ..models.base import (
     Message,
     TextPart,
     ToolResultsMessage,
+    ToolSpec,
     ToolUsePart,
     UserTextMessage,
 )
-from .shaping import cut_points, microcompact, stub_results, with_summary
+from ..models.pricing import message_chars, prompt_chars
+from .shaping import Dedup, cut_points, stub_message, summary_block
 
-__all__ = ["CompactionPolicy", "Shape", "Summarizer", "compact", "render_for_summary", "shaped"]
+__all__ = [
+    "CompactionPolicy",
+    "SentView",
+    "Shape",
+    "Summarizer",
+    "compact",
+    "render_for_summary",
+    "shaped",
+]
 
 log = logger("fiduciary.context")
 
@@ -82,6 +92,67 @@ class CompactionPolicy:
         return int(self.window * self.compact_to)
 
 
+class SentView:
+    """What the model is sent of a conversation cut as ``shape`` says, microcompacted — kept up
+    to date as the conversation grows.
+
+    ``extend`` works on the messages added since its last call only (the conversation only ever
+    grows at its end), so a model call costs what was added, not what the conversation holds.
+    ``chars`` counts the sent messages as ``estimate_input_tokens`` does. ``shaped`` builds the
+    same view whole: a resumed run, which builds it from the log, sends the same.
+    """
+
+    __slots__ = ("_dedup", "_names", "_tools", "_upto", "chars", "key", "messages", "shape")
+
+    def __init__(
+        self,
+        shape: Shape,
+        dedupable: Callable[[str], bool],
+        *,
+        first_turn: int = 1,
+        key: object = None,
+    ) -> None:
+        self.shape = shape
+        self.key = key  # what else the view was built for (its owner compares it)
+        self.messages: list[Message] = []
+        self.chars = 0
+        self._upto = shape.kept_from  # the next message of the conversation to take
+        self._names: dict[str, str] = {}  # tool_use_id -> capability, for the stubs
+        self._dedup = Dedup(dedupable, first_turn=first_turn)
+        self._tools: tuple[tuple[ToolSpec, ...], int] | None = None
+
+    def extend(self, conversation: Sequence[Message]) -> None:
+        """Take the messages of ``conversation`` (the same one, grown) added since."""
+        shape = self.shape
+        for index in range(self._upto, len(conversation)):
+            message = conversation[index]
+            if index < shape.stubbed_before:
+                if isinstance(message, AssistantMessage):
+                    self._names.update(
+                        (p.id, p.name) for p in message.parts if isinstance(p, ToolUsePart)
+                    )
+                elif isinstance(message, ToolResultsMessage):
+                    message = stub_message(message, self._names)
+            if not self.messages and shape.summary is not None:
+                block = summary_block(shape.summary)
+                if isinstance(message, UserTextMessage):
+                    message = UserTextMessage(f"{block}\n\n{message.text}")
+                else:  # not at a cut point: should not happen, but never lose the summary
+                    self._add(UserTextMessage(block))
+            self._add(self._dedup.feed(message))
+        self._upto = max(self._upto, len(conversation))
+
+    def _add(self, message: Message) -> None:
+        self.messages.append(message)
+        self.chars += message_chars(message)
+
+    def tools_chars(self, tools: tuple[ToolSpec, ...]) -> int:
+        """``prompt_chars`` of ``tools``, kept while the same tuple is given (one per drive)."""
+        if self._tools is None or self._tools[0] is not tools:
+            self._tools = (tools, prompt_chars((), tools))
+        return self._tools[1]
+
+
 def shaped(
     messages: Sequence[Message],
     shape: Shape,
@@ -95,13 +166,13 @@ def shaped(
     the cost follows what is sent, not the whole conversation (``turns_before(index)``: the
     assistant messages before an index, when the caller keeps that count)."""
     cut = shape.kept_from
-    stubbed = stub_results(messages[cut:], shape.stubbed_before - cut)
     if turns_before is None:
         first_turn = 1 + sum(1 for i in range(min(cut, len(messages))) if _assistant(messages[i]))
     else:
         first_turn = 1 + turns_before(cut)
-    kept = with_summary(stubbed, 0, shape.summary)
-    return microcompact(kept, dedupable, first_turn=first_turn)
+    view = SentView(shape, dedupable, first_turn=first_turn)
+    view.extend(messages)
+    return tuple(view.messages)
 
 
 def _assistant(message: Message) -> bool:
@@ -141,17 +212,21 @@ async def compact(
     dedupable: Callable[[str], bool],
     summarize: Summarizer | None,
     redact: Callable[[str], str],
+    turns_before: Callable[[int], int] | None = None,
 ) -> tuple[Shape, Method]:
     """The next shape of a conversation that measures over ``policy.threshold``.
 
-    ``measure`` gives the tokens of a request carrying the given messages. The summariser's
-    failure is logged and compaction goes on by dropping; this never raises because of it.
+    ``measure`` gives the tokens of a request carrying the given messages; ``turns_before``
+    as for ``shaped``. The summariser's failure is logged and compaction goes on by dropping;
+    this never raises because of it.
     """
 
     def size(candidate: Shape) -> int:
-        return measure(shaped(messages, candidate, dedupable))
+        return measure(shaped(messages, candidate, dedupable, turns_before=turns_before))
 
-    points = [p for p in cut_points(messages) if p >= shape.kept_from]
+    # the current cut is itself a cut point (no call open before it): the points after it are
+    # found from it, however long the conversation before it
+    points = [shape.kept_from + p for p in cut_points(messages[shape.kept_from :])]
     recent = points[-policy.keep_exchanges] if len(points) >= policy.keep_exchanges else None
     stub_from = max(shape.stubbed_before, recent if recent is not None else 0)
     stubbed = Shape(shape.kept_from, stub_from, shape.summary)

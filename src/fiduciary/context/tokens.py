@@ -24,7 +24,7 @@ from importlib import resources
 from ..models.base import ModelRequest
 from ..models.pricing import estimate_input_tokens
 
-__all__ = ["LastRequest", "context_window", "measure_request"]
+__all__ = ["LastRequest", "context_window", "measure_request", "measured"]
 
 _DATE_SUFFIX = re.compile(r"-\d{8}$")
 
@@ -63,7 +63,11 @@ def measure_request(request: ModelRequest, last: LastRequest | None = None) -> i
 
     A shrink (after compaction) is estimated the same way, as a negative growth.
     """
-    estimate = estimate_input_tokens(request)
+    return measured(estimate_input_tokens(request), last)
+
+
+def measured(estimate: int, last: LastRequest | None = None) -> int:
+    """``measure_request`` of a request whose ``estimate_input_tokens`` is ``estimate``."""
     if last is None or last.reported_tokens <= 0:
         return estimate
     return max(1, last.reported_tokens + estimate - last.estimated_tokens)

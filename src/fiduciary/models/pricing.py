@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
@@ -19,9 +19,10 @@ from typing import Any
 
 from .base import (
     AssistantMessage,
+    Message,
     ModelRequest,
     StreamUsage,
-    ToolResultsMessage,
+    ToolSpec,
     ToolUsePart,
     UserTextMessage,
 )
@@ -35,7 +36,10 @@ __all__ = [
     "default_prices",
     "estimate_call_usd",
     "estimate_input_tokens",
+    "message_chars",
     "price_of",
+    "prompt_chars",
+    "tokens_of_chars",
 ]
 
 MILLION = Decimal(1_000_000)
@@ -163,36 +167,55 @@ def cost_usd(price: Price | None, usage: StreamUsage) -> Decimal | None:
     return total / MILLION
 
 
-def estimate_input_tokens(request: ModelRequest) -> int:
-    """A rough count of a request's input tokens (four characters a token, schemas included)."""
-    chars = sum(len(s) for s in request.system)
-    for tool in request.tools:
+def message_chars(message: Message) -> int:
+    """The characters of one message, as ``estimate_input_tokens`` counts them."""
+    if isinstance(message, UserTextMessage):
+        return len(message.text)
+    if isinstance(message, AssistantMessage):
+        chars = 0
+        for part in message.parts:
+            if isinstance(part, ToolUsePart):
+                chars += len(part.name) + len(json.dumps(part.input, default=str))
+            else:
+                chars += len(part.text)
+        return chars
+    return sum(len(r.content) for r in message.results)
+
+
+def prompt_chars(system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
+    """The characters of a request's system layers and tool schemas."""
+    chars = sum(len(s) for s in system)
+    for tool in tools:
         chars += len(tool.name) + len(tool.description) + len(json.dumps(tool.input_schema))
-    for message in request.messages:
-        if isinstance(message, UserTextMessage):
-            chars += len(message.text)
-        elif isinstance(message, AssistantMessage):
-            for part in message.parts:
-                if isinstance(part, ToolUsePart):
-                    chars += len(part.name) + len(json.dumps(part.input, default=str))
-                else:
-                    chars += len(part.text)
-        elif isinstance(message, ToolResultsMessage):
-            chars += sum(len(r.content) for r in message.results)
+    return chars
+
+
+def tokens_of_chars(chars: int) -> int:
+    """Four characters a token (at least one)."""
     return max(1, chars // 4)
 
 
-def estimate_call_usd(price: Price | None, request: ModelRequest) -> Decimal | None:
+def estimate_input_tokens(request: ModelRequest) -> int:
+    """A rough count of a request's input tokens (four characters a token, schemas included)."""
+    chars = prompt_chars(request.system, request.tools)
+    return tokens_of_chars(chars + sum(message_chars(m) for m in request.messages))
+
+
+def estimate_call_usd(
+    price: Price | None, request: ModelRequest, *, input_tokens: int | None = None
+) -> Decimal | None:
     """The most the next call may cost: its estimated input, uncached, and its full ``max_tokens``
     of output. Deliberately pessimistic, so that a budget is never overrun by the call it let
-    through."""
+    through. ``input_tokens``: the request's ``estimate_input_tokens``, when already known."""
     if price is None:
         return None
     max_tokens = request.settings.get("max_tokens")
     output = (
         max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else DEFAULT_OUTPUT_ESTIMATE
     )
-    return (estimate_input_tokens(request) * price.input + output * price.output) / MILLION
+    if input_tokens is None:
+        input_tokens = estimate_input_tokens(request)
+    return (input_tokens * price.input + output * price.output) / MILLION
 
 
 def budget_refusal(
