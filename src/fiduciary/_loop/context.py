@@ -10,7 +10,7 @@ The log itself is never changed. ``remember_reply`` keeps a final answer in memo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,8 @@ from ..context.layers import SystemPrompt, recall_block
 from ..context.tokens import measured
 from ..events import CompactionDraft, ContextLayersDraft
 from ..gates import Gates
-from ..models.base import Message, ModelRequest, ToolSpec
-from ..models.pricing import message_chars, prompt_chars, tokens_of_chars
+from ..models.base import ModelRequest, ToolSpec
+from ..models.pricing import prompt_chars, tokens_of_chars
 from .state import Drive
 
 __all__ = ["Prepared", "prepare", "remember_reply"]
@@ -102,8 +102,8 @@ async def prepare(d: Drive, *, tools: tuple[ToolSpec, ...], settings: dict[str, 
     # resumed between start and end cuts where the first process would have
     ratio = tokens / estimate
 
-    def measure(messages: Sequence[Message]) -> int:
-        return round(tokens_of_chars(fixed + sum(map(message_chars, messages))) * ratio)
+    def measure(chars: int) -> int:
+        return round(tokens_of_chars(fixed + chars) * ratio)
 
     shape, method = await compact(
         t.messages,
@@ -124,7 +124,7 @@ async def prepare(d: Drive, *, tools: tuple[ToolSpec, ...], settings: dict[str, 
             stubbed_before=shape.stubbed_before,
             summary=shape.summary,
             tokens_before=tokens,
-            tokens_after=measure(sent.messages),
+            tokens_after=measure(sent.chars),
         )
     )
     sent = _view(d, cfg, t.shape, sent)  # the shape as the log has it: what a resume sends

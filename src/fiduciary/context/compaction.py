@@ -166,13 +166,15 @@ def shaped(
     the cost follows what is sent, not the whole conversation (``turns_before(index)``: the
     assistant messages before an index, when the caller keeps that count)."""
     cut = shape.kept_from
-    if turns_before is None:
-        first_turn = 1 + sum(1 for i in range(min(cut, len(messages))) if _assistant(messages[i]))
-    else:
-        first_turn = 1 + turns_before(cut)
+    first_turn = 1 + (_turns(messages, cut) if turns_before is None else turns_before(cut))
     view = SentView(shape, dedupable, first_turn=first_turn)
     view.extend(messages)
     return tuple(view.messages)
+
+
+def _turns(messages: Sequence[Message], index: int) -> int:
+    """The assistant messages before ``messages[index]``."""
+    return sum(1 for i in range(min(index, len(messages))) if _assistant(messages[i]))
 
 
 def _assistant(message: Message) -> bool:
@@ -208,7 +210,7 @@ async def compact(
     shape: Shape,
     policy: CompactionPolicy,
     *,
-    measure: Callable[[Sequence[Message]], int],
+    measure: Callable[[int], int],
     dedupable: Callable[[str], bool],
     summarize: Summarizer | None,
     redact: Callable[[str], str],
@@ -216,13 +218,17 @@ async def compact(
 ) -> tuple[Shape, Method]:
     """The next shape of a conversation that measures over ``policy.threshold``.
 
-    ``measure`` gives the tokens of a request carrying the given messages; ``turns_before``
-    as for ``shaped``. The summariser's failure is logged and compaction goes on by dropping;
-    this never raises because of it.
+    ``measure(chars)`` gives the tokens of a request whose messages count ``chars`` characters
+    (``message_chars``); ``turns_before`` as for ``shaped``. The summariser's failure is logged
+    and compaction goes on by dropping; this never raises because of it.
     """
 
     def size(candidate: Shape) -> int:
-        return measure(shaped(messages, candidate, dedupable, turns_before=turns_before))
+        cut = candidate.kept_from
+        first_turn = 1 + (_turns(messages, cut) if turns_before is None else turns_before(cut))
+        view = SentView(candidate, dedupable, first_turn=first_turn)
+        view.extend(messages)
+        return measure(view.chars)
 
     # the current cut is itself a cut point (no call open before it): the points after it are
     # found from it, however long the conversation before it
@@ -236,11 +242,17 @@ async def compact(
     if not later:  # one exchange fills the window: nothing may be cut without losing its start
         return stubbed, "stub"
     room = policy.target - policy.summary_tokens
-    cut = later[-1]
-    for point in later:  # the earliest cut whose tail fits keeps the most conversation
-        if size(Shape(point, max(stub_from, point), None)) <= room:
-            cut = point
-            break
+    # the earliest cut whose tail fits keeps the most conversation (else the latest): found by
+    # bisection, as a later cut sends no more (but for microcompact's pointers, a few
+    # characters either way)
+    lo, hi = 0, len(later) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if size(Shape(later[mid], max(stub_from, later[mid]), None)) <= room:
+            hi = mid
+        else:
+            lo = mid + 1
+    cut = later[lo]
     earlier = messages[shape.kept_from : cut]
     if summarize is not None:
         try:

@@ -20,7 +20,7 @@ from fiduciary.models.base import (
     ToolUsePart,
     UserTextMessage,
 )
-from fiduciary.models.pricing import estimate_input_tokens
+from fiduciary.models.pricing import estimate_input_tokens, tokens_of_chars
 
 CANARY = "sk-canary-0123456789"
 
@@ -45,6 +45,11 @@ def measure(messages: Sequence[Message]) -> int:
     return estimate_input_tokens(ModelRequest(system=("sys",), messages=tuple(messages), tools=()))
 
 
+def tokens(chars: int) -> int:
+    """``measure`` for ``compact``: of a request carrying messages of ``chars`` characters."""
+    return tokens_of_chars(len("sys") + chars)
+
+
 def reads(name: str) -> bool:
     return name == "balance"
 
@@ -65,7 +70,7 @@ async def test_stubbing_old_results_is_enough_when_the_results_are_the_bulk() ->
         messages,
         Shape(),
         policy,
-        measure=measure,
+        measure=tokens,
         dedupable=reads,
         summarize=never,
         redact=redact,
@@ -91,7 +96,7 @@ async def test_a_summary_replaces_the_oldest_exchanges_and_keeps_the_latest() ->
         messages,
         Shape(),
         policy,
-        measure=measure,
+        measure=tokens,
         dedupable=reads,
         summarize=summarize,
         redact=redact,
@@ -131,7 +136,7 @@ async def test_a_failing_summariser_drops_the_oldest_exchanges_and_still_fits() 
         messages,
         Shape(),
         policy,
-        measure=measure,
+        measure=tokens,
         dedupable=reads,
         summarize=broken,
         redact=redact,
@@ -155,7 +160,7 @@ async def test_a_second_compaction_summarises_the_previous_summary_too() -> None
         messages[:160],
         Shape(),
         policy,
-        measure=measure,
+        measure=tokens,
         dedupable=reads,
         summarize=summarize,
         redact=redact,
@@ -164,7 +169,7 @@ async def test_a_second_compaction_summarises_the_previous_summary_too() -> None
         messages,
         first,
         policy,
-        measure=measure,
+        measure=tokens,
         dedupable=reads,
         summarize=summarize,
         redact=redact,
@@ -180,7 +185,7 @@ async def test_one_exchange_larger_than_the_window_is_stubbed_not_cut() -> None:
         messages,
         Shape(),
         CompactionPolicy(window=1_000),
-        measure=measure,
+        measure=tokens,
         dedupable=reads,
         summarize=None,
         redact=redact,
