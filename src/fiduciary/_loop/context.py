@@ -17,6 +17,7 @@ from ..capabilities import Kind
 from ..context.compaction import Shape, compact, shaped
 from ..context.config import domain_text
 from ..context.layers import SystemPrompt, recall_block
+from ..context.skills import active_skill, skill_layer
 from ..context.tokens import measure_request
 from ..events import CompactionDraft, ContextLayersDraft
 from ..models.base import Message, ModelRequest
@@ -34,17 +35,21 @@ async def prepare(d: Drive, request: ModelRequest) -> ModelRequest:
     if cfg is None:
         return request
     redact = d.rt.redactor.redact_text
-    if cfg.layered:
-        if t.layers is None:
+    calls = t.history.calls[t.skill_since :]
+    skill = skill_layer(active_skill(cfg.skills, t.skill, calls, d.rt.gates.get))
+    if cfg.layered or skill:
+        if cfg.layered and t.layers is None:
             context = "" if cfg.domain is None else await domain_text(cfg.domain, d.principal)
             recalled: list[str] = []
             if cfg.memory is not None:
                 recalled = await cfg.memory.recall(t.user_text, d.principal.actor_id)
             d.emit(ContextLayersDraft(context=redact(context), recalled=recalled))
-        layers = t.layers
-        assert layers is not None  # the fold applied the draft just emitted
+        layers = t.layers  # (the fold applied the draft just emitted)
         prompt = SystemPrompt.assemble(
-            request.system, context=layers.context, recall=recall_block(layers.recalled)
+            request.system,
+            context=layers.context if layers else "",
+            recall=recall_block(layers.recalled) if layers else "",
+            skill=skill,
         )
         request = replace(request, system=prompt.layers, stable_layers=prompt.stable)
 

@@ -83,6 +83,8 @@ class Transcript:
     compacting: int | None = None  # a compaction's tokens_before, from its start to its end
     user_text: str = ""
     layers: ContextLayers | None = None
+    skill: str | None = None  # the person's latest choice, and the calls made since
+    skill_since: int = 0
     _records: dict[str, int] = field(default_factory=dict)
     # for each message, how many assistant messages come before it (turns are numbered by it)
     _turns_before: list[int] = field(default_factory=list)
@@ -161,6 +163,8 @@ class Transcript:
                 self.calls_since_user = 0
                 self.user_text = text
                 self.layers = None
+                if event.skill is not None:
+                    self.skill, self.skill_since = event.skill, len(self.history.calls)
             case ContextLayers():
                 self.layers = event
             case Compaction(phase="start"):

@@ -11,12 +11,12 @@
 The core never imports this package.
 """
 
+from ..context.skills import Skill, load_skills, parse_skill, skills_capability
 from ._connection import McpServer
 from .bridge import CallOutcome, McpGateway
 from .client import McpToolset, ToolPolicy, mcp_capabilities
 from .config import McpServerConfig, mcp_capabilities_from_config
 from .server import McpHttpApp, build_server, serve_stdio
-from .skills import Skill, load_skills, parse_skill, skills_capability
 
 __all__ = [
     "CallOutcome",

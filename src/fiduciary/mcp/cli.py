@@ -61,10 +61,10 @@ def mcp_command(
 async def _serve(
     spec: str, principal: str, db: Path, skills_dir: Path | None, console_url: str
 ) -> None:
+    from ..context.skills import load_skills
     from ..stores.sqlite import SQLiteStore
     from .bridge import McpGateway
     from .server import serve_stdio
-    from .skills import load_skills
 
     if not principal.strip():
         raise ValueError("--principal must name someone")

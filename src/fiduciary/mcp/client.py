@@ -30,10 +30,10 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..capabilities import Capability, Kind, Risk, args_digest, capability
+from ..context.skills import Skill
 from ..exceptions import CapabilityError, ConfigurationError
 from ._connection import Connection, McpServer
 from ._sdk import mcp_types
-from .skills import Skill
 
 __all__ = ["McpServer", "McpToolset", "ToolPolicy", "mcp_capabilities"]
 

@@ -21,11 +21,11 @@ from uuid import UUID
 
 from .. import __version__
 from ..capabilities import Principal
+from ..context.skills import Skill
 from ..exceptions import FiduciaryError
 from ._sdk import MCPError, mcp_types
 from .bridge import CallOutcome, McpGateway
 from .elicit import ApprovalAsker, elicits_forms
-from .skills import Skill
 
 __all__ = [
     "INSTRUCTIONS",
