@@ -278,3 +278,26 @@ async def test_a_servers_prompts_are_skills(bank: Bank) -> None:
     assert [s.name for s in skills] == ["careful-transfer"]
     assert skills[0].description == "Check the balance before any transfer."
     assert skills[0].body == "1. balance first.\n2. then transfer."
+
+
+async def test_a_servers_prompt_is_a_skill_of_the_agent_like_any_other(
+    bank: Bank, store: Store
+) -> None:
+    steps = [ToolCalls([Call("use_skill")]), Reply("Done.")]
+    async with await mcp_capabilities(bank.server, reads={"rates"}) as tools:
+        model = ScriptedModel([Script("", steps)])
+        agent = Agent(
+            model=model,
+            capabilities=[*tools],
+            skills=await tools.skills(),
+            store=store,
+            authorize=allow_all,
+        )
+        events = await collect(agent.run("move money", principal="alice", skill="careful-transfer"))
+    listed = json.loads(_ends(events)["use_skill"].output)
+    assert listed["skills"] == [
+        {"name": "careful-transfer", "description": "Check the balance before any transfer."}
+    ]
+    for request in model.requests:  # the prompt's text is the skill layer of every call
+        (layer,) = [s for s in request.system if s.startswith('<skill name="careful-transfer">')]
+        assert "1. balance first.\n2. then transfer." in layer
