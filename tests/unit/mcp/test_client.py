@@ -283,7 +283,7 @@ async def test_a_servers_prompts_are_skills(bank: Bank) -> None:
 async def test_a_servers_prompt_is_a_skill_of_the_agent_like_any_other(
     bank: Bank, store: Store
 ) -> None:
-    steps = [ToolCalls([Call("use_skill")]), Reply("Done.")]
+    steps: list[Step] = [ToolCalls([Call("use_skill")]), Reply("Done.")]
     async with await mcp_capabilities(bank.server, reads={"rates"}) as tools:
         model = ScriptedModel([Script("", steps)])
         agent = Agent(
