@@ -112,10 +112,13 @@ def skill_table(skills: Iterable[Skill]) -> dict[str, Skill]:
     return table
 
 
-def skills_capability(skills: Iterable[Skill], *, name: str = USE_SKILL) -> Capability:
+def skills_capability(
+    skills: Iterable[Skill] | Mapping[str, Skill], *, name: str = USE_SKILL
+) -> Capability:
     """A read capability: without a name, the list of skills; with one, its playbook (which an
-    agent that has the skill also puts in its system prompt's skill layer)."""
-    table = {s.name: s for s in skills}
+    agent that has the skill also puts in its system prompt's skill layer). Given a mapping, it
+    follows it: skills added to it later are offered too (an agent's ``skills``)."""
+    table = skills if isinstance(skills, Mapping) else {s.name: s for s in skills}
 
     @capability(name=name, kind="read", flags=[SKILL_FLAG], max_result_chars=40_000)
     def use_skill(skill: str = "") -> dict[str, Any]:
@@ -152,7 +155,7 @@ def with_skills(
     capability of that name already)."""
     caps = list(capabilities)
     if skills and not any(getattr(c, "name", None) == USE_SKILL for c in caps):
-        caps.append(skills_capability(skills.values()))
+        caps.append(skills_capability(skills))
     return caps
 
 

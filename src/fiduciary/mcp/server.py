@@ -139,7 +139,13 @@ def build_server(
     Runs and approvals are resources when ``source`` is a gateway."""
     from mcp.server import Server
 
-    by_name = {f"skill-{s.name}": s for s in skills}
+    given = {s.name: s for s in skills}
+
+    def prompts() -> dict[str, Skill]:
+        # the skills given, and the agent's own (its configured MCP servers' prompts among them)
+        mine = gateway.agent.skills if gateway is not None else {}
+        return {f"skill-{n}": s for n, s in {**mine, **given}.items()}
+
     gateway = source if isinstance(source, McpGateway) else None
     tools = GatewayTools(source) if isinstance(source, McpGateway) else source
 
@@ -202,14 +208,14 @@ def build_server(
     async def list_prompts(ctx: Any, params: Any) -> mcp_types.ListPromptsResult:
         return mcp_types.ListPromptsResult(
             prompts=[
-                mcp_types.Prompt(name=n, description=s.description) for n, s in by_name.items()
+                mcp_types.Prompt(name=n, description=s.description) for n, s in prompts().items()
             ]
         )
 
     async def get_prompt(
         ctx: Any, params: mcp_types.GetPromptRequestParams
     ) -> mcp_types.GetPromptResult:
-        skill = by_name.get(params.name)
+        skill = prompts().get(params.name)
         if skill is None:
             raise MCPError(_INVALID_PARAMS, f"no prompt {params.name!r}")
         return mcp_types.GetPromptResult(
@@ -227,8 +233,8 @@ def build_server(
         on_call_tool=call_tool,
         on_list_resources=list_resources if gateway is not None else None,
         on_read_resource=read_resource if gateway is not None else None,
-        on_list_prompts=list_prompts if by_name or gateway is not None else None,
-        on_get_prompt=get_prompt if by_name or gateway is not None else None,
+        on_list_prompts=list_prompts if given or gateway is not None else None,
+        on_get_prompt=get_prompt if given or gateway is not None else None,
     )
 
 

@@ -73,21 +73,26 @@ async def test_two_reads_run_on_their_own_and_together(bank: Bank, store: Store)
     assert events[-1].type == "run_completed"
 
 
-async def test_an_unmapped_tool_waits_for_a_person_then_runs_once(bank: Bank, store: Store) -> None:
+@pytest.mark.parametrize("amount", [5, 12.25])  # (a decimal one is approved as it was shown)
+async def test_an_unmapped_tool_waits_for_a_person_then_runs_once(
+    bank: Bank, store: Store, amount: float
+) -> None:
     async with await mcp_capabilities(bank.server) as tools:
         steps: list[Step] = [
-            ToolCalls([Call("transfer", {"to": "bob", "amount": 5})]),
+            ToolCalls([Call("transfer", {"to": "bob", "amount": amount})]),
             Reply("sent"),
         ]
         agent = _agent(store, list(tools), steps)
         events = await collect(agent.run("pay bob", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
         assert pending.tier == "confirm"
+        assert pending.input == {"to": "bob", "amount": amount}
         assert bank.transfers() == []
-        await agent.approve(pending.approval_id, by="alice")
+        await agent.approve(pending.approval_id, by="alice", args_digest=pending.args_digest)
         resumed = await collect(agent.resume(events[0].run_id))
-    assert bank.transfers() == ["transfer bob 5.0"]
-    assert json.loads(_ends(resumed)["transfer"].output)["text"] == "sent 5.0 to bob"
+    assert bank.transfers() == [f"transfer bob {float(amount)}"]
+    output = json.loads(_ends(resumed)["transfer"].output)["text"]
+    assert output == f"sent {float(amount)} to bob"
 
 
 async def test_an_operation_and_amount_put_a_small_transfer_under_the_policy(
