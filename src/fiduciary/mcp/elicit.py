@@ -35,7 +35,7 @@ import anyio
 from .._logs import logger
 from ..capabilities import Principal
 from ..exceptions import ApprovalError
-from ._sdk import mcp_types
+from ._sdk import MODERN_PROTOCOL_VERSIONS, MCPError, mcp_types
 from .bridge import CallOutcome, McpGateway
 
 __all__ = ["ApprovalAsker", "elicits_forms"]
@@ -43,7 +43,6 @@ __all__ = ["ApprovalAsker", "elicits_forms"]
 log = logger("fiduciary.mcp")
 
 _KEY = "fiduciary_approval"
-_MODERN = "2026-07-28"
 _MAX_WAIT = 900.0  # a back-channel question is never held longer than this
 
 
@@ -74,8 +73,9 @@ class ApprovalAsker:
         digest = str(pending.details.get("args_digest", ""))
         token = self._token(principal, approval_id, digest)
         session = ctx.session
-        if session.protocol_version == _MODERN or not session.can_send_request:
-            if session.protocol_version != _MODERN:
+        per_request = session.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if per_request or not session.can_send_request:
+            if not per_request:
                 return pending  # no back-channel (stateless HTTP before 2026-07-28)
             responses = params.input_responses
             if responses is None and params.request_state is None:
@@ -93,11 +93,15 @@ class ApprovalAsker:
         question = self._question(pending).params
         assert isinstance(question, mcp_types.ElicitRequestFormParams)
         with anyio.move_on_after(self._seconds_left(pending)):
-            answer = await session.elicit_form(
-                question.message, question.requested_schema, related_request_id=ctx.request_id
-            )
+            try:
+                answer = await session.elicit_form(
+                    question.message, question.requested_schema, related_request_id=ctx.request_id
+                )
+            except MCPError as exc:  # the client could not ask after all: it stays pending
+                log.info("the MCP client did not ask for approval: %s", exc.message)
+                return pending
             return await self._apply(principal, params, pending, answer)
-        return pending
+        return pending  # no answer before the approval expires
 
     async def _apply(
         self,

@@ -1,9 +1,12 @@
 """fiduciary's capabilities to any MCP client: over stdio, and as a streamable-HTTP ASGI app.
 
 ``tools/list`` is the agent's whitelist (descriptions, input schemas, a read-only hint for reads).
-``tools/call`` is a run through the gates (``bridge``). Runs and approvals are resources
-(``fiduciary://runs/{id}``, ``fiduciary://approvals/{id}``), each principal seeing only its own.
-Skills are prompts (``skill-<name>``).
+``tools/call`` is a run through the gates (``bridge``); a write waiting for a person is also
+offered to the person at the client when it supports elicitation (``elicit``). Runs and
+approvals are resources (``fiduciary://runs/{id}``, ``fiduciary://approvals/{id}``), each
+principal seeing only its own. Skills are prompts (``skill-<name>``): the ones given, and the
+agent's own. ``build_server`` also serves other tools (``Tools``): the claude CLI provider's
+``proposals``, whose calls run nothing.
 
 Who is asking: over stdio, the principal given on the command line; over HTTP, the principal of
 the API key in ``Authorization: Bearer`` (the server's ``KeyStore``). The HTTP app is stateless

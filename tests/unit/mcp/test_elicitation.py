@@ -15,6 +15,7 @@ from mcp.types import (
     ElicitRequestFormParams,
     ElicitRequestParams,
     ElicitResult,
+    ErrorData,
     InputRequiredResult,
     InputResponses,
 )
@@ -36,9 +37,11 @@ class Person:
         self.content = content
         self.asked: list[ElicitRequestFormParams] = []
 
-    async def __call__(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+    async def __call__(self, context: Any, params: ElicitRequestParams) -> ElicitResult | ErrorData:
         assert isinstance(params, ElicitRequestFormParams)
         self.asked.append(params)
+        if self.action == "error":
+            return ErrorData(code=-32603, message="the window was closed")
         if self.action != "accept":
             return ElicitResult(action=self.action)  # type: ignore[arg-type]
         return ElicitResult(action="accept", content=self.content)
@@ -167,5 +170,16 @@ async def test_a_key_that_cannot_decide_is_not_asked(served: Served) -> None:
     async with served.connect("carol", elicitation_callback=person) as client:
         answer = result(await client.call_tool("send", {"to": "bob", "amount": 64}))
     assert person.asked == []
+    assert answer["status"] == "pending_approval"
+    assert served.effects() == []
+
+
+async def test_a_client_that_fails_to_ask_leaves_it_pending(served: Served) -> None:
+    if served.transport != "stdio":
+        pytest.skip("asked during the call: the handshake protocol's back-channel (stdio)")
+    person = Person("error")
+    async with served.connect("alice", mode="legacy", elicitation_callback=person) as client:
+        answer = result(await client.call_tool("send", {"to": "bob", "amount": 65}))
+    assert len(person.asked) == 1
     assert answer["status"] == "pending_approval"
     assert served.effects() == []
