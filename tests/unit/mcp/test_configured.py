@@ -5,6 +5,7 @@ the ``mcpServers`` JSON of Claude Desktop and Cursor)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,11 +21,13 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from fiduciary import Principal
 from fiduciary.exceptions import ConfigurationError
-from fiduciary.mcp import McpServer, mcp_capabilities
-from fiduciary.mcp.attach import attach_toolset, configured_servers
+from fiduciary.mcp import McpGateway, McpServer, mcp_capabilities
+from fiduciary.mcp.attach import attach_toolset, attached_mcp, configured_servers
 from fiduciary.mcp.config import read_config
 from fiduciary.stores.memory import MemoryStore
+from fiduciary.stores.sqlite import SQLiteStore
 
 from .conftest import ROOT
 from .served_agent import make_agent
@@ -280,3 +283,43 @@ async def test_an_agent_without_skills_gets_use_skill_over_the_servers_prompts()
             }
         ]
     }
+
+
+async def test_the_approvals_command_is_given_the_servers_by_the_environment(
+    tmp_path: Path,
+) -> None:
+    db, log = tmp_path / "runs.sqlite3", tmp_path / "transfers.log"
+    servers = tmp_path / "servers.toml"
+    servers.write_text(_bank_table("bank", log, "bank_"), encoding="utf-8")
+    store = SQLiteStore(db)
+    agent = make_agent(store)
+    alice, args = Principal("alice"), {"to": "bob", "amount": 7}
+    try:
+        async with attached_mcp(agent, read_config(servers)):
+            gateway = McpGateway(agent)
+            pending = await gateway.call(alice, "bank_transfer", args)
+            assert pending.status == "pending_approval"
+            command = [
+                *[sys.executable, "-m", "fiduciary", "approvals", "approve"],
+                *[pending.details["approval_id"], "--by", "alice", "--agent", AGENT],
+                *["--db", str(db)],
+            ]
+            env = _env(tmp_path)
+
+            def approve() -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    command, env=env, capture_output=True, text=True, timeout=120, check=False
+                )
+
+            without = await asyncio.to_thread(approve)
+            assert without.returncode != 0
+            assert "bank_transfer" in without.stderr  # this agent lacks the run's capability
+            env["FIDUCIARY_MCP_CONFIG"] = str(servers)
+            approved = await asyncio.to_thread(approve)
+            assert approved.returncode == 0, approved.stderr
+            assert approved.stdout.startswith("approved ")
+            done = await gateway.call(alice, "bank_transfer", args)
+    finally:
+        await store.close()
+    assert done.status == "done"
+    assert log.read_text() == "transfer bob 7.0\n"
