@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
@@ -27,12 +27,13 @@ from .clock import Clock, SystemClock
 from .context.compaction import Summarizer
 from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
+from .context.skills import Skill, chosen_skill, skill_table, with_skills
 from .events import Event, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
-from .models.pricing import PriceTable
+from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier, plan_turn
 from .policy import Policy
 from .redaction import Redactor
@@ -111,6 +112,7 @@ class Agent:
         compact_at: float = 0.85,
         summarizer: Summarizer | None = None,
         microcompact: bool = True,
+        skills: Iterable[Skill] = (),
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
@@ -120,7 +122,7 @@ class Agent:
         # tier and effort are chosen per turn (models/tiers.py) unless fixed here
         self.model_tier: Tier | None = model_tier
         self.thinking_effort: Effort | None = thinking_effort
-        self.budget_usd = _budget(budget_usd)
+        self.budget_usd = parse_budget(budget_usd)
         self.prices = prices
         self.store: Store = store if store is not None else MemoryStore()
         self.policy = policy or Policy()
@@ -134,8 +136,9 @@ class Agent:
         self.lease_seconds = lease_seconds
         # spans and metrics of each drive (fiduciary.observability): off unless OTEL_* asks
         self.tracer: RunTracer = tracer_from_env()
+        self.skills = skill_table(skills)  # playbooks: use_skill, and the prompt's skill layer
         self.gates = Gates(
-            capabilities,
+            with_skills(capabilities, self.skills),
             store=self.store,
             policy=self.policy,
             guards=default_guards() if guards is None else list(guards),
@@ -179,6 +182,7 @@ class Agent:
         run_id: UUID | None = None,
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
+        skill: str | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
 
@@ -187,13 +191,13 @@ class Agent:
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
-        who = principal_of(principal)
+        who, skill = principal_of(principal), chosen_skill(self.skills, skill)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:
             run, transcript, first = await self._create(
-                message, who, run_id, capabilities, plan_first
+                message, who, run_id, capabilities, plan_first, skill=skill
             )
             driver = Driver(self._runtime(), run, transcript)
             for event in first:
@@ -201,7 +205,7 @@ class Agent:
         else:
             run, transcript = await self._continue(existing, who)
             driver = Driver(self._runtime(), run, transcript)
-            for event in await self._emit_first(driver, message):
+            for event in await self._emit_first(driver, message, skill):
                 yield event
         async for event in self._drive(driver):
             yield event
@@ -215,9 +219,10 @@ class Agent:
         plan_first: bool,
         *,
         leased: bool = True,
+        skill: str | None = None,
     ) -> tuple[RunRecord, Transcript, list[Event]]:
         """Record a new run (leased by this process unless ``leased`` is false)."""
-        names = self.gates.names
+        names, text = self.gates.names, self.redactor.redact_text(message)
         if capabilities is not None:
             wanted = list(dict.fromkeys(capabilities))
             unknown = [n for n in wanted if self.gates.get(n) is None]
@@ -244,7 +249,7 @@ class Agent:
             epoch=1,
             lease_owner=self.owner if leased else None,
             lease_until=now + timedelta(seconds=self.lease_seconds) if leased else None,
-            title=self.redactor.redact_text(message)[:120],
+            title=text[:120],
             scopes=tuple(sorted(who.scopes)),
         )
         first: list[Event] = [
@@ -259,7 +264,7 @@ class Agent:
                 tier=plan.tier,
                 effort=plan.effort,
             ),
-            UserMessage(run_id=rid, seq=2, at=now, text=self.redactor.redact_text(message)),
+            UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill),
         ]
         await self.store.create_run(run, first)
         transcript = self._transcript()
@@ -285,10 +290,10 @@ class Agent:
             raise RunError("busy", "the run is still running")
         return run, transcript
 
-    async def _emit_first(self, driver: Driver, message: str) -> list[Event]:
+    async def _emit_first(self, driver: Driver, message: str, skill: str | None) -> list[Event]:
         """The ``user_message`` that continues an idle run, committed."""
         try:
-            draft = UserMessageDraft(text=self.redactor.redact_text(message))
+            draft = UserMessageDraft(text=self.redactor.redact_text(message), skill=skill)
             built = driver.emit(draft, status="running")
             await driver.barrier()
             return built
@@ -341,6 +346,7 @@ class Agent:
         run_id: UUID | None = None,
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
+        skill: str | None = None,
     ) -> RunRecord:
         """Record a run's message for workers to drive (``fiduciary.worker``), not driving it here.
 
@@ -350,18 +356,18 @@ class Agent:
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
-        who = principal_of(principal)
+        who, skill = principal_of(principal), chosen_skill(self.skills, skill)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # one insert, never leased: claimable once committed
             run, _, _ = await self._create(
-                message, who, run_id, capabilities, plan_first, leased=False
+                message, who, run_id, capabilities, plan_first, leased=False, skill=skill
             )
             return run
         run, transcript = await self._continue(existing, who)
         driver = Driver(self._runtime(), run, transcript)
-        first = await self._emit_first(driver, message)
+        first = await self._emit_first(driver, message, skill)
         await self.store.release(run.run_id, epoch=run.epoch)
         return run.with_(
             status="running", last_seq=first[-1].seq, lease_owner=None, lease_until=None
@@ -610,6 +616,7 @@ class Agent:
             microcompact=self.microcompact,
             remember_replies=self.remember_replies,
             after_run=self.remember_after_run,
+            skills=self.skills,
         )
 
     async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
@@ -790,15 +797,3 @@ class Agent:
     ) -> list[ApprovalRecord]:
         who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_approvals(principal=who, status=status)
-
-
-def _budget(value: Decimal | str | None) -> Decimal | None:
-    if value is None:
-        return None
-    try:
-        budget = Decimal(str(value))
-    except InvalidOperation as exc:
-        raise ConfigurationError(f"budget_usd must be a number of dollars, not {value!r}") from exc
-    if not budget.is_finite() or budget < 0:
-        raise ConfigurationError("budget_usd must be a finite, non-negative amount")
-    return budget

@@ -127,6 +127,7 @@ class RunStarted(RunStartedDraft, EventBase):
 class UserMessageDraft(Draft):
     type: Literal["user_message"] = "user_message"
     text: str
+    skill: str | None = None  # the skill the person chose from this message on (its name)
 
 
 class UserMessage(UserMessageDraft, EventBase):

@@ -18,6 +18,7 @@ from ..capabilities import Kind
 from ..context.compaction import SentView, Shape, compact
 from ..context.config import ContextConfig, domain_text
 from ..context.layers import SystemPrompt, recall_block
+from ..context.skills import active_skill, skill_layer
 from ..context.tokens import measured
 from ..events import CompactionDraft, ContextLayersDraft
 from ..gates import Gates
@@ -70,18 +71,22 @@ async def prepare(d: Drive, *, tools: tuple[ToolSpec, ...], settings: dict[str, 
         whole = tuple(t.messages)
         return Prepared(ModelRequest(rt.system, whole, tools, settings), None)
     system, stable = rt.system, None
-    if cfg.layered:
+    calls = t.history.calls[t.skill_since :]
+    skill = skill_layer(active_skill(cfg.skills, t.skill, calls, rt.gates.get))
+    if cfg.layered or skill:
         redact = rt.redactor.redact_text
-        if t.layers is None:
+        if cfg.layered and t.layers is None:
             context = "" if cfg.domain is None else await domain_text(cfg.domain, d.principal)
             recalled: list[str] = []
             if cfg.memory is not None:
                 recalled = await cfg.memory.recall(t.user_text, d.principal.actor_id)
             d.emit(ContextLayersDraft(context=redact(context), recalled=recalled))
-        layers = t.layers
-        assert layers is not None  # the fold applied the draft just emitted
+        layers = t.layers  # (the fold applied the draft just emitted)
         prompt = SystemPrompt.assemble(
-            system, context=layers.context, recall=recall_block(layers.recalled)
+            system,
+            context=layers.context if layers else "",
+            recall=recall_block(layers.recalled) if layers else "",
+            skill=skill,
         )
         system, stable = prompt.layers, prompt.stable
     view = _view(d, cfg, t.shape)

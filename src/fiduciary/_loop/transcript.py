@@ -83,6 +83,8 @@ class Transcript:
     compacting: int | None = None  # a compaction's tokens_before, from its start to its end
     user_text: str = ""
     layers: ContextLayers | None = None
+    skill: str | None = None  # the person's latest choice, and the calls made since
+    skill_since: int = 0
     # not part of the fold: what the last model call was sent, kept up to date by the next
     # (``_loop.context``) so that it works on the messages added since, not the whole history
     view: SentView | None = None
@@ -164,6 +166,8 @@ class Transcript:
                 self.calls_since_user = 0
                 self.user_text = text
                 self.layers = None
+                if event.skill is not None:
+                    self.skill, self.skill_since = event.skill, len(self.history.calls)
             case ContextLayers():
                 self.layers = event
             case Compaction(phase="start"):

@@ -1,5 +1,6 @@
 """What every ``fiduciary`` command shares: the boundary that turns failures into one line and
-an exit code, the database option, id prefixes, reading a run's log, and formatting."""
+an exit code, the database option, id prefixes, reading a run's log, formatting, and the
+external MCP servers an agent is given (``--mcp-config``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -48,6 +49,17 @@ _INTERRUPTED = ("interrupted; the run can be resumed", 130)
 Db = Annotated[
     Path, typer.Option("--db", envvar="FIDUCIARY_DB", help="The SQLite file runs are stored in.")
 ]
+McpConfig = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--mcp-config",
+        envvar="FIDUCIARY_MCP_CONFIG",
+        help="External MCP servers whose tools the agent gets (gated like its own): a TOML file "
+        "of \\[\\[mcp]] tables, or a JSON file with mcpServers (Claude Desktop, Cursor). "
+        "Repeatable.",
+    ),
+]
+
 RunRef = Annotated[str, typer.Argument(metavar="RUN", help="A run id or a unique 6+ hex prefix.")]
 ApprovalRef = Annotated[
     str, typer.Argument(metavar="ID", help="An approval id or a unique 6+ hex prefix.")
@@ -333,3 +345,22 @@ def _clip(text: str, width: int = 80) -> str:
 
 def _jsonable(value: Any) -> str:
     return json.dumps(to_jsonable_python(value), ensure_ascii=False)
+
+
+# --- external MCP servers ---------------------------------------------------------------------
+
+
+def with_mcp(
+    agent: Any, tables: Sequence[dict[str, Any]], files: Sequence[str | Path]
+) -> AbstractAsyncContextManager[Any]:
+    """The configured MCP servers' tools and prompts on ``agent`` for a block (the ``mcp`` extra
+    is needed only when some are configured)."""
+    if not tables and not files:
+        return nullcontext()
+    try:
+        from ..mcp.attach import attached_mcp, configured_servers
+    except ImportError:
+        raise ConfigurationError(
+            "MCP servers are configured: that needs pip install 'fiduciary[mcp]'"
+        ) from None
+    return attached_mcp(agent, configured_servers(tables, files))

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..agent_factory import agent_of
-from ._common import _command, load_agent_factory, missing_extra
+from ._common import McpConfig, _command, load_agent_factory, missing_extra, with_mcp
 from .runs import approvals_app, runs_app
 from .timetravel import register as _register_timetravel
 
@@ -93,6 +93,7 @@ async def worker(
     apps_principal: Annotated[
         str, typer.Option(help="On whose behalf the apps act.")
     ] = "demo-user",
+    mcp_config: McpConfig = None,
 ) -> int:
     """Claim and drive runs from a shared PostgreSQL database until SIGTERM or Ctrl-C; with
     --apps or --apps-engine, tick the apps too."""
@@ -112,7 +113,10 @@ async def worker(
         loop.add_signal_handler(sig, stop.set)
     try:
         made = agent_of(factory(store), agent)
-        async with _ticking(store, apps, apps_engine, apps_principal, poll_interval):
+        async with (
+            with_mcp(made, [], mcp_config or []),
+            _ticking(store, apps, apps_engine, apps_principal, poll_interval),
+        ):
             await run_worker(
                 made,
                 stop=stop,

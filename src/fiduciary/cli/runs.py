@@ -52,6 +52,7 @@ from ._common import (
     _when,
     load_agent_factory,
     resume_command,
+    with_mcp,
 )
 from .terminal import Renderer, describe, follow_events, resume_with_approvals
 
@@ -107,7 +108,9 @@ async def _agent(
         agent = agent_of(made, spec)
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
-    yield agent
+    # the external MCP servers the agent's server and workers are given (its runs may call them)
+    async with with_mcp(agent, [], os.environ.get("FIDUCIARY_MCP_CONFIG", "").split()):
+        yield agent
 
 
 # --- runs -------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._logs import logger
@@ -16,6 +16,7 @@ from ..capabilities import Principal
 from ..exceptions import ConfigurationError
 from ..models.base import Model, ModelRequest
 from .compaction import CompactionPolicy, Summarizer
+from .skills import Skill
 from .tokens import context_window
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class ContextConfig:
     remember_replies: bool = False  # each final answer is remembered (kind "advice")
     # called with the principal's id after each completed run, in the background (MemoryLayer)
     after_run: Callable[[str], Awaitable[object]] | None = None
+    skills: Mapping[str, Skill] = field(default_factory=dict)  # for the skill layer, by name
 
     @property
     def layered(self) -> bool:
@@ -114,6 +116,7 @@ def context_config(
     microcompact: bool,
     remember_replies: bool,
     after_run: Callable[[str], Awaitable[object]] | None,
+    skills: Mapping[str, Skill] | None = None,
 ) -> ContextConfig:
     """An agent's context options as the loop reads them: the window is the given one, else the
     model's from the table (no window: no compaction); the summariser defaults to the model."""
@@ -134,4 +137,5 @@ def context_config(
         microcompact=microcompact,
         remember_replies=remember_replies,
         after_run=after_run,
+        skills=dict(skills or {}),
     )

@@ -1,22 +1,26 @@
 """MCP both ways, and skills (needs the ``mcp`` extra: ``pip install 'fiduciary[mcp]'``).
 
 - ``mcp_capabilities(server, ...)``: an external MCP server's tools as gated capabilities
-  (``client``; the supervised connection is ``_connection``), or from a TOML file's ``[[mcp]]``
-  tables (``config``).
+  (``client``; the supervised connection is ``_connection``), or from configuration: a TOML
+  file's ``[[mcp]]`` tables or a Claude Desktop / Cursor ``mcpServers`` JSON (``config``), given
+  to an agent a factory built (``attach``: ``fiduciary serve``, ``worker``, ``mcp``).
 - ``McpGateway``, ``serve_stdio``, ``McpHttpApp``: fiduciary's capabilities to any MCP client,
-  every call a run through the gates (``bridge`` makes the run, ``server`` speaks MCP).
-- ``load_skills``, ``skills_capability``: ``SKILL.md`` playbooks as MCP prompts and as a read
-  capability (``skills``).
+  every call a run through the gates (``bridge`` makes the run, ``server`` speaks MCP,
+  ``elicit`` offers a pending approval to the person at the client). ``proposals``: the same
+  server with tools that run nothing, for the claude CLI provider.
+- ``load_skills``, ``skills_capability``: ``SKILL.md`` playbooks (``fiduciary.context.skills``,
+  which needs no SDK) as MCP prompts and as a read capability.
 
 The core never imports this package.
 """
 
+from ..context.skills import Skill, load_skills, parse_skill, skills_capability
 from ._connection import McpServer
+from .attach import attach_toolset, attached_mcp
 from .bridge import CallOutcome, McpGateway
 from .client import McpToolset, ToolPolicy, mcp_capabilities
-from .config import McpServerConfig, mcp_capabilities_from_config
+from .config import McpServerConfig, mcp_capabilities_from_config, read_config
 from .server import McpHttpApp, build_server, serve_stdio
-from .skills import Skill, load_skills, parse_skill, skills_capability
 
 __all__ = [
     "CallOutcome",
@@ -27,11 +31,14 @@ __all__ = [
     "McpToolset",
     "Skill",
     "ToolPolicy",
+    "attach_toolset",
+    "attached_mcp",
     "build_server",
     "load_skills",
     "mcp_capabilities",
     "mcp_capabilities_from_config",
     "parse_skill",
+    "read_config",
     "serve_stdio",
     "skills_capability",
 ]

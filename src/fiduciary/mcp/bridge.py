@@ -210,8 +210,10 @@ def outcome_of(
             url = console_url.rstrip("/") + "/"
             details = {
                 "approval_id": str(last.approval_id),
-                "args_digest": _digest_of(events, last.tool_use_id),
+                "args_digest": last.args_digest,
+                "arguments": last.input,
                 "tier": last.tier,
+                "acknowledge": last.acknowledge,
                 "description": last.description,
                 "amount_usd": None if last.amount_usd is None else str(last.amount_usd),
                 "expires_at": last.expires_at.isoformat(),
@@ -233,14 +235,6 @@ def outcome_of(
         case RunFailed(message=message):
             return CallOutcome("error", message, run_id, {})
     return CallOutcome("in_progress", "The call has not finished; ask again.", run_id)
-
-
-def _digest_of(events: list[Event], tool_use_id: str) -> str:
-    for event in events:
-        digest = getattr(event, "args_digest", None)
-        if getattr(event, "tool_use_id", None) == tool_use_id and isinstance(digest, str):
-            return digest
-    return ""
 
 
 def _parsed(output: str) -> dict[str, Any]:

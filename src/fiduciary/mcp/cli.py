@@ -2,7 +2,11 @@
 
 ```
 fiduciary mcp --agent module:factory --principal ID [--db PATH] [--skills DIR] [--console-url URL]
+              [--mcp-config FILE ...]
 ```
+
+``--mcp-config``: external MCP servers whose tools the agent gets first (through its gates, so a
+client of this server reaches them only as gated capabilities).
 
 stdout is the protocol: nothing else is written there (errors go to stderr, one line, exit 2).
 ``register(app)`` adds the command to the ``fiduciary`` command line.
@@ -20,6 +24,7 @@ from rich.markup import escape
 
 from ..agent_factory import agent_of, load_factory
 from ..capabilities import Principal
+from ..cli._common import McpConfig, with_mcp
 from ..exceptions import FiduciaryError
 
 __all__ = ["mcp_command", "register"]
@@ -45,10 +50,11 @@ def mcp_command(
     console_url: Annotated[
         str, typer.Option(help="Where a person approves pending actions (shown to the client).")
     ] = "http://127.0.0.1:8000/",
+    mcp_config: McpConfig = None,
 ) -> None:
     """Serve the agent's capabilities over MCP (stdio): reads answer; writes pass the gates."""
     try:
-        asyncio.run(_serve(agent, principal, db, skills, console_url))
+        asyncio.run(_serve(agent, principal, db, skills, console_url, mcp_config or []))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except (FiduciaryError, OSError, ValueError) as exc:
@@ -59,12 +65,17 @@ def mcp_command(
 
 
 async def _serve(
-    spec: str, principal: str, db: Path, skills_dir: Path | None, console_url: str
+    spec: str,
+    principal: str,
+    db: Path,
+    skills_dir: Path | None,
+    console_url: str,
+    mcp_files: list[Path],
 ) -> None:
+    from ..context.skills import load_skills
     from ..stores.sqlite import SQLiteStore
     from .bridge import McpGateway
     from .server import serve_stdio
-    from .skills import load_skills
 
     if not principal.strip():
         raise ValueError("--principal must name someone")
@@ -74,8 +85,9 @@ async def _serve(
     store = SQLiteStore(db)
     try:
         agent = agent_of(factory(store), spec)
-        gateway = McpGateway(agent, console_url=console_url)
-        await serve_stdio(gateway, principal=Principal(principal), skills=skills)
+        async with with_mcp(agent, [], mcp_files):
+            gateway = McpGateway(agent, console_url=console_url)
+            await serve_stdio(gateway, principal=Principal(principal), skills=skills)
     finally:
         await store.close()
 

@@ -30,10 +30,10 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..capabilities import Capability, Kind, Risk, args_digest, capability
+from ..context.skills import Skill
 from ..exceptions import CapabilityError, ConfigurationError
 from ._connection import Connection, McpServer
 from ._sdk import mcp_types
-from .skills import Skill
 
 __all__ = ["McpServer", "McpToolset", "ToolPolicy", "mcp_capabilities"]
 
@@ -61,6 +61,7 @@ class McpToolset(Sequence[Capability]):
         self._caps = capabilities
         self._connections = connections
         self.origin: dict[str, str] = {}  # capability name -> server name
+        self.skill_servers: frozenset[str] | None = None  # whose prompts are skills (None: all)
 
     def __len__(self) -> int:
         return len(self._caps)
@@ -98,11 +99,15 @@ class McpToolset(Sequence[Capability]):
         raise KeyError(server)
 
     async def skills(self) -> list[Skill]:
-        """The servers' prompts that need no arguments, as skills (their text is the body)."""
+        """The servers' prompts that need no arguments, as skills (their text is the body;
+        the name made lower-case with hyphens, after the server's prefix)."""
         found: list[Skill] = []
         for conn in self._connections:
+            if self.skill_servers is not None and conn.server.name not in self.skill_servers:
+                continue
             for prompt, text in await conn.prompts():
-                name = re.sub(r"[^a-z0-9]+", "-", prompt.name.lower()).strip("-")[:64]
+                named = conn.server.prefix + prompt.name
+                name = re.sub(r"[^a-z0-9]+", "-", named.lower()).strip("-")[:64].strip("-")
                 description = (prompt.description or prompt.title or prompt.name).strip()
                 if name and text.strip():
                     found.append(Skill(name, description[:1024], text.strip()))
@@ -240,7 +245,10 @@ class _McpInput(BaseModel):
     def _check_schema(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             raise ValueError("the arguments must be a JSON object")
-        errors = sorted(cls.validator.iter_errors(_to_wire(data)), key=lambda e: list(e.path))
+        # kept as the server receives them: JSON numbers, not the Decimals fiduciary parsed, so
+        # the arguments recorded (and approved) validate again as they are (an approval's check)
+        data = _to_wire(data)
+        errors = sorted(cls.validator.iter_errors(data), key=lambda e: list(e.path))
         if errors:
             shown = "; ".join(
                 f"{'.'.join(str(p) for p in e.path) or '(input)'}: {e.message}" for e in errors[:5]

@@ -1,9 +1,12 @@
 """fiduciary's capabilities to any MCP client: over stdio, and as a streamable-HTTP ASGI app.
 
 ``tools/list`` is the agent's whitelist (descriptions, input schemas, a read-only hint for reads).
-``tools/call`` is a run through the gates (``bridge``). Runs and approvals are resources
-(``fiduciary://runs/{id}``, ``fiduciary://approvals/{id}``), each principal seeing only its own.
-Skills are prompts (``skill-<name>``).
+``tools/call`` is a run through the gates (``bridge``); a write waiting for a person is also
+offered to the person at the client when it supports elicitation (``elicit``). Runs and
+approvals are resources (``fiduciary://runs/{id}``, ``fiduciary://approvals/{id}``), each
+principal seeing only its own. Skills are prompts (``skill-<name>``): the ones given, and the
+agent's own. ``build_server`` also serves other tools (``Tools``): the claude CLI provider's
+``proposals``, whose calls run nothing.
 
 Who is asking: over stdio, the principal given on the command line; over HTTP, the principal of
 the API key in ``Authorization: Bearer`` (the server's ``KeyStore``). The HTTP app is stateless
@@ -16,89 +19,158 @@ import asyncio
 import json
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from .. import __version__
 from ..capabilities import Principal
+from ..context.skills import Skill
 from ..exceptions import FiduciaryError
 from ._sdk import MCPError, mcp_types
-from .bridge import McpGateway
-from .skills import Skill
+from .bridge import CallOutcome, McpGateway
+from .elicit import ApprovalAsker, elicits_forms
 
-__all__ = ["McpHttpApp", "build_server", "mcp_route", "serve_stdio"]
+__all__ = [
+    "INSTRUCTIONS",
+    "Caller",
+    "GatewayTools",
+    "McpHttpApp",
+    "Tools",
+    "build_server",
+    "mcp_route",
+    "serve_stdio",
+]
 
 RUNS_READ = "runs:read"
 RUNS_WRITE = "runs:write"
+APPROVALS_DECIDE = "approvals:decide"
 _KEY_SCOPE = "fiduciary.mcp.key"
 _INVALID_PARAMS = -32602
 _RUN = "fiduciary://runs/"
 _APPROVAL = "fiduciary://approvals/"
 
 
-class _Caller:
+INSTRUCTIONS = (
+    "Every tool runs through fiduciary's gates. A write may answer pending_approval: a person "
+    "decides it in the console (or here, if this client can ask them); then call the same tool "
+    "with the same arguments again for its outcome. Nothing you send approves it."
+)
+
+
+class Caller:
     """Who a request acts for, and what its key allows (stdio: everything, as the flag says)."""
 
     def __init__(self, principal: Principal, scopes: frozenset[str] | None = None) -> None:
         self.principal = principal
         self.scopes = scopes
 
+    def allows(self, scope: str) -> bool:
+        return self.scopes is None or scope in self.scopes or "admin" in self.scopes
+
     def require(self, scope: str) -> None:
-        if self.scopes is not None and scope not in self.scopes and "admin" not in self.scopes:
+        if not self.allows(scope):
             raise MCPError(_INVALID_PARAMS, f"this needs an API key with the scope {scope}")
 
 
+class Tools(Protocol):
+    """What a server offers as tools: ``McpGateway`` (the agent's capabilities, every call a
+    run through the gates), or anything else that lists tools and answers calls."""
+
+    def listed(self) -> list[mcp_types.Tool]: ...
+
+    async def call(
+        self, ctx: Any, caller: Caller, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult: ...
+
+
+class GatewayTools:
+    """The agent's whitelist as tools; a pending write's approval is also offered through
+    elicitation where the client supports it (``elicit``)."""
+
+    def __init__(self, gateway: McpGateway) -> None:
+        self.gateway = gateway
+        self.asker = ApprovalAsker(gateway)
+
+    def listed(self) -> list[mcp_types.Tool]:
+        return [
+            mcp_types.Tool(
+                name=cap.name,
+                description=cap.description,
+                input_schema=_object_schema(cap.input_schema()),
+                annotations=mcp_types.ToolAnnotations(
+                    read_only_hint=not cap.is_write,
+                    destructive_hint=cap.is_write,
+                    idempotent_hint=not cap.is_write,
+                ),
+            )
+            for cap in self.gateway.capabilities()
+        ]
+
+    async def call(
+        self, ctx: Any, caller: Caller, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        caller.require(RUNS_WRITE)
+        who = caller.principal
+        answer: CallOutcome | mcp_types.InputRequiredResult
+        try:
+            answer = await self.gateway.call(who, params.name, dict(params.arguments or {}))
+            if (
+                answer.status == "pending_approval"
+                and caller.allows(APPROVALS_DECIDE)
+                and elicits_forms(ctx)
+            ):
+                answer = await self.asker.offer(ctx, who, params, answer)
+        except FiduciaryError as exc:
+            return _tool_error(f"{type(exc).__name__}: {exc}")
+        if isinstance(answer, mcp_types.InputRequiredResult):
+            return answer
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(text=answer.text)],
+            structured_content=answer.structured(),
+            is_error=answer.is_error,
+        )
+
+
 def build_server(
-    gateway: McpGateway,
+    source: McpGateway | Tools,
     *,
     principal: Principal | None = None,
     skills: Sequence[Skill] = (),
+    instructions: str = INSTRUCTIONS,
 ) -> Any:
-    """The low-level SDK server. ``principal``: the fixed one (stdio); else per HTTP request."""
+    """The low-level SDK server. ``principal``: the fixed one (stdio); else per HTTP request.
+    Runs and approvals are resources when ``source`` is a gateway."""
     from mcp.server import Server
 
-    by_name = {f"skill-{s.name}": s for s in skills}
+    given = {s.name: s for s in skills}
 
-    def caller(ctx: Any) -> _Caller:
+    def prompts() -> dict[str, Skill]:
+        # the skills given, and the agent's own (its configured MCP servers' prompts among them)
+        mine = gateway.agent.skills if gateway is not None else {}
+        return {f"skill-{n}": s for n, s in {**mine, **given}.items()}
+
+    gateway = source if isinstance(source, McpGateway) else None
+    tools = GatewayTools(source) if isinstance(source, McpGateway) else source
+
+    def caller(ctx: Any) -> Caller:
         if principal is not None:
-            return _Caller(principal)
+            return Caller(principal)
         request = getattr(ctx, "request", None)
         key = None if request is None else request.scope.get(_KEY_SCOPE)
         if key is None:  # the ASGI layer lets no request through without one
             raise MCPError(_INVALID_PARAMS, "unauthenticated")
-        return _Caller(Principal(key.principal, frozenset(key.scopes)), frozenset(key.scopes))
+        return Caller(Principal(key.principal, frozenset(key.scopes)), frozenset(key.scopes))
 
     async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
-        tools = []
-        for cap in gateway.capabilities():
-            tools.append(
-                mcp_types.Tool(
-                    name=cap.name,
-                    description=cap.description,
-                    input_schema=_object_schema(cap.input_schema()),
-                    annotations=mcp_types.ToolAnnotations(
-                        read_only_hint=not cap.is_write,
-                        destructive_hint=cap.is_write,
-                        idempotent_hint=not cap.is_write,
-                    ),
-                )
-            )
-        return mcp_types.ListToolsResult(tools=tools)
+        return mcp_types.ListToolsResult(tools=tools.listed())
 
-    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> Any:
-        who = caller(ctx)
-        who.require(RUNS_WRITE)
-        try:
-            outcome = await gateway.call(who.principal, params.name, dict(params.arguments or {}))
-        except FiduciaryError as exc:
-            return _tool_error(f"{type(exc).__name__}: {exc}")
-        return mcp_types.CallToolResult(
-            content=[mcp_types.TextContent(text=outcome.text)],
-            structured_content=outcome.structured(),
-            is_error=outcome.is_error,
-        )
+    async def call_tool(
+        ctx: Any, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        return await tools.call(ctx, caller(ctx), params)
 
     async def list_resources(ctx: Any, params: Any) -> mcp_types.ListResourcesResult:
+        assert gateway is not None
         who = caller(ctx)
         who.require(RUNS_READ)
         actor = who.principal.actor_id
@@ -125,6 +197,7 @@ def build_server(
     async def read_resource(
         ctx: Any, params: mcp_types.ReadResourceRequestParams
     ) -> mcp_types.ReadResourceResult:
+        assert gateway is not None
         who = caller(ctx)
         who.require(RUNS_READ)
         uri = str(params.uri)
@@ -138,14 +211,14 @@ def build_server(
     async def list_prompts(ctx: Any, params: Any) -> mcp_types.ListPromptsResult:
         return mcp_types.ListPromptsResult(
             prompts=[
-                mcp_types.Prompt(name=n, description=s.description) for n, s in by_name.items()
+                mcp_types.Prompt(name=n, description=s.description) for n, s in prompts().items()
             ]
         )
 
     async def get_prompt(
         ctx: Any, params: mcp_types.GetPromptRequestParams
     ) -> mcp_types.GetPromptResult:
-        skill = by_name.get(params.name)
+        skill = prompts().get(params.name)
         if skill is None:
             raise MCPError(_INVALID_PARAMS, f"no prompt {params.name!r}")
         return mcp_types.GetPromptResult(
@@ -158,17 +231,13 @@ def build_server(
     return Server(
         "fiduciary",
         version=__version__,
-        instructions=(
-            "Every tool runs through fiduciary's gates. A write may answer pending_approval: a "
-            "person decides it in the console; then call the same tool with the same arguments "
-            "again for its outcome. Nothing you send approves it."
-        ),
+        instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
-        on_list_resources=list_resources,
-        on_read_resource=read_resource,
-        on_list_prompts=list_prompts,
-        on_get_prompt=get_prompt,
+        on_list_resources=list_resources if gateway is not None else None,
+        on_read_resource=read_resource if gateway is not None else None,
+        on_list_prompts=list_prompts if given or gateway is not None else None,
+        on_get_prompt=get_prompt if given or gateway is not None else None,
     )
 
 
@@ -230,12 +299,16 @@ async def _resource(gateway: McpGateway, actor: str, uri: str) -> str:
 
 
 async def serve_stdio(
-    gateway: McpGateway, *, principal: Principal, skills: Sequence[Skill] = ()
+    source: McpGateway | Tools,
+    *,
+    principal: Principal,
+    skills: Sequence[Skill] = (),
+    instructions: str = INSTRUCTIONS,
 ) -> None:
     """Serve MCP on this process's stdin/stdout, every call acting for ``principal``."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(gateway, principal=principal, skills=skills)
+    server = build_server(source, principal=principal, skills=skills, instructions=instructions)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

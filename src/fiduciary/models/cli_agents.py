@@ -5,9 +5,9 @@ as the model has proposed its tool calls: fiduciary, not the CLI, runs them (thr
 and gives the results in the next turn. Nothing of a CLI session survives a turn, so a run resumes
 in any process.
 
-- ``claude``: fiduciary's capabilities are offered through an MCP config naming a small stdio MCP
-  server (``python -m fiduciary.models._mcp_proposals SPEC``) that lists them and *never runs
-  them*: a call is only recorded. Built-in tools are switched off. With partial
+- ``claude``: fiduciary's capabilities are offered through an MCP config naming fiduciary's own
+  MCP server over stdio (``python -m fiduciary.mcp.proposals SPEC``, the ``mcp`` extra) with
+  tools that *never run*: a call is only recorded. Built-in tools are switched off. With partial
   messages on, text and thinking stream token by token and the end of the model's message is
   seen exactly.
 - ``codex exec --json``: the capabilities are described in the prompt, with a JSON reply format
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import re
 import shutil
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import ModelError
-from ._mcp_proposals import DEFERRED_RESULT, MCP_SERVER, serve_proposals
 from .base import (
     AssistantMessage,
     Message,
@@ -61,10 +61,15 @@ __all__ = [
     "CodexCLIModel",
     "parse_tool_calls",
     "render_transcript",
-    "serve_proposals",
 ]
 
+MCP_SERVER = "fiduciary"  # the name the CLI knows fiduciary's MCP server by
 MCP_PREFIX = f"mcp__{MCP_SERVER}__"
+PROPOSALS_MODULE = "fiduciary.mcp.proposals"
+DEFERRED_RESULT = (
+    "Recorded. fiduciary runs this call itself, after its checks, and gives you its result in "
+    "the next message. End your turn now."
+)
 _STDOUT_LIMIT = 1 << 24  # one JSON line may carry a long message
 
 
@@ -170,6 +175,14 @@ def _which(executable: str, name: str) -> str:
     return found
 
 
+def _needs_mcp(name: str) -> None:
+    """The tools are offered through fiduciary's MCP server, which needs the official SDK."""
+    if importlib.util.find_spec("mcp") is None:
+        raise ModelError(
+            f"{name} offers tools through MCP: pip install 'fiduciary[mcp]'", code="unavailable"
+        )
+
+
 def _tail(stderr: list[str]) -> str:
     return "".join(stderr).strip().splitlines()[-1][:300] if "".join(stderr).strip() else ""
 
@@ -249,10 +262,11 @@ class ClaudeCLIModel:
             spec.write_text(json.dumps([_tool_json(t) for t in request.tools]), encoding="utf-8")
             servers: dict[str, Any] = {}
             if request.tools:
+                _needs_mcp(self.name)
                 servers[MCP_SERVER] = {
                     "type": "stdio",
                     "command": self._python,
-                    "args": ["-m", "fiduciary.models._mcp_proposals", str(spec)],
+                    "args": ["-m", PROPOSALS_MODULE, str(spec)],
                 }
             config = Path(tmp) / "mcp.json"
             config.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")

@@ -12,11 +12,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..exceptions import ConfigurationError
 from .base import (
     AssistantMessage,
     Message,
@@ -37,6 +38,7 @@ __all__ = [
     "estimate_call_usd",
     "estimate_input_tokens",
     "message_chars",
+    "parse_budget",
     "price_of",
     "prompt_chars",
     "tokens_of_chars",
@@ -243,3 +245,16 @@ def budget_refusal(
             f"${budget_usd} budget is spent"
         )
     return None
+
+
+def parse_budget(value: Decimal | str | None) -> Decimal | None:
+    """A run's model budget in USD (``Agent(budget_usd=...)``): a finite, non-negative amount."""
+    if value is None:
+        return None
+    try:
+        budget = Decimal(str(value))
+    except InvalidOperation as exc:
+        raise ConfigurationError(f"budget_usd must be a number of dollars, not {value!r}") from exc
+    if not budget.is_finite() or budget < 0:
+        raise ConfigurationError("budget_usd must be a finite, non-negative amount")
+    return budget

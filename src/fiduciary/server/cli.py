@@ -12,9 +12,10 @@ import os
 import socket
 import tomllib
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._sweep import SWEEP_SECONDS
-from ..cli._common import plain_errors
+from ..cli._common import McpConfig, plain_errors, with_mcp
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
 from .auth import (
@@ -150,6 +151,11 @@ class ServerConfig(_Config):
     allow_private = false
     [apps]             # serve apps (see AppsSettings)
     dir = "apps"
+    [[mcp]]            # an external MCP server's tools, as gated capabilities (fiduciary.mcp)
+    name = "bank"
+    command = "python"
+    args = ["-m", "bank_mcp"]
+    prefix = "bank_"
     ```
     Secrets are read from the environment (``secret_env``) or, less safely, given inline.
     """
@@ -160,6 +166,7 @@ class ServerConfig(_Config):
     notify: list[TargetConfig] = Field(default_factory=list)
     webhooks: WebhookConfig = Field(default_factory=WebhookConfig)
     apps: AppsSettings | None = None
+    mcp: list[dict[str, Any]] = Field(default_factory=list)  # checked by fiduciary.mcp.config
 
     @classmethod
     def load(cls, path: Path | None) -> ServerConfig:
@@ -254,6 +261,7 @@ def serve(
         Path | None,
         typer.Option(help="An attention TOML file: serve its decision feed and run its watcher."),
     ] = None,
+    mcp_config: McpConfig = None,
 ) -> None:
     """Serve the HTTP API, live events and the web console (SQLite or PostgreSQL)."""
     if not drive and postgres is None:
@@ -290,6 +298,7 @@ def serve(
                 targets,
                 sweep_seconds,
                 attention=attention,
+                mcp_files=mcp_config or [],
             )
         )
     except KeyboardInterrupt:
@@ -342,6 +351,7 @@ async def _serve(
     sweep_seconds: float,
     *,
     attention: Path | None = None,
+    mcp_files: list[Path] | None = None,
 ) -> int:
     import uvicorn
 
@@ -369,9 +379,19 @@ async def _serve(
         return 2
     keys: KeyStore | None = None
     features: Features | None = None
+    external = AsyncExitStack()
     try:
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
+        toolset = await external.enter_async_context(
+            with_mcp(setup.agent, settings.mcp, mcp_files or [])
+        )
+        if toolset is not None:
+            console.print(
+                f"fiduciary: {len(toolset)} tools from MCP servers "
+                f"{escape(', '.join(sorted(set(toolset.origin.values()))))}",
+                soft_wrap=True,
+            )
         features = await open_features(
             store,
             setup.agent,
@@ -443,6 +463,7 @@ async def _serve(
             sock.close()
         if features is not None:
             await features.stop()  # (again: what it opened, if the app never started)
+        await external.aclose()  # the MCP servers' connections
         if keys is not None:
             await keys.aclose()
         await store.close()

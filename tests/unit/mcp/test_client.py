@@ -73,21 +73,26 @@ async def test_two_reads_run_on_their_own_and_together(bank: Bank, store: Store)
     assert events[-1].type == "run_completed"
 
 
-async def test_an_unmapped_tool_waits_for_a_person_then_runs_once(bank: Bank, store: Store) -> None:
+@pytest.mark.parametrize("amount", [5, 12.25])  # (a decimal one is approved as it was shown)
+async def test_an_unmapped_tool_waits_for_a_person_then_runs_once(
+    bank: Bank, store: Store, amount: float
+) -> None:
     async with await mcp_capabilities(bank.server) as tools:
         steps: list[Step] = [
-            ToolCalls([Call("transfer", {"to": "bob", "amount": 5})]),
+            ToolCalls([Call("transfer", {"to": "bob", "amount": amount})]),
             Reply("sent"),
         ]
         agent = _agent(store, list(tools), steps)
         events = await collect(agent.run("pay bob", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
         assert pending.tier == "confirm"
+        assert pending.input == {"to": "bob", "amount": amount}
         assert bank.transfers() == []
-        await agent.approve(pending.approval_id, by="alice")
+        await agent.approve(pending.approval_id, by="alice", args_digest=pending.args_digest)
         resumed = await collect(agent.resume(events[0].run_id))
-    assert bank.transfers() == ["transfer bob 5.0"]
-    assert json.loads(_ends(resumed)["transfer"].output)["text"] == "sent 5.0 to bob"
+    assert bank.transfers() == [f"transfer bob {float(amount)}"]
+    output = json.loads(_ends(resumed)["transfer"].output)["text"]
+    assert output == f"sent {float(amount)} to bob"
 
 
 async def test_an_operation_and_amount_put_a_small_transfer_under_the_policy(
@@ -278,3 +283,26 @@ async def test_a_servers_prompts_are_skills(bank: Bank) -> None:
     assert [s.name for s in skills] == ["careful-transfer"]
     assert skills[0].description == "Check the balance before any transfer."
     assert skills[0].body == "1. balance first.\n2. then transfer."
+
+
+async def test_a_servers_prompt_is_a_skill_of_the_agent_like_any_other(
+    bank: Bank, store: Store
+) -> None:
+    steps: list[Step] = [ToolCalls([Call("use_skill")]), Reply("Done.")]
+    async with await mcp_capabilities(bank.server, reads={"rates"}) as tools:
+        model = ScriptedModel([Script("", steps)])
+        agent = Agent(
+            model=model,
+            capabilities=[*tools],
+            skills=await tools.skills(),
+            store=store,
+            authorize=allow_all,
+        )
+        events = await collect(agent.run("move money", principal="alice", skill="careful-transfer"))
+    listed = json.loads(_ends(events)["use_skill"].output)
+    assert listed["skills"] == [
+        {"name": "careful-transfer", "description": "Check the balance before any transfer."}
+    ]
+    for request in model.requests:  # the prompt's text is the skill layer of every call
+        (layer,) = [s for s in request.system if s.startswith('<skill name="careful-transfer">')]
+        assert "1. balance first.\n2. then transfer." in layer

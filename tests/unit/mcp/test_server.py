@@ -6,143 +6,25 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import anyio
 import httpx
-import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
 
-from fiduciary import Agent, ToolCallEnd, ToolCallStart
 from fiduciary.server.app import create_app
 from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.sqlite import SQLiteStore
 
-from .conftest import ROOT
 from .served_agent import make_agent
+from .serving import Served, no_done_ledger_row, served, stdio_served
+from .serving import result as _result
 
 pytestmark = pytest.mark.timeout(120)
 
-
-@dataclass
-class Served:
-    """``fiduciary mcp`` for alice (and bob), the store it writes, and how a person approves."""
-
-    agent: Agent  # on the same store, in this process: reads what the server wrote
-    connect: Callable[[str], AbstractAsyncContextManager[Client]]
-    approve: Callable[[str, str, str], Any]  # (approval id, digest, by) -> awaitable
-    effects_file: Path
-
-    def effects(self) -> list[str]:
-        f = self.effects_file
-        return f.read_text().splitlines() if f.exists() else []
-
-
-@pytest.fixture(params=["stdio", "http"])
-async def served(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Served]:
-    db, effects = tmp_path / "runs.sqlite3", tmp_path / "effects.log"
-    monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
-    store = SQLiteStore(db)
-    agent = make_agent(store)
-    try:
-        if request.param == "stdio":
-            yield _stdio(agent, db, effects)
-        else:
-            yield await _http(agent, effects)
-    finally:
-        await store.close()
-
-
-def _stdio(agent: Agent, db: Path, effects: Path, pid_file: Path | None = None) -> Served:
-    @asynccontextmanager
-    async def connect(principal: str) -> AsyncIterator[Client]:
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=[
-                "-m",
-                "fiduciary",
-                "mcp",
-                "--agent",
-                "tests.unit.mcp.served_agent:make_agent",
-                "--principal",
-                principal,
-                "--db",
-                str(db),
-            ],
-            env={
-                "PYTHONPATH": str(ROOT),
-                "FID_MCP_EFFECTS": str(effects),
-                "FID_MCP_PID": str(pid_file or ""),
-            },
-            cwd=str(ROOT),
-        )
-        async with Client(params, cache=None) as client:
-            yield client
-
-    async def approve(approval_id: str, digest: str, by: str) -> None:
-        await agent.approve(UUID(approval_id), by=by, args_digest=digest)
-
-    return Served(agent, connect, approve, effects)
-
-
-async def _http(agent: Agent, effects: Path) -> Served:
-    keys = MemoryKeyStore()
-    app = create_app(agent, keys=keys, resume_on_start=False)
-    issued = {p: (await keys.create(p, ["runs:read", "runs:write", "approvals:decide"]))[0]
-              for p in ("alice", "bob")}  # fmt: skip
-
-    @asynccontextmanager
-    async def connect(principal: str) -> AsyncIterator[Client]:
-        http = httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app),
-            headers={"authorization": f"Bearer {issued[principal]}"},
-        )
-        async with (
-            http,
-            Client(
-                streamable_http_client("http://testserver/mcp", http_client=http), cache=None
-            ) as client,
-        ):
-            yield client
-
-    async def approve(approval_id: str, digest: str, by: str) -> None:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
-        ) as api:
-            answer = await api.post(
-                f"/approvals/{approval_id}/approve",
-                json={"args_digest": digest},
-                headers={"authorization": f"Bearer {issued[by]}"},
-            )
-            if answer.status_code != 200:
-                raise AssertionError(answer.text)
-
-    return Served(agent, connect, approve, effects)
-
-
-def _result(answer: CallToolResult) -> dict[str, Any]:
-    assert isinstance(answer.structured_content, dict)
-    return answer.structured_content
-
-
-async def _no_done_ledger_row(agent: Agent, run_id: str) -> bool:
-    events = [e async for e in agent.events(UUID(run_id), follow=False)]
-    assert not [e for e in events if isinstance(e, ToolCallEnd)]
-    (start,) = [e for e in events if isinstance(e, ToolCallStart)]
-    key = f"{run_id}:{start.tool_use_id}:{start.name}:v1:{start.args_digest}"
-    entry = await agent.store.ledger_get(key)
-    return entry is None or entry.status != "done"
+__all__ = ["served"]  # the fixture, over stdio and HTTP
 
 
 async def test_tools_are_the_whitelist_and_a_read_answers(served: Served) -> None:
@@ -162,7 +44,7 @@ async def test_a_write_waits_for_a_person_and_then_runs_exactly_once(served: Ser
     async with served.connect("alice") as client:
         first = _result(await client.call_tool("send", {"to": "bob", "amount": 50}))
         assert first["status"] == "pending_approval"
-        assert await _no_done_ledger_row(served.agent, first["run_id"])
+        assert await no_done_ledger_row(served.agent, first["run_id"])
         # nothing the client sends approves it
         forged = await client.call_tool(
             "send",
@@ -239,7 +121,7 @@ async def test_a_write_killed_after_its_started_row_is_unknown_and_never_runs_tw
     pid_file = tmp_path / "server.pid"
     monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
     store = SQLiteStore(db)
-    served = _stdio(make_agent(store), db, effects, pid_file)
+    served = stdio_served(make_agent(store), db, effects, pid_file)
     try:
         with anyio.fail_after(60):
             async with served.connect("alice") as client, anyio.create_task_group() as tg:

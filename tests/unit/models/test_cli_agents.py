@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +35,6 @@ from fiduciary.models.cli_agents import (
     CodexCLIModel,
     parse_tool_calls,
     render_transcript,
-    serve_proposals,
 )
 from fiduciary.models.retry import RetryPolicy
 
@@ -289,18 +288,25 @@ def test_the_transcript_a_cli_sees() -> None:
     )
 
 
-def test_the_proposals_server_speaks_json_rpc(tmp_path: Path) -> None:
+def test_the_proposals_server_is_fiduciarys_mcp_server_with_tools_that_run_nothing(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
     spec = tmp_path / "tools.json"
     spec.write_text(json.dumps([{"name": "send", "description": "d", "inputSchema": {}}]))
-    requests = [
+    requests: list[dict[str, Any]] = [
         {
             "jsonrpc": "2.0",
             "id": 1,
             "method": "initialize",
-            "params": {"protocolVersion": "2025-03-26"},
+            "params": {
+                "protocolVersion": "2025-03-26",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
         },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        "not json",
         {"jsonrpc": "2.0", "id": 2, "method": "ping"},
         {
             "jsonrpc": "2.0",
@@ -308,31 +314,47 @@ def test_the_proposals_server_speaks_json_rpc(tmp_path: Path) -> None:
             "method": "tools/call",
             "params": {"name": "send", "arguments": {"to": "x"}},
         },
+        {"jsonrpc": "2.0", "id": 4, "method": "resources/list"},
     ]
-    source = io.StringIO("\n".join(r if isinstance(r, str) else json.dumps(r) for r in requests))
-    sink = io.StringIO()
-    serve_proposals(spec, source, sink)
-    answers = [json.loads(line) for line in sink.getvalue().splitlines()]
-    assert [a["id"] for a in answers] == [1, 2, 3]
-    assert answers[0]["result"]["protocolVersion"] == "2025-03-26"
-    assert answers[1]["result"] == {}
-    assert answers[2]["result"]["content"][0]["text"] == DEFERRED_RESULT
+    answers: dict[int, Any] = {}
+    with subprocess.Popen(
+        [sys.executable, "-m", "fiduciary.mcp.proposals", str(spec)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as server:
+        assert server.stdin is not None
+        assert server.stdout is not None
+        for request in requests:  # one at a time, each answer read before the next (as the CLI)
+            server.stdin.write(json.dumps(request) + "\n")
+            server.stdin.flush()
+            if "id" in request:
+                answer = json.loads(server.stdout.readline())
+                answers[answer["id"]] = answer
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert sorted(answers) == [1, 2, 3, 4]
+    assert answers[1]["result"]["protocolVersion"] == "2025-03-26"
+    assert answers[1]["result"]["serverInfo"]["name"] == "fiduciary"
+    assert answers[1]["result"]["instructions"] == DEFERRED_RESULT
+    assert answers[2]["result"] == {}
+    assert answers[3]["result"]["content"] == [{"type": "text", "text": DEFERRED_RESULT}]
+    assert answers[3]["result"]["isError"] is False
+    assert answers[4]["error"]["code"] == -32601  # no runs here: nothing but tools
 
 
-def test_the_proposals_server_module_entry_point(tmp_path: Path) -> None:
+def test_the_proposals_server_needs_its_spec() -> None:
     import subprocess
 
-    spec = tmp_path / "tools.json"
-    spec.write_text("[]")
     done = subprocess.run(
-        [sys.executable, "-m", "fiduciary.models._mcp_proposals", str(spec)],
-        input=json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}) + "\n",
+        [sys.executable, "-m", "fiduciary.mcp.proposals"],
         capture_output=True,
         text=True,
-        timeout=30,
-        check=True,
+        timeout=60,
+        check=False,
     )
-    assert json.loads(done.stdout) == {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}
+    assert done.returncode == 2
+    assert done.stderr == "usage: python -m fiduciary.mcp.proposals SPEC.json\n"
 
 
 def test_names() -> None:
