@@ -63,7 +63,10 @@ async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
     drive = asyncio.create_task(collect(first.run("pay INV-7", principal="alice")))
     async with asyncio.timeout(TIMEOUT):
         await admitting.wait()
-    (run,) = await store.list_runs(principal="alice")
+        (run,) = await store.list_runs(principal="alice")
+        # the turn's events reach the store within the run's commit delay
+        while not isinstance((await store.read_events(run.run_id))[-1], TurnComplete):
+            await asyncio.sleep(0.001)
     # the first worker's lease lapses (it is paused) and another worker takes the run over
     clock.advance(first.lease_seconds + 1)
     taken = await store.acquire(run.run_id, owner="worker-2", now=clock.now(), ttl_seconds=60)
