@@ -369,9 +369,7 @@ async def test_a_commit_that_begins_a_ledger_row_applies_both(store: Store) -> N
     assert await store.ledger_get(entry.key) == entry
     again = replace(entry, started_at=at(20))
     more = deltas(run.run_id, 4, 1)
-    existing = await store.commit(
-        run.run_id, epoch=lease.epoch, events=more, ledger_begin=again
-    )
+    existing = await store.commit(run.run_id, epoch=lease.epoch, events=more, ledger_begin=again)
     assert existing == entry
     assert (await store.read_events(run.run_id))[-1:] == more
     assert await store.ledger_get(entry.key) == entry

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -22,6 +23,19 @@ from fiduciary.testing import Call, ManualClock, Reply, Script, ScriptedModel, T
 
 TIMEOUT = 5.0
 KEY = "alice:invoice:INV-7"
+
+
+async def turn_committed(store: Store, run_id: UUID) -> None:
+    """Until the turn's events reach the store (within the run's commit delay)."""
+    sub = store.subscribe(run_id)
+    try:
+        if any(isinstance(e, TurnComplete) for e in await store.read_events(run_id)):
+            return
+        async for event in sub:
+            if isinstance(event, TurnComplete):
+                return
+    finally:
+        sub.close()
 
 
 async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
@@ -64,9 +78,7 @@ async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
     async with asyncio.timeout(TIMEOUT):
         await admitting.wait()
         (run,) = await store.list_runs(principal="alice")
-        # the turn's events reach the store within the run's commit delay
-        while not isinstance((await store.read_events(run.run_id))[-1], TurnComplete):
-            await asyncio.sleep(0.001)
+        await turn_committed(store, run.run_id)
     # the first worker's lease lapses (it is paused) and another worker takes the run over
     clock.advance(first.lease_seconds + 1)
     taken = await store.acquire(run.run_id, owner="worker-2", now=clock.now(), ttl_seconds=60)

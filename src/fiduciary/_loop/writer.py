@@ -46,8 +46,8 @@ class Writer:
     __slots__ = (
         "_approvals",
         "_audit",
-        "_error",
         "_closed",
+        "_error",
         "_events",
         "_finishes",
         "_flusher",
