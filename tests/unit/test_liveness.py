@@ -13,7 +13,7 @@ from uuid import UUID
 import pytest
 
 from fiduciary import Agent, PendingAction, RunCompleted
-from fiduciary.events import Event, TurnComplete
+from fiduciary.events import Event
 from fiduciary.exceptions import StoreError
 from fiduciary.stores.base import ApprovalRecord, AuditRecord, LedgerEntry, RunStatus, Store
 from fiduciary.stores.sqlite import SQLiteStore
@@ -65,10 +65,10 @@ class DiskFull(MemoryStore):
         release: bool = False,
         ledger_begin: LedgerEntry | None = None,
     ) -> LedgerEntry | None:
+        if self.armed and approvals:  # the disk fills as the first approval is written
+            self.full, self.armed = True, False
         if self.full:
             raise StoreError("database or disk is full")
-        if self.armed and any(isinstance(e, TurnComplete) for e in events):
-            self.full, self.armed = True, False  # the commit with turn_complete is the last
         return await super().commit(
             run_id,
             epoch=epoch,
