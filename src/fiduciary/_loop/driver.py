@@ -70,8 +70,9 @@ class Driver(Drive):
             if not self.writer.closed:
                 with contextlib.suppress(BaseException):
                     await self.barrier()
-                with contextlib.suppress(Exception):
-                    await self.rt.store.release(self.run_id, epoch=self.epoch)
+                if self.writer.recorded:  # (a run whose creation failed is not ours)
+                    with contextlib.suppress(Exception):
+                        await self.rt.store.release(self.run_id, epoch=self.epoch)
             self.writer.end()
             self.trace.end(failure or stopped)
         if failure is not None:

@@ -8,6 +8,7 @@ functions over it, in their own modules (``turn``, ``dispatch``, ``settle``); ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from ..capabilities import Kind, Principal
@@ -27,7 +28,16 @@ __all__ = ["Drive"]
 class Drive:
     """One leased run being driven; events reach ``writer.out`` only once committed."""
 
-    def __init__(self, rt: Runtime, run: RunRecord, transcript: Transcript) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        run: RunRecord,
+        transcript: Transcript,
+        *,
+        unrecorded: Sequence[Event] = (),
+    ) -> None:
+        """``unrecorded``: a new run's first events, folded into ``transcript`` but not in the
+        store yet: the drive's first commit creates the run with them."""
         self.rt = rt
         self.run = run
         self.run_id = run.run_id
@@ -45,6 +55,7 @@ class Drive:
             transcript,
             limits.lease_seconds,
             delay=limits.commit_delay,
+            unrecorded=unrecorded,
             trace=self.trace,
         )
         self.principal = Principal(run.principal, frozenset(run.scopes))

@@ -17,7 +17,7 @@ before the first renewal).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..clock import Clock
@@ -47,11 +47,13 @@ class Writer:
         "_approvals",
         "_audit",
         "_closed",
+        "_create",
         "_error",
         "_events",
         "_finishes",
         "_flusher",
         "_next_seq",
+        "_recorded",
         "_renewal",
         "_renewing",
         "_status",
@@ -76,6 +78,7 @@ class Writer:
         lease_seconds: float,
         *,
         delay: float = 0.0,
+        unrecorded: Sequence[Event] = (),
         trace: DriveTrace = NO_DRIVE,
     ) -> None:
         self.store = store
@@ -98,6 +101,12 @@ class Writer:
         self._timer: asyncio.TimerHandle | None = None
         self._error: Exception | None = None
         self._renewal: asyncio.TimerHandle | None = None
+        # a new run not in the store yet: its first commit creates it with its first events
+        self._create: RunRecord | None = run if unrecorded else None
+        self._recorded = not unrecorded
+        if unrecorded:
+            self._events.extend(unrecorded)
+            self._schedule()
         self._renewing: asyncio.Task[None] | None = None
 
     # --- emission ------------------------------------------------------------------------
@@ -232,37 +241,53 @@ class Writer:
         approvals, self._approvals = self._approvals, []
         audit, self._audit = self._audit, []
         finishes, self._finishes = self._finishes, []
-        commit = self.store.commit(
-            self.run_id,
-            epoch=self.epoch,
-            events=events,
-            status=status,
-            approvals=approvals,
-            audit=audit,
-            release=release,
-            ledger_begin=ledger_begin,
-        )
-        if finishes:
-            # queued together, so that a store with group commit writes them in one transaction;
-            # a row's end stands even if the commit is refused (the effect happened)
-            ends = [
-                self.store.ledger_finish(
-                    f.key, status=f.status, at=f.at, result=f.result, error=f.error
+        # queued together, so that a store with group commit writes them in one transaction:
+        # the ledger rows' ends (which stand even if the commit is refused: the effect
+        # happened), the run's creation with its first events, the commit of the rest
+        steps: list[Awaitable[LedgerEntry | None]] = [self._ended(f) for f in finishes]
+        create, self._create = self._create, None
+        if create is not None:
+            steps.append(self._created(create, events))
+        if create is None or status or approvals or audit or release or ledger_begin:
+            steps.append(
+                self.store.commit(
+                    self.run_id,
+                    epoch=self.epoch,
+                    events=() if create is not None else events,
+                    status=status,
+                    approvals=approvals,
+                    audit=audit,
+                    release=release,
+                    ledger_begin=ledger_begin,
                 )
-                for f in finishes
-            ]
-            outcomes = await asyncio.gather(*ends, commit, return_exceptions=True)
+            )
+        if len(steps) == 1:
+            existing = await steps[0]
+        else:
+            outcomes = await asyncio.gather(*steps, return_exceptions=True)
             for outcome in (outcomes[-1], *outcomes[:-1]):
                 if isinstance(outcome, BaseException):
                     raise outcome
             existing = outcomes[-1] if isinstance(outcomes[-1], LedgerEntry) else None
-        else:
-            existing = await commit
         self.trace.committed(len(events))
         if self.out is not None:
             for event in events:
                 self.out.put_nowait(event)
         return existing
+
+    async def _ended(self, done: LedgerFinish) -> None:
+        await self.store.ledger_finish(
+            done.key, status=done.status, at=done.at, result=done.result, error=done.error
+        )
+
+    async def _created(self, run: RunRecord, events: Sequence[Event]) -> None:
+        await self.store.create_run(run, events)
+        self._recorded = True
+
+    @property
+    def recorded(self) -> bool:
+        """The run is in the store (a new run's first commit creates it)."""
+        return self._recorded
 
     # --- the lease -----------------------------------------------------------------------
     def start_renewing(self) -> None:
