@@ -44,11 +44,13 @@ async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
     entries: list[str] = []
     admitting, resume_admission = asyncio.Event(), asyncio.Event()
     asked = 0
+    run_ids: list[UUID] = []
 
     async def authorize(request: AuthorizationRequest) -> bool:
         nonlocal asked
         asked += 1
         if asked == 1:  # the first worker pauses here, after its last commit
+            run_ids.append(request.run_id)
             admitting.set()
             await resume_admission.wait()
         return True
@@ -77,8 +79,9 @@ async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
     drive = asyncio.create_task(collect(first.run("pay INV-7", principal="alice")))
     async with asyncio.timeout(TIMEOUT):
         await admitting.wait()
-        (run,) = await store.list_runs(principal="alice")
-        await turn_committed(store, run.run_id)
+        await turn_committed(store, run_ids[0])
+    run = await store.get_run(run_ids[0])
+    assert run is not None
     # the first worker's lease lapses (it is paused) and another worker takes the run over
     clock.advance(first.lease_seconds + 1)
     taken = await store.acquire(run.run_id, owner="worker-2", now=clock.now(), ttl_seconds=60)
