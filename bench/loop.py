@@ -10,7 +10,7 @@ fiduciary, and all four are interleaved batch by batch so that machine noise hit
   minimal asyncio loop that appends the same events (same count, same JSON bytes: they are
   templates taken from a real run) as rows of a SQLite WAL file, one commit per model turn at
   ``synchronous=NORMAL``, plus one ``synchronous=FULL`` commit of a ledger row before the write's
-  effect (4 transactions per run).
+  effect (4 transactions per run: the ledger row's "done" joins the next turn's commit).
 
 MemoryStore is compared with the bare floor, SQLiteStore with the durable floor
 (``ratio_to_durable_floor``). ``transactions_per_run`` is the SQLite store's write transactions
@@ -151,7 +151,8 @@ class DurableFloor:
     ``turns`` are the event templates of one real run (dicts without run_id/seq/at), cut where
     the run's model turns end; each floor run copies them, stamps its run id, seq and time,
     encodes each with ``json.dumps`` and inserts them, one transaction per model turn at
-    NORMAL; before the write's effect one FULL transaction records the ledger's intent.
+    NORMAL; before the write's effect one FULL transaction records the ledger's intent, and
+    its "done" joins the next turn's commit: 4 transactions.
     """
 
     def __init__(self, path: Path, turns: list[list[dict[str, Any]]]) -> None:
@@ -168,7 +169,13 @@ class DurableFloor:
         )
         self.turns = turns
 
-    def _append(self, run_id: str, first_seq: int, templates: list[dict[str, Any]]) -> int:
+    def _append(
+        self,
+        run_id: str,
+        first_seq: int,
+        templates: list[dict[str, Any]],
+        ledger_done: tuple[str, str] | None = None,
+    ) -> int:
         at = "2026-01-01T00:00:00+00:00"
         rows = []
         for offset, template in enumerate(templates):
@@ -176,6 +183,10 @@ class DurableFloor:
             row = {**template, "run_id": run_id, "seq": seq, "at": at}
             rows.append((run_id, seq, at, template["type"], json.dumps(row)))
         self.conn.execute("BEGIN")
+        if ledger_done is not None:  # the write's end, in the next turn's commit
+            self.conn.execute(
+                "UPDATE ledger SET state = 'done', result = ? WHERE key = ?", ledger_done
+            )
         self.conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", rows)
         self.conn.execute("COMMIT")
         return first_seq + len(templates)
@@ -193,12 +204,8 @@ class DurableFloor:
         self.conn.execute("COMMIT")
         self.conn.execute("PRAGMA synchronous = NORMAL")
         result = await save_fn("5")
-        self.conn.execute("BEGIN")
-        self.conn.execute(
-            "UPDATE ledger SET state = 'done', result = ? WHERE key = ?", (json.dumps(result), key)
-        )
-        self.conn.execute("COMMIT")
-        self._append(run_id, seq, third)  # its result, model turn 3: the final text
+        # its result and the ledger's "done", model turn 3: the final text
+        self._append(run_id, seq, third, ledger_done=(json.dumps(result), key))
 
     async def batch(self, n: int, concurrency: int = 1) -> None:
         for start in range(0, n, concurrency):

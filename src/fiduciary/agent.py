@@ -195,13 +195,11 @@ class Agent:
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
-        if existing is None:
+        if existing is None:  # created by the drive's first commit, with its first events
             run, transcript, first = await self._create(
-                message, who, run_id, capabilities, plan_first, skill=skill
+                message, who, run_id, capabilities, plan_first, skill=skill, record=False
             )
-            driver = Driver(self._runtime(), run, transcript)
-            for event in first:
-                yield event
+            driver = Driver(self._runtime(), run, transcript, unrecorded=first)
         else:
             run, transcript = await self._continue(existing, who)
             driver = Driver(self._runtime(), run, transcript)
@@ -220,8 +218,10 @@ class Agent:
         *,
         leased: bool = True,
         skill: str | None = None,
+        record: bool = True,
     ) -> tuple[RunRecord, Transcript, list[Event]]:
-        """Record a new run (leased by this process unless ``leased`` is false)."""
+        """A new run (leased by this process unless ``leased`` is false), recorded unless
+        ``record`` is false."""
         names, text = self.gates.names, self.redactor.redact_text(message)
         if capabilities is not None:
             wanted = list(dict.fromkeys(capabilities))
@@ -266,7 +266,8 @@ class Agent:
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill),
         ]
-        await self.store.create_run(run, first)
+        if record:
+            await self.store.create_run(run, first)
         transcript = self._transcript()
         for event in first:
             transcript.apply(event)

@@ -51,7 +51,7 @@ from .guards import Guard, GuardCall, GuardOutcome, RunHistory, order_guards, ru
 from .models.base import ToolSpec
 from .policy import Policy, PolicyDecision
 from .redaction import Redactor
-from .stores.base import ApprovalRecord, AuditRecord, LedgerEntry, Store
+from .stores.base import ApprovalRecord, AuditRecord, LedgerEntry, LedgerFinish, Store
 
 __all__ = [
     "Attempt",
@@ -98,7 +98,12 @@ class CallScope:
     lease epoch its ledger rows are fenced by, and where the guards' and handlers' reports
     (``guard_fired``, ``tool_progress``, redacted already) go.
     ``before_effect`` is awaited before a call that is not ``concurrent`` starts its effect
-    (the loop makes its log durable and checks the principal's lock there)."""
+    (the loop makes its log durable and checks the principal's lock there).
+
+    A run that keeps its own log may also take the ledger's writes into its commits:
+    ``begin`` replaces ``before_effect`` then ``Store.ledger_begin`` for such a call (the loop
+    commits its log and the ledger row in one durable transaction), and ``finish`` takes a
+    row's ``Store.ledger_finish`` into the log's next commit."""
 
     run_id: UUID
     principal: Principal
@@ -108,6 +113,8 @@ class CallScope:
     epoch: int = 0
     report: Callable[[GuardFiredDraft | ToolProgressDraft], Awaitable[None]] = _nothing
     before_effect: Callable[[], Awaitable[None]] = _nothing
+    begin: Callable[[LedgerEntry], Awaitable[LedgerEntry | None]] | None = None
+    finish: Callable[[LedgerFinish], None] | None = None
 
 
 @dataclass(slots=True)
@@ -583,22 +590,27 @@ class Gates:
         epoch: refused with ``StaleEpochError`` (the handler not entered) if the run was taken
         over since. A call that is not ``concurrent`` awaits the scope's ``before_effect``
         first."""
-        cap, call, args = a.cap, a.call, a.args
-        if not a.concurrent:
-            await a.scope.before_effect()
+        cap, call, args, scope = a.cap, a.call, a.args, a.scope
+        ledgered = cap.replay is Replay.NEVER
+        begin = None if a.concurrent or not ledgered else scope.begin
+        if not a.concurrent and begin is None:
+            await scope.before_effect()
         ctx = self.context(a)
         started = time.perf_counter()
         # 7 ledger: a non-replayable call runs at most once per key, and only by the lease holder
-        if cap.replay is Replay.NEVER:
+        if ledgered:
             entry = LedgerEntry(
                 key=ctx.idempotency_key,
-                run_id=a.scope.run_id,
+                run_id=scope.run_id,
                 tool_use_id=call.tool_use_id,
                 capability=cap.name,
                 status="started",
                 started_at=self.clock.now(),
             )
-            existing = await self.store.ledger_begin(entry, epoch=a.scope.epoch)
+            if begin is not None:  # the log and the row in one durable commit
+                existing = await begin(entry)
+            else:
+                existing = await self.store.ledger_begin(entry, epoch=scope.epoch)
             if existing is not None and not (
                 _retryable(existing)
                 and await self.store.ledger_retry(existing.key, at=entry.started_at)
@@ -639,10 +651,8 @@ class Gates:
         # 11 redact, truncate, audit
         safe = self.redactor.redact(output)
         content, truncated = self.render(cap, safe, hints)
-        if cap.replay is Replay.NEVER:
-            await self.store.ledger_finish(
-                ctx.idempotency_key, status="done", at=self.clock.now(), result=safe
-            )
+        if ledgered:
+            await self._finish(a, LedgerFinish(ctx.idempotency_key, "done", self.clock.now(), safe))
         audit = self._audit(a, "ok", a.tier, a.amount_usd, content, ctx.idempotency_key, started)
         return Outcome(
             call, content, truncated=truncated, hints=hints, audit=audit, recovery=a.recovery
@@ -658,17 +668,22 @@ class Gates:
                 "before doing anything else, and do not simply retry."
             )
         if cap.replay is Replay.NEVER:
-            await self.store.ledger_finish(
-                key,
-                status="failed",
-                at=self.clock.now(),
-                error=json.dumps({"code": code, "message": message, "unknown": effect_possible}),
-            )
+            error = json.dumps({"code": code, "message": message, "unknown": effect_possible})
+            await self._finish(a, LedgerFinish(key, "failed", self.clock.now(), error=error))
         content = error_content(code, message)
         # "unknown": the call may have acted (it counts toward the daily autonomous limit)
         outcome = "unknown" if effect_possible and cap.is_write else "error"
         audit = self._audit(a, outcome, a.tier, a.amount_usd, content, key, started)
         return Outcome(a.call, content, is_error=True, error_code=code, audit=audit)
+
+    async def _finish(self, a: Attempt, done: LedgerFinish) -> None:
+        """The ledger row's end: into the run's next commit, when the run keeps a log."""
+        if a.scope.finish is not None and not a.concurrent:
+            a.scope.finish(done)
+            return
+        await self.store.ledger_finish(
+            done.key, status=done.status, at=done.at, result=done.result, error=done.error
+        )
 
     async def recorded(self, a: Attempt) -> Outcome | None:
         """What the ledger recorded of a non-replayable call (it may have acted), or None when

@@ -351,6 +351,49 @@ async def test_a_stale_commit_and_ledger_begin_issued_together_write_nothing(
     assert await store.ledger_get(entry.key) is None
 
 
+async def test_a_commit_that_begins_a_ledger_row_applies_both(store: Store) -> None:
+    """The loop's commit before a write's effect: its events, then the ledger's started row,
+    durable together; the existing row when the key is taken (the events commit anyway)."""
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=300)
+    assert lease is not None
+    events = deltas(run.run_id, 2, 2)
+    entry = make_ledger(run.run_id)
+
+    begun = await store.commit(
+        run.run_id, epoch=lease.epoch, events=events, status="running", ledger_begin=entry
+    )
+
+    assert begun is None
+    assert (await store.read_events(run.run_id))[1:] == events
+    assert await store.ledger_get(entry.key) == entry
+    again = replace(entry, started_at=at(20))
+    more = deltas(run.run_id, 4, 1)
+    existing = await store.commit(run.run_id, epoch=lease.epoch, events=more, ledger_begin=again)
+    assert existing == entry
+    assert (await store.read_events(run.run_id))[-1:] == more
+    assert await store.ledger_get(entry.key) == entry
+
+
+@pytest.mark.parametrize("case", ["stale_epoch", "wrong_seqs", "another_run"])
+async def test_a_refused_commit_begins_no_ledger_row(store: Store, case: str) -> None:
+    run = await new_run(store)
+    lease = await store.acquire(run.run_id, owner="w1", now=at(10), ttl_seconds=300)
+    assert lease is not None
+    epoch = lease.epoch + 1 if case == "stale_epoch" else lease.epoch
+    first = 5 if case == "wrong_seqs" else 2
+    entry = make_ledger(uuid4() if case == "another_run" else run.run_id)
+    before = await snapshot(store, run.run_id)
+
+    with pytest.raises((StaleEpochError, ConflictError, StoreError)):
+        await store.commit(
+            run.run_id, epoch=epoch, events=deltas(run.run_id, first, 1), ledger_begin=entry
+        )
+
+    assert await snapshot(store, run.run_id) == before
+    assert await store.ledger_get(entry.key) is None
+
+
 async def test_commit_to_an_unknown_run_is_refused(store: Store) -> None:
     run_id = uuid4()
     with pytest.raises(StoreError):

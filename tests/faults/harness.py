@@ -104,8 +104,9 @@ class FaultyStore:
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
         release: bool = False,
-    ) -> None:
-        await self._trap(
+        ledger_begin: LedgerEntry | None = None,
+    ) -> LedgerEntry | None:
+        return await self._trap(
             self.inner.commit(
                 run_id,
                 epoch=epoch,
@@ -114,6 +115,7 @@ class FaultyStore:
                 approvals=approvals,
                 audit=audit,
                 release=release,
+                ledger_begin=ledger_begin,
             )
         )
 

@@ -156,16 +156,25 @@ async def test_resume_all_picks_up_runs_left_running(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script("crash", [ToolCalls([Call("balance")]), Reply("recovered")])
+    never = asyncio.Event()
+
+    @capability(kind="read")
+    async def balance(account: str = "main") -> dict[str, str]:
+        """The balance."""
+        await never.wait()  # the caller goes away while it runs
+        return {}
+
+    toys = [c for c in toy_capabilities(effects) if c.name != "balance"]
     agent = Agent(
         model=ScriptedModel([script]),
-        capabilities=toy_capabilities(effects),
+        capabilities=[*toys, balance],
         store=store,
         clock=clock,
         lease_seconds=5,
     )
     stream = agent.run("crash soon", principal="alice")
     first = [await anext(stream) for _ in range(2)]  # accepted: run_started, user_message
-    await stream.aclose()  # the caller goes away: the run stays "running"
+    await stream.aclose()  # the caller goes away mid-run: the run stays "running"
     run_id = first[0].run_id
     assert (await agent.get_run(run_id)).status == "running"
     clock.advance(10)  # any lease left behind has lapsed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -24,17 +25,32 @@ TIMEOUT = 5.0
 KEY = "alice:invoice:INV-7"
 
 
+async def turn_committed(store: Store, run_id: UUID) -> None:
+    """Until the turn's events reach the store (within the run's commit delay)."""
+    sub = store.subscribe(run_id)
+    try:
+        if any(isinstance(e, TurnComplete) for e in await store.read_events(run_id)):
+            return
+        async for event in sub:
+            if isinstance(event, TurnComplete):
+                return
+    finally:
+        sub.close()
+
+
 async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
     store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     entries: list[str] = []
     admitting, resume_admission = asyncio.Event(), asyncio.Event()
     asked = 0
+    run_ids: list[UUID] = []
 
     async def authorize(request: AuthorizationRequest) -> bool:
         nonlocal asked
         asked += 1
         if asked == 1:  # the first worker pauses here, after its last commit
+            run_ids.append(request.run_id)
             admitting.set()
             await resume_admission.wait()
         return True
@@ -63,7 +79,9 @@ async def test_a_write_is_never_started_by_a_worker_whose_run_was_taken_over(
     drive = asyncio.create_task(collect(first.run("pay INV-7", principal="alice")))
     async with asyncio.timeout(TIMEOUT):
         await admitting.wait()
-    (run,) = await store.list_runs(principal="alice")
+        await turn_committed(store, run_ids[0])
+    run = await store.get_run(run_ids[0])
+    assert run is not None
     # the first worker's lease lapses (it is paused) and another worker takes the run over
     clock.advance(first.lease_seconds + 1)
     taken = await store.acquire(run.run_id, owner="worker-2", now=clock.now(), ttl_seconds=60)

@@ -13,9 +13,9 @@ from uuid import UUID
 import pytest
 
 from fiduciary import Agent, PendingAction, RunCompleted
-from fiduciary.events import Event, TurnComplete
+from fiduciary.events import Event
 from fiduciary.exceptions import StoreError
-from fiduciary.stores.base import ApprovalRecord, AuditRecord, RunStatus, Store
+from fiduciary.stores.base import ApprovalRecord, AuditRecord, LedgerEntry, RunStatus, Store
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import (
     Call,
@@ -63,12 +63,13 @@ class DiskFull(MemoryStore):
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
         release: bool = False,
-    ) -> None:
+        ledger_begin: LedgerEntry | None = None,
+    ) -> LedgerEntry | None:
+        if self.armed and approvals:  # the disk fills as the first approval is written
+            self.full, self.armed = True, False
         if self.full:
             raise StoreError("database or disk is full")
-        if self.armed and any(isinstance(e, TurnComplete) for e in events):
-            self.full, self.armed = True, False  # the commit with turn_complete is the last
-        await super().commit(
+        return await super().commit(
             run_id,
             epoch=epoch,
             events=events,
@@ -76,6 +77,7 @@ class DiskFull(MemoryStore):
             approvals=approvals,
             audit=audit,
             release=release,
+            ledger_begin=ledger_begin,
         )
 
 

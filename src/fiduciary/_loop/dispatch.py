@@ -55,7 +55,8 @@ async def dispatch(
 ) -> ApprovalRecord | None:
     """One call, in the serial path: its verdict recorded; the approval it waits for, if any."""
     # earlier writes' audit rows count toward the daily limit: commit them first
-    await d.barrier()
+    if d.writer.spending:
+        await d.barrier()
     return d.record(await d.rt.gates.run(d.attempt(call, recovery=recovery)))
 
 

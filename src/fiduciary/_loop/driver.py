@@ -41,7 +41,8 @@ class Driver(Drive):
         stopped: BaseException | None = None
         try:
             await self._drive()
-            await self.barrier()
+            self.writer.stop_renewing()
+            await self.writer.close()  # the last commit releases the lease
             self.settled = True
         except StaleEpochError as exc:  # a commit or a ledger_begin refused: nothing written
             stopped = exc
@@ -65,12 +66,14 @@ class Driver(Drive):
             except Exception:
                 log.exception("run %s: its failure could not be recorded", self.run_id)
         finally:
-            with contextlib.suppress(BaseException):
-                await self.barrier()
             self.writer.stop_renewing()
-            with contextlib.suppress(Exception):
-                await self.rt.store.release(self.run_id, epoch=self.epoch)
-            self.writer.finish()
+            if not self.writer.closed:
+                with contextlib.suppress(BaseException):
+                    await self.barrier()
+                if self.writer.recorded:  # (a run whose creation failed is not ours)
+                    with contextlib.suppress(Exception):
+                        await self.rt.store.release(self.run_id, epoch=self.epoch)
+            self.writer.end()
             self.trace.end(failure or stopped)
         if failure is not None:
             log.warning(

@@ -29,12 +29,19 @@ __all__ = ["Held", "Limits", "Runtime"]
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Where a run stops: model turns and tool calls per user message, its model budget, and
-    the length of its lease (renewed every third of it while the run is driven)."""
+    the length of its lease (renewed every third of it while the run is driven).
+
+    ``commit_delay``: how long events wait for others to share their commit (and to reach
+    listeners) unless the run needs them durable sooner — before a side effect, a suspension
+    or its end. A model streaming a token every few tens of milliseconds sees each one
+    committed within it; a burst (a fast model, tool results, a zero-latency test model)
+    shares one transaction."""
 
     max_turns: int
     max_tool_calls: int
     budget_usd: Decimal | None
     lease_seconds: float
+    commit_delay: float = 0.005
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ functions over it, in their own modules (``turn``, ``dispatch``, ``settle``); ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from ..capabilities import Kind, Principal
@@ -16,7 +17,7 @@ from ..events import Draft, Event, GuardFiredDraft, ToolProgressDraft
 from ..gates import Attempt, CallScope, Outcome, ParsedCall, Pending, Verdict
 from ..models.base import ToolSpec
 from ..models.tiers import TurnPlan
-from ..stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus
+from ..stores.base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord, RunStatus
 from .runtime import Held, Runtime
 from .transcript import Transcript
 from .writer import Writer
@@ -27,7 +28,16 @@ __all__ = ["Drive"]
 class Drive:
     """One leased run being driven; events reach ``writer.out`` only once committed."""
 
-    def __init__(self, rt: Runtime, run: RunRecord, transcript: Transcript) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        run: RunRecord,
+        transcript: Transcript,
+        *,
+        unrecorded: Sequence[Event] = (),
+    ) -> None:
+        """``unrecorded``: a new run's first events, folded into ``transcript`` but not in the
+        store yet: the drive's first commit creates the run with them."""
         self.rt = rt
         self.run = run
         self.run_id = run.run_id
@@ -37,8 +47,16 @@ class Drive:
         self.trace = rt.tracer.drive(
             run, resumed=transcript.last_seq > 2, model=rt.model.name, redactor=rt.redactor
         )
+        limits = rt.limits
         self.writer = Writer(
-            rt.store, rt.clock, run, transcript, rt.limits.lease_seconds, trace=self.trace
+            rt.store,
+            rt.clock,
+            run,
+            transcript,
+            limits.lease_seconds,
+            delay=limits.commit_delay,
+            unrecorded=unrecorded,
+            trace=self.trace,
         )
         self.principal = Principal(run.principal, frozenset(run.scopes))
         gates, started = rt.gates, transcript.started
@@ -55,6 +73,8 @@ class Drive:
             epoch=run.epoch,
             report=self._report,
             before_effect=self._before_effect,
+            begin=self._begin,
+            finish=self.writer.finish,
         )
         self.held: Held | None = None  # the principal lock, while a section of writes runs
         # the same for every turn of a drive (no user message arrives during one)
@@ -107,6 +127,13 @@ class Drive:
 
     async def _report(self, draft: GuardFiredDraft | ToolProgressDraft) -> None:
         self.emit(draft)
+
+    async def _begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """Before the effect of a call through the ledger: the principal's lock still held,
+        then the log up to here and the ledger row in one durable commit."""
+        if self.held is not None:
+            await self.held.verify()
+        return await self.writer.begin(entry)
 
     async def _before_effect(self) -> None:
         """The log up to here is durable, and the principal's lock still held, before any

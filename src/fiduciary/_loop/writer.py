@@ -3,21 +3,35 @@
 ``emit`` stamps each draft with the run's next seq and the time, folds it into the transcript
 at once (the loop reads its own writes), and queues it for the run's next commit; one
 background flush commits everything emitted meanwhile in one transaction, then hands the
-committed events to ``out``. ``barrier`` waits for that commit: the loop calls it before any
-side effect and before it stops. The lease is renewed every third of its length while the run
-is driven; a timer, not a task, waits for it (most drives end long before the first renewal).
+committed events to ``out``. ``barrier`` waits for that commit: the loop calls it before a
+side effect that is not in the ledger, and where others must see what it wrote.
+
+The ledger's writes join the log's commits: ``begin`` commits everything emitted so far with
+a write's ``started`` row (one durable transaction where the store can: the side effect
+starts next), ``finish`` queues the row's end for the next commit, and ``close`` is the
+drive's last commit, which also releases the lease. The lease is renewed every third of its
+length while the run is driven; a timer, not a task, waits for it (most drives end long
+before the first renewal).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..clock import Clock
 from ..events import Draft, Event, stamp
 from ..exceptions import StoreError
-from ..stores.base import ApprovalRecord, AuditRecord, RunRecord, RunStatus, Store
+from ..stores.base import (
+    ApprovalRecord,
+    AuditRecord,
+    LedgerEntry,
+    LedgerFinish,
+    RunRecord,
+    RunStatus,
+    Store,
+)
 from ..tracing import NO_DRIVE, DriveTrace
 from .transcript import Transcript
 
@@ -32,14 +46,20 @@ class Writer:
     __slots__ = (
         "_approvals",
         "_audit",
+        "_closed",
+        "_create",
         "_error",
         "_events",
+        "_finishes",
         "_flusher",
         "_next_seq",
+        "_recorded",
         "_renewal",
         "_renewing",
         "_status",
+        "_timer",
         "clock",
+        "delay",
         "epoch",
         "lease_seconds",
         "out",
@@ -57,6 +77,8 @@ class Writer:
         transcript: Transcript,
         lease_seconds: float,
         *,
+        delay: float = 0.0,
+        unrecorded: Sequence[Event] = (),
         trace: DriveTrace = NO_DRIVE,
     ) -> None:
         self.store = store
@@ -65,6 +87,7 @@ class Writer:
         self.epoch = run.epoch
         self.t = transcript
         self.lease_seconds = lease_seconds
+        self.delay = delay
         self.trace = trace
         self.out: asyncio.Queue[Any] | None = None
         self._next_seq = transcript.last_seq + 1
@@ -72,9 +95,18 @@ class Writer:
         self._status: RunStatus | None = None
         self._approvals: list[ApprovalRecord] = []
         self._audit: list[AuditRecord] = []
+        self._finishes: list[LedgerFinish] = []
+        self._closed = False
         self._flusher: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._error: Exception | None = None
         self._renewal: asyncio.TimerHandle | None = None
+        # a new run not in the store yet: its first commit creates it with its first events
+        self._create: RunRecord | None = run if unrecorded else None
+        self._recorded = not unrecorded
+        if unrecorded:
+            self._events.extend(unrecorded)
+            self._schedule()
         self._renewing: asyncio.Task[None] | None = None
 
     # --- emission ------------------------------------------------------------------------
@@ -104,42 +136,158 @@ class Writer:
             self._status = status
         self._approvals.extend(approvals)
         self._audit.extend(audit)
+        self._schedule()
+        return built
+
+    def finish(self, done: LedgerFinish) -> None:
+        """A ledger row's end, written with the next commit (and even if that is refused)."""
+        if self._error is not None:
+            raise self._error
+        self._finishes.append(done)
+        self._schedule()
+
+    @property
+    def spending(self) -> bool:
+        """Whether an uncommitted audit row counts toward the daily autonomous limit."""
+        return any(
+            r.tier == "auto" and r.outcome in ("ok", "unknown") and r.amount_usd is not None
+            for r in self._audit
+        )
+
+    def _schedule(self) -> None:
+        """A commit of what is pending, ``delay`` seconds from the first of it (what is
+        emitted meanwhile joins it), or at once after the commit under way."""
+        if self._flusher is None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.delay, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
-        return built
+
+    async def _quiet(self) -> None:
+        """No commit under way nor scheduled (what is pending stays pending)."""
+        while True:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._flusher is None:
+                break
+            await asyncio.shield(self._flusher)
+        if self._error is not None:
+            raise self._error
 
     async def barrier(self) -> None:
         """Wait until everything emitted so far is committed (raises if a commit failed)."""
+        if self._timer is not None:  # now rather than later
+            self._timer.cancel()
+            self._start()
         while self._flusher is not None:
             await asyncio.shield(self._flusher)
         if self._error is not None:
             raise self._error
 
+    async def begin(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """Commit everything emitted so far and begin the ledger row ``entry`` (durably, in
+        one transaction where the store can); the existing row if its key exists."""
+        await self._quiet()
+        try:
+            return await self._commit(ledger_begin=entry)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+
+    async def close(self) -> None:
+        """The drive's last commit: everything emitted, then the lease is released."""
+        await self._quiet()
+        try:
+            await self._commit(release=True)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """The last commit released the lease."""
+        return self._closed
+
     async def _flush(self) -> None:
         try:
-            while self._events or self._status is not None or self._approvals or self._audit:
-                events, self._events = self._events, []
-                status, self._status = self._status, None
-                approvals, self._approvals = self._approvals, []
-                audit, self._audit = self._audit, []
-                await self.store.commit(
-                    self.run_id,
-                    epoch=self.epoch,
-                    events=events,
-                    status=status,
-                    approvals=approvals,
-                    audit=audit,
-                )
-                self.trace.committed(len(events))
-                if self.out is not None:
-                    for event in events:
-                        self.out.put_nowait(event)
+            while (
+                self._events
+                or self._status is not None
+                or self._approvals
+                or self._audit
+                or self._finishes
+            ):
+                await self._commit()
         except BaseException as exc:  # the drive stops; the run resumes from the store
-            self._error = exc if isinstance(exc, Exception) else StoreError(repr(exc))
+            self._failed(exc)
             if not isinstance(exc, Exception):
                 raise
         finally:
             self._flusher = None
+
+    def _failed(self, exc: BaseException) -> None:
+        self._error = exc if isinstance(exc, Exception) else StoreError(repr(exc))
+
+    async def _commit(
+        self, *, ledger_begin: LedgerEntry | None = None, release: bool = False
+    ) -> LedgerEntry | None:
+        """One commit of everything emitted meanwhile, the ledger rows' ends beside it."""
+        events, self._events = self._events, []
+        status, self._status = self._status, None
+        approvals, self._approvals = self._approvals, []
+        audit, self._audit = self._audit, []
+        finishes, self._finishes = self._finishes, []
+        # queued together, so that a store with group commit writes them in one transaction:
+        # the ledger rows' ends (which stand even if the commit is refused: the effect
+        # happened), the run's creation with its first events, the commit of the rest
+        steps: list[Awaitable[LedgerEntry | None]] = [self._ended(f) for f in finishes]
+        create, self._create = self._create, None
+        if create is not None:
+            steps.append(self._created(create, events))
+        if create is None or status or approvals or audit or release or ledger_begin:
+            steps.append(
+                self.store.commit(
+                    self.run_id,
+                    epoch=self.epoch,
+                    events=() if create is not None else events,
+                    status=status,
+                    approvals=approvals,
+                    audit=audit,
+                    release=release,
+                    ledger_begin=ledger_begin,
+                )
+            )
+        if len(steps) == 1:
+            existing = await steps[0]
+        else:
+            outcomes = await asyncio.gather(*steps, return_exceptions=True)
+            for outcome in (outcomes[-1], *outcomes[:-1]):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            existing = outcomes[-1] if isinstance(outcomes[-1], LedgerEntry) else None
+        self.trace.committed(len(events))
+        if self.out is not None:
+            for event in events:
+                self.out.put_nowait(event)
+        return existing
+
+    async def _ended(self, done: LedgerFinish) -> None:
+        await self.store.ledger_finish(
+            done.key, status=done.status, at=done.at, result=done.result, error=done.error
+        )
+
+    async def _created(self, run: RunRecord, events: Sequence[Event]) -> None:
+        await self.store.create_run(run, events)
+        self._recorded = True
+
+    @property
+    def recorded(self) -> bool:
+        """The run is in the store (a new run's first commit creates it)."""
+        return self._recorded
 
     # --- the lease -----------------------------------------------------------------------
     def start_renewing(self) -> None:
@@ -168,7 +316,7 @@ class Writer:
             self._renewing.cancel()
             self._renewing = None
 
-    def finish(self) -> None:
+    def end(self) -> None:
         """The drive is over: no more events for ``out``."""
         if self.out is not None:
             self.out.put_nowait(DONE)

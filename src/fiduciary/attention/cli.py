@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from ..agent import Agent
 from ..agent_factory import agent_of, load_factory
+from ..cli._common import print_error
 from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.sqlite import SQLiteStore
 from .config import AttentionConfig, load_config
@@ -40,7 +41,7 @@ ConfigPath = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/] {escape(message)}")
+    print_error(message)
     return typer.Exit(2)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "Leases",
     "Ledger",
     "LedgerEntry",
+    "LedgerFinish",
     "LedgerStatus",
     "LiveEvents",
     "PrincipalLocking",
@@ -134,6 +135,17 @@ class LedgerEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerFinish:
+    """How a ledger row's call ended (``Ledger.ledger_finish``'s arguments, as a value)."""
+
+    key: str
+    status: LedgerStatus
+    at: datetime
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AuditRecord:
     run_id: UUID
     at: datetime
@@ -189,11 +201,18 @@ class RunLog(Protocol):
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
         release: bool = False,
-    ) -> None:
+        ledger_begin: LedgerEntry | None = None,
+    ) -> LedgerEntry | None:
         """Append events (with the next seqs) and apply the rest, all or nothing.
 
         ``release``: then clear the run's lease as ``release`` does (the drive's last commit),
-        in the same transaction where the store can; never if the commit is refused."""
+        in the same transaction where the store can; never if the commit is refused.
+
+        ``ledger_begin``: then begin that ledger row as ``ledger_begin`` does (durably, fenced
+        by the same epoch), returning the existing row if its key exists (else None). The
+        commit and the row share one durable transaction where the store can; where it cannot,
+        the commit is made first: the ledger row is never durable without the events that led
+        to it, and a refused commit begins nothing."""
 
     async def read_events(
         self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None

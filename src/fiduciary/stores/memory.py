@@ -100,9 +100,12 @@ class MemoryStore:
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
         release: bool = False,
-    ) -> None:
+        ledger_begin: LedgerEntry | None = None,
+    ) -> LedgerEntry | None:
         self._check_open()
         run = self._check_epoch(run_id, epoch)
+        if ledger_begin is not None and ledger_begin.run_id != run_id:
+            raise StoreError(f"ledger row of run {ledger_begin.run_id} in a commit of {run_id}")
         _check_seqs(run_id, run.last_seq, events)
         for a in approvals:
             if a.approval_id in self._approvals:
@@ -122,6 +125,12 @@ class MemoryStore:
             self._approvals[a.approval_id] = a
         self._audit.extend(audit)
         self._broadcaster.publish(run_id, events)
+        if ledger_begin is None:
+            return None
+        existing = self._ledger.get(ledger_begin.key)
+        if existing is None:
+            self._ledger[ledger_begin.key] = ledger_begin
+        return existing
 
     async def read_events(
         self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None

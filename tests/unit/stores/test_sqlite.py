@@ -267,7 +267,7 @@ async def test_a_bad_request_fails_alone_and_its_batch_mates_commit(
     subs = {r.run_id: sqlite_store.subscribe(r.run_id) for r in runs}
     before = sqlite_store.transactions
 
-    def request(i: int) -> Coroutine[Any, Any, None]:
+    def request(i: int) -> Coroutine[Any, Any, object]:
         rid = runs[i].run_id
         if i == 20:  # a gap
             return sqlite_store.commit(rid, epoch=0, events=deltas(rid, 3, 1))

@@ -83,6 +83,8 @@ class Append:
     audit: list[Params]
     create: Params | None = None  # the runs row of a create_run
     release: bool = False  # a commit that then clears the run's lease
+    ledger: LedgerEntry | None = None  # a commit that then begins this ledger row
+    ledger_row: Params | None = None  # its row, encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ class SQLStore:
     async def _reserve(self, reservation: Reservation) -> bool:
         raise NotImplementedError
 
-    async def _append(self, append: Append) -> None:
+    async def _append(self, append: Append) -> LedgerEntry | None:
         raise NotImplementedError
 
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
@@ -147,11 +149,14 @@ class SQLStore:
         approvals: Sequence[ApprovalRecord] = (),
         audit: Sequence[AuditRecord] = (),
         release: bool = False,
-    ) -> None:
+        ledger_begin: LedgerEntry | None = None,
+    ) -> LedgerEntry | None:
         codec = self.dialect.codec
+        if ledger_begin is not None and ledger_begin.run_id != run_id:
+            raise StoreError(f"ledger row of run {ledger_begin.run_id} in a commit of {run_id}")
         events = tuple(events)
         rows, consecutive = codec.event_rows(run_id, events)
-        await self._append(
+        return await self._append(
             Append(
                 run_id,
                 epoch,
@@ -162,6 +167,8 @@ class SQLStore:
                 [codec.approval_row(a) for a in approvals] if approvals else [],
                 [codec.audit_row(a) for a in audit] if audit else [],
                 release=release,
+                ledger=ledger_begin,
+                ledger_row=None if ledger_begin is None else codec.ledger_row(ledger_begin),
             )
         )
 

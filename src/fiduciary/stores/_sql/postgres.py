@@ -368,12 +368,15 @@ class PostgresStore(SQLStore):
         # it is one statement the server finishes even if its caller is cancelled
         return await self._rowcount(sql, params)
 
-    async def _append(self, append: Append) -> None:
+    async def _append(self, append: Append) -> LedgerEntry | None:
         if self._closed:
             raise StoreError("the store is closed")
         await self._submit(Request(append, asyncio.get_running_loop().create_future()))
         if append.release:  # after the batch committed it (its rows are planned per kind)
             await self.release(append.run_id, epoch=append.epoch)
+        if append.ledger is not None:  # after the events that led to it (its own statement)
+            return await self.ledger_begin(append.ledger, epoch=append.epoch)
+        return None
 
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
         rows = await self._fetch(QUERIES.acquire, params)

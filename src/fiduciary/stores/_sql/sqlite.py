@@ -304,9 +304,12 @@ class SQLiteStore(SQLStore):
 
         return await self._submit(Call(apply, full_sync=mode == "durable", always=mode == "always"))
 
-    async def _append(self, append: Append) -> None:
+    async def _append(self, append: Append) -> LedgerEntry | None:
         self._connection()
-        await self._submit(Create(append) if append.create is not None else Commit(append))
+        if append.create is not None:
+            await self._submit(Create(append))
+            return None
+        return await self._submit(Commit(append))
 
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
         self._connection()

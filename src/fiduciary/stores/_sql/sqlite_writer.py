@@ -22,7 +22,7 @@ from uuid import UUID
 
 from ...exceptions import ConflictError, FiduciaryError, StoreError
 from .._rules import commit_refusal, seq_error
-from ..base import Broadcaster
+from ..base import Broadcaster, LedgerEntry
 from .codec import Codec, EventRow, Params, naive_time_error
 from .core import Append, Dialect
 from .queries import SharedQueries, load
@@ -210,18 +210,20 @@ class Call(Op[T]):
         return self.fn(conn)
 
 
-class Commit(Op[None]):
-    """A ``commit``: the guarded update of the run row, approvals, then events and audit."""
+class Commit(Op["LedgerEntry | None"]):
+    """A ``commit``: the guarded update of the run row, approvals, then events and audit; and
+    the ledger row it begins, if any (then the batch is committed with synchronous=FULL)."""
 
-    __slots__ = ("append", "key")
+    __slots__ = ("append", "full_sync", "key")
 
     def __init__(self, append: Append) -> None:
         super().__init__()
         self.append = append
         rows = append.event_rows
         self.key = rows[0][0] if rows else str(append.run_id)  # encoded once, with the rows
+        self.full_sync = append.ledger_row is not None
 
-    def apply(self, conn: sqlite3.Connection, rows: Rows) -> None:
+    def apply(self, conn: sqlite3.Connection, rows: Rows) -> LedgerEntry | None:
         # First the run row: one guarded UPDATE checks epoch and seqs and advances last_seq;
         # when it matches no row, nothing was written and _refusal says why.
         a = self.append
@@ -257,6 +259,13 @@ class Commit(Op[None]):
                 raise
         rows.events += event_rows
         rows.audit += a.audit
+        if a.ledger_row is None:
+            return None
+        # the epoch was checked by the run row's update above, in this transaction
+        if conn.execute(QUERIES.insert_ledger, a.ledger_row).rowcount == 1:
+            return None
+        existing = conn.execute(QUERIES.get_ledger, {"key": a.ledger_row[0]}).fetchone()
+        return CODEC.ledger_from_row(existing)
 
     def _refusal(self, conn: sqlite3.Connection) -> Refused:
         """Why the run row refused this commit (read in the same transaction)."""
