@@ -123,6 +123,11 @@ async def run_worker(
     try:
         while not stop.is_set():
             seen = queue.work_generation
+            # The runs this claim excludes (below). One whose drive or cancellation ends during
+            # the claim is claimable, and its release's notification may be the one that woke
+            # this loop: waiting on these tasks too (done ones return at once) claims it again
+            # now rather than at the next poll.
+            excluded = [*active.values(), *cancelling.values()]
             free = concurrency - len(active)
             claimed: list[RunRecord] = []
             if free > 0:
@@ -148,11 +153,12 @@ async def run_worker(
                 task.add_done_callback(_forget(principals, run.run_id))
             if claimed and len(claimed) == free:
                 # more may be waiting: claim again as soon as a run finishes
-                await _first(stopping, active.values(), None, seconds=poll_interval)
+                await _first(stopping, [*excluded, *active.values()], None, seconds=poll_interval)
             elif not claimed:
                 notified = asyncio.ensure_future(queue.wait_for_work(since=seen))
                 try:
-                    await _first(stopping, active.values(), notified, seconds=poll_interval)
+                    running = [*excluded, *active.values()]
+                    await _first(stopping, running, notified, seconds=poll_interval)
                 finally:
                     notified.cancel()
                     with contextlib.suppress(BaseException):
