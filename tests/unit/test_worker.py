@@ -209,19 +209,17 @@ async def test_a_run_released_while_its_claim_excluded_it_is_claimed_without_ano
                 await asyncio.wait({drive})  # the drive ends during this claim
         return await real_claim(**kw)
 
-    async def release(run_id: UUID, *, epoch: int) -> bool:
+    async def release(run_id: UUID, *, epoch: int) -> None:
         nonlocal before_release
-        if (
-            before_release is not None
-            or (await queue.get_run(run_id)).status != "awaiting_approval"
-        ):
-            return await real_release(run_id, epoch=epoch)
+        held = await queue.get_run(run_id)
+        if before_release is not None or held is None or held.status != "awaiting_approval":
+            await real_release(run_id, epoch=epoch)
+            return
         (pending,) = await server.store.list_approvals(status="pending")
         await server.approve(pending.approval_id, by="alice")  # decided while still leased
         before_release = queue.work_generation
-        released = await real_release(run_id, epoch=epoch)  # notifies: the run is claimable
+        await real_release(run_id, epoch=epoch)  # notifies: the run is claimable
         await claiming.wait()  # the drive ends only once the worker, woken, is claiming
-        return released
 
     monkeypatch.setattr(queue, "claim_runnable", claim_runnable)
     monkeypatch.setattr(queue, "release", release)
@@ -230,8 +228,9 @@ async def test_a_run_released_while_its_claim_excluded_it_is_claimed_without_ano
     try:
         run = await submit(server, "pay frank", principal="alice")
         async with asyncio.timeout(TIMEOUT):
-            while (await server.get_run(run.run_id)).status != "completed":
-                await asyncio.sleep(0.02)
+            async for event in server.events(run.run_id, poll_seconds=0.1):
+                if isinstance(event, RunCompleted):
+                    break
     finally:
         stop.set()
         async with asyncio.timeout(TIMEOUT):
