@@ -67,14 +67,14 @@ async def run_worker(
 
     ``owner`` is the lease owner; it must be ``agent.owner`` (the default), since
     ``Agent.resume`` re-takes the claimed lease under that name. At most ``concurrency`` runs
-    are driven at once. When idle, the worker waits for a notification from the store, for a
-    run to finish, or ``poll_interval`` seconds — the poll is the worker's sweep: it catches
-    what nobody notifies, a lease that lapsed (its holder died or froze), an approval that
-    expired, a notification lost with a connection. A claim leaves a decision's wake marker
-    until the drive's first commit, so a run claimed by a worker that dies at once is claimed
-    again once that lease lapses. Once ``stop`` is set it claims nothing more, lets the
-    runs it drives go on for up to ``drain_seconds``, then cancels them (their leases are
-    released; another worker continues them).
+    are driven at once. When idle, the worker waits for a notification from the store, for a run
+    to finish (at once if one finished while it claimed), or ``poll_interval`` seconds — the
+    poll is the worker's sweep: it catches what nobody notifies, a lease that lapsed (its holder
+    died or froze), an approval that expired, a notification lost with a connection. A claim
+    leaves a decision's wake marker until the drive's first commit, so a run claimed by a worker
+    that dies at once is claimed again once that lease lapses. Once ``stop`` is set it claims
+    nothing more, lets the runs it drives go on for up to ``drain_seconds``, then cancels them
+    (their leases are released; another worker continues them).
     """
     queue = agent.store
     if not isinstance(queue, WorkQueue):
