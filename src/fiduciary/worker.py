@@ -67,14 +67,14 @@ async def run_worker(
 
     ``owner`` is the lease owner; it must be ``agent.owner`` (the default), since
     ``Agent.resume`` re-takes the claimed lease under that name. At most ``concurrency`` runs
-    are driven at once. When idle, the worker waits for a notification from the store, for a
-    run to finish, or ``poll_interval`` seconds — the poll is the worker's sweep: it catches
-    what nobody notifies, a lease that lapsed (its holder died or froze), an approval that
-    expired, a notification lost with a connection. A claim leaves a decision's wake marker
-    until the drive's first commit, so a run claimed by a worker that dies at once is claimed
-    again once that lease lapses. Once ``stop`` is set it claims nothing more, lets the
-    runs it drives go on for up to ``drain_seconds``, then cancels them (their leases are
-    released; another worker continues them).
+    are driven at once. When idle, the worker waits for a notification from the store, for a run
+    to finish (at once if one finished while it claimed), or ``poll_interval`` seconds — the
+    poll is the worker's sweep: it catches what nobody notifies, a lease that lapsed (its holder
+    died or froze), an approval that expired, a notification lost with a connection. A claim
+    leaves a decision's wake marker until the drive's first commit, so a run claimed by a worker
+    that dies at once is claimed again once that lease lapses. Once ``stop`` is set it claims
+    nothing more, lets the runs it drives go on for up to ``drain_seconds``, then cancels them
+    (their leases are released; another worker continues them).
     """
     queue = agent.store
     if not isinstance(queue, WorkQueue):
@@ -123,6 +123,11 @@ async def run_worker(
     try:
         while not stop.is_set():
             seen = queue.work_generation
+            # The runs this claim excludes (below). One whose drive or cancellation ends during
+            # the claim is claimable, and its release's notification may be the one that woke
+            # this loop: waiting on these tasks too (done ones return at once) claims it again
+            # now rather than at the next poll.
+            excluded = [*active.values(), *cancelling.values()]
             free = concurrency - len(active)
             claimed: list[RunRecord] = []
             if free > 0:
@@ -148,11 +153,12 @@ async def run_worker(
                 task.add_done_callback(_forget(principals, run.run_id))
             if claimed and len(claimed) == free:
                 # more may be waiting: claim again as soon as a run finishes
-                await _first(stopping, active.values(), None, seconds=poll_interval)
+                await _first(stopping, [*excluded, *active.values()], None, seconds=poll_interval)
             elif not claimed:
                 notified = asyncio.ensure_future(queue.wait_for_work(since=seen))
                 try:
-                    await _first(stopping, active.values(), notified, seconds=poll_interval)
+                    running = [*excluded, *active.values()]
+                    await _first(stopping, running, notified, seconds=poll_interval)
                 finally:
                     notified.cancel()
                     with contextlib.suppress(BaseException):

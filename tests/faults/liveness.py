@@ -15,7 +15,11 @@ and under which name). The people are one more process, which opens the store it
 
 It submits RUNS runs (``Agent.submit``: recorded, driven by nobody here), one every
 ``SUBMIT_SECONDS``, for ``PEOPLE`` principals in turn, and approves every pending approval it
-sees until SIGTERM.
+sees until SIGTERM. Its submissions keep pace with the strikes (``strikes_before``, read from
+the ``strikes`` file the parent appends to as it strikes), so that at least ``MIN_STRIKES``
+strikes land while runs are still in flight however slow the machine is; a submission waits
+for them at most ``PACE_SECONDS`` (the parent strikes on a time window too, so it never waits
+for the people in turn: the wait only bounds a parent that stopped striking).
 
 Every run reads a balance (slowly: a window in which its driver is mid-run), then pays its own
 payee 150 USD (tier ``confirm``: the people approve it), then replies. Effects land in a SQLite
@@ -50,6 +54,8 @@ PEOPLE = 6  # runs are spread over so many principals (whose writes run one at a
 LEASE_SECONDS = 2.0
 READ_SECONDS = 0.1
 SUBMIT_SECONDS = 0.35
+MIN_STRIKES = 8  # strikes the parent makes before the last run is submitted
+PACE_SECONDS = 60.0  # at most, a submission waits for the strikes it should follow
 
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, payee TEXT NOT NULL,
@@ -112,10 +118,22 @@ def liveness_agent(store: Store) -> Agent:
     return agent
 
 
+def strikes_before(i: int, runs: int) -> int:
+    """The strikes made before run ``i`` (of ``runs``) is submitted: none for the first few,
+    ``MIN_STRIKES`` for the last, evenly in between."""
+    return i * MIN_STRIKES // max(runs - 1, 1)
+
+
+def strikes_made(files: Path) -> int:
+    path = files / "strikes"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
 async def people(backend: str, target: str, files: Path, runs: int) -> None:
     """Submit ``runs`` runs, and approve every pending approval, until SIGTERM."""
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
     store: Store
     if backend == "sqlite":
         from fiduciary.stores.sqlite import SQLiteStore
@@ -129,8 +147,22 @@ async def people(backend: str, target: str, files: Path, runs: int) -> None:
     submitted = files / "submitted"
     approved = os.open(files / "approved", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    async def keep_pace(i: int) -> bool:
+        """Wait until the strikes run ``i`` should follow were made; False once stopped."""
+        deadline = loop.time() + PACE_SECONDS
+        while strikes_made(files) < strikes_before(i, runs):
+            if loop.time() > deadline:
+                logging.getLogger("people").warning("run %d submitted without its strikes", i)
+                return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.05)
+                return False
+        return True
+
     async def submit() -> None:
         for i in range(runs):
+            if not await keep_pace(i):
+                return
             while True:
                 try:
                     await agent.submit(f"pay payee-{i:03d}", principal=f"person-{i % PEOPLE}")

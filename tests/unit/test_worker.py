@@ -175,3 +175,65 @@ async def test_a_claim_that_lapsed_before_its_drive_started_is_not_driven(
         "run_started",
         "user_message",
     ]
+
+
+async def test_a_run_released_while_its_claim_excluded_it_is_claimed_without_another_wake_up(
+    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wake-up a worker could lose: a drive suspends for an approval that is decided before
+    its lease is released; the release notifies the workers; the worker, woken, claims at once
+    — excluding the run, which it still drives — and the drive ends during that claim. That
+    notification was the only one: the worker must claim the run once its drive has ended, not
+    wait for its poll. The interleaving is forced here; on a busy machine it happens by itself."""
+    effects = Effects()
+    server = make_agent(stores[2], effects)
+    worker = make_agent(stores[0], effects)
+    queue = stores[0]
+    before_release: int | None = None  # the work generation before the run's release
+    claiming = asyncio.Event()  # a claim that excludes the run has started since its release
+
+    def drive_of(run_id: UUID) -> asyncio.Task[Any] | None:
+        name = f"fiduciary-run-{run_id}"
+        return next((t for t in asyncio.all_tasks() if t.get_name() == name), None)
+
+    real_claim, real_release = queue.claim_runnable, queue.release
+
+    async def claim_runnable(**kw: Any) -> list[Any]:
+        # the worker reads the generation just before it claims: past before_release, it was
+        # woken by the release's notification (or after it)
+        woken = before_release is not None and queue.work_generation > before_release
+        for run_id in kw.get("exclude", ()):
+            drive = drive_of(run_id)
+            if woken and drive is not None and not drive.done():
+                claiming.set()
+                await asyncio.wait({drive})  # the drive ends during this claim
+        return await real_claim(**kw)
+
+    async def release(run_id: UUID, *, epoch: int) -> None:
+        nonlocal before_release
+        held = await queue.get_run(run_id)
+        if before_release is not None or held is None or held.status != "awaiting_approval":
+            await real_release(run_id, epoch=epoch)
+            return
+        (pending,) = await server.store.list_approvals(status="pending")
+        await server.approve(pending.approval_id, by="alice")  # decided while still leased
+        before_release = queue.work_generation
+        await real_release(run_id, epoch=epoch)  # notifies: the run is claimable
+        await claiming.wait()  # the drive ends only once the worker, woken, is claiming
+
+    monkeypatch.setattr(queue, "claim_runnable", claim_runnable)
+    monkeypatch.setattr(queue, "release", release)
+    stop = asyncio.Event()
+    working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
+    try:
+        run = await submit(server, "pay frank", principal="alice")
+        async with asyncio.timeout(TIMEOUT):
+            async for event in server.events(run.run_id, poll_seconds=0.1):
+                if isinstance(event, RunCompleted):
+                    break
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT):
+            await working
+    assert claiming.is_set()
+    assert [p["to"] for p in effects.payments] == ["frank"]
