@@ -14,13 +14,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
 from . import _cancelling, _decisions
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._loop.folds import KeptFolds
+from ._loop.relay import Relay
 from ._sweep import SWEEP_SECONDS, sweep_forever
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
@@ -164,6 +165,7 @@ class Agent:
         self._context_config()  # options are checked now, not at the first run
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locking: tuple[Store | None, bool] = (None, False)  # a store, PrincipalLocking?
         self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
         # runs marked as replays are driven only by a replay agent (fiduciary.observability),
         # whose writes never execute: never by this agent's real handlers
@@ -613,12 +615,15 @@ class Agent:
         )
 
     async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
-        out: asyncio.Queue[Any] = asyncio.Queue()
-        driver.writer.out = out
+        relay = Relay()
+        driver.writer.out = cast("asyncio.Queue[Any]", relay)  # it takes put_nowait only
         task = asyncio.create_task(driver.drive())
+        items = relay.items
         try:
             while True:
-                item = await out.get()
+                if not items:
+                    await relay.wait()
+                item = items.popleft()
                 if item is DONE:
                     break
                 yield item
@@ -765,11 +770,11 @@ class Agent:
         if lock is None:
             lock = asyncio.Lock()
             self._locks[actor_id] = lock
-        shared = (
-            self.store.principal_lock(actor_id)
-            if isinstance(self.store, PrincipalLocking)
-            else None
-        )
+        store = self.store
+        if store is not self._locking[0]:  # a Protocol check is slow: once per store
+            self._locking = (store, isinstance(store, PrincipalLocking))
+        locking = cast(PrincipalLocking, store) if self._locking[1] else None
+        shared = None if locking is None else locking.principal_lock(actor_id)
         return Held(lock, shared)
 
     async def list_runs(
