@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal, cast, get_args
+from typing import Annotated, Any, Literal, final, get_args
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -120,6 +120,7 @@ class RunStartedDraft(Draft):
     fork_at: int | None = None
 
 
+@final
 class RunStarted(RunStartedDraft, EventBase):
     pass
 
@@ -129,6 +130,7 @@ class UserMessageDraft(Draft):
     text: str
 
 
+@final
 class UserMessage(UserMessageDraft, EventBase):
     pass
 
@@ -138,6 +140,7 @@ class TextDeltaDraft(Draft):
     text: str
 
 
+@final
 class TextDelta(TextDeltaDraft, EventBase):
     pass
 
@@ -148,6 +151,7 @@ class ThinkingDeltaDraft(Draft):
     block_index: int = 0
 
 
+@final
 class ThinkingDelta(ThinkingDeltaDraft, EventBase):
     pass
 
@@ -158,6 +162,7 @@ class ThinkingDoneDraft(Draft):
     signature: str | None = None
 
 
+@final
 class ThinkingDone(ThinkingDoneDraft, EventBase):
     pass
 
@@ -171,6 +176,7 @@ class ToolCallStartDraft(Draft):
     kind: str | None = None
 
 
+@final
 class ToolCallStart(ToolCallStartDraft, EventBase):
     """The model called a tool. Exactly one ``tool_call_end`` or ``tool_call_rejected`` follows."""
 
@@ -187,6 +193,7 @@ class ToolCallEndDraft(Draft):
     hints: list[str] = Field(default_factory=list)
 
 
+@final
 class ToolCallEnd(ToolCallEndDraft, EventBase):
     pass
 
@@ -199,6 +206,7 @@ class ToolCallRejectedDraft(Draft):
     message: str
 
 
+@final
 class ToolCallRejected(ToolCallRejectedDraft, EventBase):
     pass
 
@@ -213,6 +221,7 @@ class GuardFiredDraft(Draft):
     message: str
 
 
+@final
 class GuardFired(GuardFiredDraft, EventBase):
     pass
 
@@ -242,6 +251,7 @@ class PendingActionDraft(Draft):
     executor: Literal["server", "client"] = "server"
 
 
+@final
 class PendingAction(PendingActionDraft, EventBase):
     """A write waits for a person. The approval binds to ``args_digest``."""
 
@@ -257,6 +267,7 @@ class ActionResolvedDraft(Draft):
     args_digest: str | None = None
 
 
+@final
 class ActionResolved(ActionResolvedDraft, EventBase):
     pass
 
@@ -269,6 +280,7 @@ class ToolProgressDraft(Draft):
     pct: float | None = None
 
 
+@final
 class ToolProgress(ToolProgressDraft, EventBase):
     pass
 
@@ -290,6 +302,7 @@ class CompactionDraft(Draft):
     stubbed_before: int | None = Field(default=None, ge=0)
 
 
+@final
 class Compaction(CompactionDraft, EventBase):
     pass
 
@@ -304,6 +317,7 @@ class ContextLayersDraft(Draft):
     recalled: list[str] = Field(default_factory=list)
 
 
+@final
 class ContextLayers(ContextLayersDraft, EventBase):
     pass
 
@@ -323,6 +337,7 @@ class TodoUpdateDraft(Draft):
     todos: list[TodoItem]
 
 
+@final
 class TodoUpdate(TodoUpdateDraft, EventBase):
     pass
 
@@ -342,6 +357,7 @@ class UsageDraft(Draft):
     total_cost_usd: Decimal | None = None
 
 
+@final
 class Usage(UsageDraft, EventBase):
     """One model call: ``model`` answered it (a tiered model's choice), at ``cost_usd`` (None
     when the model has no known price); ``total_cost_usd`` is the run's spend so far."""
@@ -352,6 +368,7 @@ class TurnCompleteDraft(Draft):
     stop_reason: str
 
 
+@final
 class TurnComplete(TurnCompleteDraft, EventBase):
     pass
 
@@ -361,6 +378,7 @@ class TurnRetractedDraft(Draft):
     from_seq: int
 
 
+@final
 class TurnRetracted(TurnRetractedDraft, EventBase):
     """A partial model turn lost in a crash: clients drop its text; the model is asked again."""
 
@@ -374,6 +392,7 @@ class RunCompletedDraft(Draft):
     cost_usd: Decimal | None = None
 
 
+@final
 class RunCompleted(RunCompletedDraft, EventBase):
     pass
 
@@ -384,6 +403,7 @@ class RunFailedDraft(Draft):
     message: str
 
 
+@final
 class RunFailed(RunFailedDraft, EventBase):
     pass
 
@@ -431,7 +451,7 @@ def stamp(draft: Draft, run_id: UUID, seq: int, at: datetime) -> Event:
     _set(event, "__pydantic_fields_set__", draft.__pydantic_fields_set__ | _ENVELOPE)
     _set(event, "__pydantic_extra__", None)
     _set(event, "__pydantic_private__", None)
-    return cast(Event, event)
+    return event  # type: ignore[return-value]  # one of Event's classes (_EVENT_OF)
 
 
 _new = object.__new__
