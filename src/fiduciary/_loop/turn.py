@@ -158,8 +158,10 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         d.emit(*events, status="failed")
         return None
     cost = cost_usd(price_of(answering, answered_by, rt.prices), usage)
-    reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-    d.last_request = LastRequest(reported, estimate_input_tokens(request))
+    if rt.context is not None and rt.context.compaction is not None:
+        # what the next request is measured from (only compaction measures requests)
+        reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        d.last_request = LastRequest(reported, estimate_input_tokens(request))
     d.emit(
         UsageDraft(
             model=answered_by or rt.model.name,
