@@ -14,10 +14,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
 from . import _cancelling, _decisions
+from ._following import run_events
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._loop.folds import KeptFolds
@@ -46,7 +48,6 @@ from .stores.base import (
     RunStatus,
     Store,
     existing_run,
-    follow_poll_seconds,
 )
 from .stores.memory import MemoryStore
 from .tracing import RunTracer, tracer_from_env
@@ -173,7 +174,7 @@ class Agent:
         self._folds = KeptFolds()  # transcripts kept for the next message of a conversation
 
     # --- runs ------------------------------------------------------------------------------
-    async def run(
+    def run(
         self,
         message: str,
         *,
@@ -189,6 +190,19 @@ class Agent:
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
+        return self._stream(
+            partial(self._open, message, principal, run_id, capabilities, plan_first)
+        )
+
+    async def _open(
+        self,
+        message: str,
+        principal: Principal | str,
+        run_id: UUID | None,
+        capabilities: Iterable[str] | None,
+        plan_first: bool,
+    ) -> tuple[Driver, list[Event]]:
+        """``run`` up to its drive: the run recorded (or leased), its first events."""
         who = principal_of(principal)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
@@ -197,16 +211,10 @@ class Agent:
             run, transcript, first = await self._create(
                 message, who, run_id, capabilities, plan_first
             )
-            driver = Driver(self._runtime(), run, transcript)
-            for event in first:
-                yield event
-        else:
-            run, transcript = await self._continue(existing, who)
-            driver = Driver(self._runtime(), run, transcript)
-            for event in await self._emit_first(driver, message):
-                yield event
-        async for event in self._drive(driver):
-            yield event
+            return Driver(self._runtime(), run, transcript), first
+        run, transcript = await self._continue(existing, who)
+        driver = Driver(self._runtime(), run, transcript)
+        return driver, await self._emit_first(driver, message)
 
     async def _create(
         self,
@@ -299,7 +307,7 @@ class Agent:
                 await self.store.release(driver.run_id, epoch=driver.epoch)
             raise
 
-    async def resume(
+    def resume(
         self, run_id: UUID, *, claimed: RunRecord | None = None, any_model: bool = False
     ) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
@@ -312,10 +320,16 @@ class Agent:
         run's capabilities or has another model than the run recorded (unless ``any_model``):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         """
+        return self._stream(partial(self._reopen, run_id, claimed, any_model))
+
+    async def _reopen(
+        self, run_id: UUID, claimed: RunRecord | None, any_model: bool
+    ) -> tuple[Driver, list[Event]] | None:
+        """``resume`` up to its drive; None when there is nothing to drive."""
         if claimed is None:
             existing = await existing_run(self.store, run_id)
             if existing.status in IDLE:
-                return
+                return None
             await self._drivable(run_id, any_model=any_model)
             run, transcript = await self._lease(run_id)
         else:
@@ -330,10 +344,8 @@ class Agent:
             run, transcript = claimed, await self._replay(claimed)
         if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
-            return
-        driver = Driver(self._runtime(), run, transcript)
-        async for event in self._drive(driver):
-            yield event
+            return None
+        return Driver(self._runtime(), run, transcript), []
 
     async def submit(
         self,
@@ -614,7 +626,17 @@ class Agent:
             after_run=self.remember_after_run,
         )
 
-    async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
+    async def _stream(
+        self, opening: Callable[[], Awaitable[tuple[Driver, list[Event]] | None]]
+    ) -> AsyncGenerator[Event, None]:
+        """The events of ``run`` and ``resume``: their first ones, then each committed event
+        of the drive (one generator from the caller to the drive's relay)."""
+        opened = await opening()
+        if opened is None:
+            return
+        driver, first = opened
+        for event in first:
+            yield event
         relay = Relay()
         driver.writer.out = cast("asyncio.Queue[Any]", relay)  # it takes put_nowait only
         task = asyncio.create_task(driver.drive())
@@ -640,7 +662,7 @@ class Agent:
     async def get_run(self, run_id: UUID) -> RunRecord:
         return await existing_run(self.store, run_id)
 
-    async def events(
+    def events(
         self,
         run_id: UUID,
         after_seq: int = 0,
@@ -655,58 +677,7 @@ class Agent:
         polling needed, on PostgreSQL (LISTEN/NOTIFY; it re-reads every 30 s by default only as
         a safety net). No event is yielded twice or skipped.
         """
-        if poll_seconds is None:
-            poll_seconds = follow_poll_seconds(self.store)
-        await existing_run(self.store, run_id)
-        last = after_seq
-        # subscribe before reading the past, so nothing committed in between is missed
-        sub = self.store.subscribe(run_id) if follow else None
-        waiting: asyncio.Future[Event] | None = None
-        try:
-            for event in await self.store.read_events(run_id, after_seq=last):
-                last = event.seq
-                yield event
-            if sub is None:
-                return
-            iterator = sub.__aiter__()
-            while True:
-                if waiting is None:
-                    waiting = asyncio.ensure_future(anext(iterator))
-                # asyncio.wait leaves the pending read alone on timeout (wait_for would cancel
-                # it, and with it the subscription)
-                done, _ = await asyncio.wait({waiting}, timeout=poll_seconds)
-                if not done:  # quiet here: another process may be committing
-                    for stored in await self.store.read_events(run_id, after_seq=last):
-                        last = stored.seq
-                        yield stored
-                    continue
-                finished, waiting = waiting, None
-                try:
-                    event = finished.result()
-                except StopAsyncIteration:
-                    if not sub.overflowed:  # closed (the store is closing): stop following
-                        return
-                    sub = self.store.subscribe(run_id)
-                    iterator = sub.__aiter__()
-                    for stored in await self.store.read_events(run_id, after_seq=last):
-                        last = stored.seq
-                        yield stored
-                    continue
-                if event.seq <= last:
-                    continue
-                if event.seq > last + 1:
-                    for stored in await self.store.read_events(
-                        run_id, after_seq=last, limit=event.seq - last - 1
-                    ):
-                        last = stored.seq
-                        yield stored
-                last = event.seq
-                yield event
-        finally:
-            if waiting is not None:
-                waiting.cancel()
-            if sub is not None:
-                sub.close()
+        return run_events(self.store, run_id, after_seq, follow=follow, poll_seconds=poll_seconds)
 
     async def pending_approvals(
         self, *, principal: Principal | str | None = None, run_id: UUID | None = None
