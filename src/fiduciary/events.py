@@ -7,9 +7,11 @@ union of all of them and ``EVENT_ADAPTER`` (de)serialises it. Types are extended
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from typing import Annotated, Any, Literal, final, get_args
 from uuid import UUID
 
@@ -460,8 +462,28 @@ _ENVELOPE = frozenset({"run_id", "seq", "at"})
 
 
 def encode_event(event: Event) -> str:
-    """The event as one line of JSON."""
-    return event.model_dump_json()
+    """The event as one line of JSON.
+
+    Made once per event object: a SQL store's row and the SSE frame of a committed event share
+    it. The text is kept beside the event (not on it: a copy of the event must not inherit it)
+    for as long as the event lives."""
+    key = id(event)
+    known = _ENCODED.get(key)
+    if known is not None and known[0]() is event:
+        return known[1]
+    text = event.model_dump_json()
+    _ENCODED[key] = (weakref.ref(event, partial(_forget, key)), text)
+    return text
+
+
+# id of a live event -> (a weak reference to it, its JSON); an entry leaves with its event
+_ENCODED: dict[int, tuple[weakref.ref[EventBase], str]] = {}
+
+
+def _forget(key: int, ref: weakref.ref[EventBase]) -> None:
+    known = _ENCODED.get(key)
+    if known is not None and known[0] is ref:
+        del _ENCODED[key]
 
 
 def decode_event(data: str | bytes) -> Event:
@@ -485,7 +507,7 @@ class SSEMessage(BaseModel):
 
 def encode_sse(event: Event) -> str:
     """The event as an SSE message with ``id: <seq>`` so a client can resume after it."""
-    return f"id: {event.seq}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n"
+    return f"id: {event.seq}\nevent: {event.type}\ndata: {encode_event(event)}\n\n"
 
 
 def parse_sse(stream: str) -> Iterator[SSEMessage]:
