@@ -7,6 +7,7 @@ store can continue it, decide its approvals or follow its events.
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import socket
 import weakref
@@ -70,6 +71,8 @@ _REPLAY_ONLY = (
     "replay the original run again instead"
 )
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_ALL_KINDS = tuple(sorted(k.value for k in Kind))  # what a run may call, as run_started says
+_PLAN_FIRST_KINDS = tuple(sorted(k.value for k in PLAN_FIRST_KINDS))
 
 
 class Agent:
@@ -172,6 +175,7 @@ class Agent:
         # whose writes never execute: never by this agent's real handlers
         self.drives_replays = False
         self._folds = KeptFolds()  # transcripts kept for the next message of a conversation
+        self._built: tuple[tuple[object, ...], Runtime] | None = None  # _runtime's last
 
     # --- runs ------------------------------------------------------------------------------
     def run(
@@ -234,7 +238,7 @@ class Agent:
             if unknown:
                 raise RunError("invalid", f"unknown capabilities: {', '.join(unknown)}")
             names = wanted
-        kinds = sorted(k.value for k in (PLAN_FIRST_KINDS if plan_first else frozenset(Kind)))
+        kinds = list(_PLAN_FIRST_KINDS if plan_first else _ALL_KINDS)
         plan = plan_turn(
             [c for n in names if (c := self.gates.get(n)) is not None],
             [UserTextMessage(message)],
@@ -589,8 +593,21 @@ class Agent:
         return Transcript()
 
     def _runtime(self) -> Runtime:
-        """What a drive of a run is given: built per drive, as the agent's attributes may be
-        replaced after construction."""
+        """What a drive of a run is given. The agent's attributes may be replaced after its
+        construction: it is built again whenever one it is made of is not the same object."""
+        parts = (
+            *(self.model, self.gates, self.store, self.clock, self.redactor, self.tracer),
+            *(self.max_turns, self.max_tool_calls, self.budget_usd, self.lease_seconds),
+            *(self.system, self.model_settings, self.model_tier, self.thinking_effort),
+            *(self.prices, self.context_window, self.compact_at, self.summarizer, self.context),
+            *(self.memory, self.microcompact, self.remember_replies, self.remember_after_run),
+        )
+        built = self._built
+        if built is None or not all(map(operator.is_, parts, built[0])):
+            built = self._built = (parts, self._new_runtime())
+        return built[1]
+
+    def _new_runtime(self) -> Runtime:
         return Runtime(
             model=self.model,
             gates=self.gates,

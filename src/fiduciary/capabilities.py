@@ -75,7 +75,7 @@ class Kind(StrEnum):
 
     @property
     def is_write(self) -> bool:
-        return self not in (Kind.READ, Kind.PREVIEW)
+        return self is not Kind.READ and self is not Kind.PREVIEW
 
 
 class Risk(StrEnum):

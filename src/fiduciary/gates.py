@@ -284,7 +284,7 @@ class Gates:
         else:
             try:
                 # numbers stay exact: a model's "0.1" must not become a binary float
-                loaded = json.loads(arguments, parse_float=Decimal) if arguments.strip() else {}
+                loaded = _ARGUMENTS.decode(arguments) if arguments.strip() else {}
             except ValueError:
                 loaded = None
             raw = loaded if isinstance(loaded, dict) else None
@@ -765,6 +765,8 @@ class Gates:
         )
 
 
+# what json.loads(text, parse_float=Decimal) builds at each call, built once
+_ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
 _READS = PolicyDecision("auto", "reads and previews run on their own", None)
 
 
