@@ -450,6 +450,9 @@ class Redactor:
                     )
                 elif self._key_hides(key, item):
                     out[self.redact_text(key)] = REDACTED
+                elif type(item) is str:  # the common case, as _redact does it, without a call
+                    scrubbed = self.redact_text(item)
+                    out[self.redact_text(key)] = item if scrubbed == item else scrubbed
                 else:
                     out[self.redact_text(key)] = self._redact(item, depth + 1, active)
             active.discard(id(value))
@@ -497,7 +500,7 @@ class Redactor:
 
     def _key_hides(self, key: str, value: Any) -> bool:
         """Whether the value under ``key`` must be replaced as a whole."""
-        kind, normalized = self._key_kind(key)
+        kind, normalized = self._kind_cache.get(key) or self._key_kind(key)
         if kind == _TOKEN_ONLY:
             return not _is_exempt(normalized, value)
         return kind == _SENSITIVE

@@ -80,6 +80,7 @@ def _parse(content: str) -> Any:
 
 
 Args = dict[str, Any] | Callable[[Results], dict[str, Any]]
+_ARGUMENTS = json.JSONEncoder(default=str)  # json.dumps(args, default=str)'s, built once
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class ScriptedModel:
                     arguments = call.raw
                 else:
                     args = call.args(results()) if callable(call.args) else call.args
-                    arguments = json.dumps(args, default=str)
+                    arguments = _ARGUMENTS.encode(args)
                 output_chars += len(arguments)
                 yield StreamToolCall(
                     id=f"toolu_{step_index:03d}_{i}", name=call.name, arguments=arguments
