@@ -8,8 +8,10 @@ process holds, follows every few hundred runs. Measured with ``bench/concurrency
 ``for_many_runs`` collects once and freezes what start-up made (modules, schemas, the app and
 its agent: never garbage, so never walked again), then lets the young generation grow to
 10,000 net allocations before it is collected. The same 1,000 runs then spend 11-12% of
-their time in the collector (366 -> 435 runs/s in one measurement). The cost: cyclic garbage waits longer to be freed (at most a few
-MB); memory freed by reference counting, most of it, is freed at once as before.
+their time in the collector (366 -> 435 runs/s in one measurement). The cost: cyclic garbage
+waits longer to be freed (at most a few MB); memory freed by reference counting, most of it,
+is freed at once as before. An object made before the freeze that later becomes cyclic garbage
+is never freed: call it once start-up is over.
 ``FIDUCIARY_GC=default`` keeps CPython's policy.
 """
 
