@@ -14,6 +14,8 @@ __all__ = ["render_result"]
 
 log = logger("fiduciary.gates")
 
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # json.dumps's, built once
+
 
 def render_result(
     cap: Capability,
@@ -26,7 +28,7 @@ def render_result(
 
     Over ``budget`` characters it is cut, or replaced by the capability's own summary of it
     (``summarize_on_truncate``, redacted too); the truncation marker says so either way."""
-    body = json.dumps(output, ensure_ascii=False, default=str)
+    body = _JSON.encode(output)
     truncated = len(body) > budget
     if truncated:
         summary = _summary(cap, output, redact)

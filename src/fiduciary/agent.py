@@ -7,6 +7,7 @@ store can continue it, decide its approvals or follow its events.
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import socket
 import weakref
@@ -14,13 +15,16 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from contextlib import AbstractAsyncContextManager, suppress
 from datetime import timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
 from . import _cancelling, _decisions
+from ._following import run_events
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._loop.folds import KeptFolds
+from ._loop.relay import Relay
 from ._sweep import SWEEP_SECONDS, sweep_forever
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
@@ -46,7 +50,6 @@ from .stores.base import (
     RunStatus,
     Store,
     existing_run,
-    follow_poll_seconds,
 )
 from .stores.memory import MemoryStore
 from .tracing import RunTracer, tracer_from_env
@@ -69,6 +72,8 @@ _REPLAY_ONLY = (
     "replay the original run again instead"
 )
 _SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_ALL_KINDS = tuple(sorted(k.value for k in Kind))  # what a run may call, as run_started says
+_PLAN_FIRST_KINDS = tuple(sorted(k.value for k in PLAN_FIRST_KINDS))
 
 
 class Agent:
@@ -167,14 +172,16 @@ class Agent:
         self._context_config()  # options are checked now, not at the first run
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locking: tuple[Store | None, bool] = (None, False)  # a store, PrincipalLocking?
         self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
         # runs marked as replays are driven only by a replay agent (fiduciary.observability),
         # whose writes never execute: never by this agent's real handlers
         self.drives_replays = False
         self._folds = KeptFolds()  # transcripts kept for the next message of a conversation
+        self._built: tuple[tuple[object, ...], Runtime] | None = None  # _runtime's last
 
     # --- runs ------------------------------------------------------------------------------
-    async def run(
+    def run(
         self,
         message: str,
         *,
@@ -191,6 +198,21 @@ class Agent:
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
+        return self._stream(
+            partial(self._open, message, principal, run_id, capabilities, plan_first, skill)
+        )
+
+    async def _open(
+        self,
+        message: str,
+        principal: Principal | str,
+        run_id: UUID | None,
+        capabilities: Iterable[str] | None,
+        plan_first: bool,
+        skill: str | None,
+    ) -> tuple[Driver, list[Event]]:
+        """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
+        commit, with its first events), the events to yield before the drive's."""
         who, skill = principal_of(principal), chosen_skill(self.skills, skill)
         if not isinstance(message, str) or not message.strip():
             raise RunError("invalid", "a message must be non-empty text")
@@ -199,14 +221,10 @@ class Agent:
             run, transcript, first = await self._create(
                 message, who, run_id, capabilities, plan_first, skill=skill, record=False
             )
-            driver = Driver(self._runtime(), run, transcript, unrecorded=first)
-        else:
-            run, transcript = await self._continue(existing, who)
-            driver = Driver(self._runtime(), run, transcript)
-            for event in await self._emit_first(driver, message, skill):
-                yield event
-        async for event in self._drive(driver):
-            yield event
+            return Driver(self._runtime(), run, transcript, unrecorded=first), []
+        run, transcript = await self._continue(existing, who)
+        driver = Driver(self._runtime(), run, transcript)
+        return driver, await self._emit_first(driver, message, skill)
 
     async def _create(
         self,
@@ -229,7 +247,7 @@ class Agent:
             if unknown:
                 raise RunError("invalid", f"unknown capabilities: {', '.join(unknown)}")
             names = wanted
-        kinds = sorted(k.value for k in (PLAN_FIRST_KINDS if plan_first else frozenset(Kind)))
+        kinds = list(_PLAN_FIRST_KINDS if plan_first else _ALL_KINDS)
         plan = plan_turn(
             [c for n in names if (c := self.gates.get(n)) is not None],
             [UserTextMessage(message)],
@@ -303,7 +321,7 @@ class Agent:
                 await self.store.release(driver.run_id, epoch=driver.epoch)
             raise
 
-    async def resume(
+    def resume(
         self, run_id: UUID, *, claimed: RunRecord | None = None, any_model: bool = False
     ) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
@@ -316,10 +334,16 @@ class Agent:
         run's capabilities or has another model than the run recorded (unless ``any_model``):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         """
+        return self._stream(partial(self._reopen, run_id, claimed, any_model))
+
+    async def _reopen(
+        self, run_id: UUID, claimed: RunRecord | None, any_model: bool
+    ) -> tuple[Driver, list[Event]] | None:
+        """``resume`` up to its drive; None when there is nothing to drive."""
         if claimed is None:
             existing = await existing_run(self.store, run_id)
             if existing.status in IDLE:
-                return
+                return None
             await self._drivable(run_id, any_model=any_model)
             run, transcript = await self._lease(run_id)
         else:
@@ -334,10 +358,8 @@ class Agent:
             run, transcript = claimed, await self._replay(claimed)
         if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
-            return
-        driver = Driver(self._runtime(), run, transcript)
-        async for event in self._drive(driver):
-            yield event
+            return None
+        return Driver(self._runtime(), run, transcript), []
 
     async def submit(
         self,
@@ -582,8 +604,21 @@ class Agent:
         return Transcript()
 
     def _runtime(self) -> Runtime:
-        """What a drive of a run is given: built per drive, as the agent's attributes may be
-        replaced after construction."""
+        """What a drive of a run is given. The agent's attributes may be replaced after its
+        construction: it is built again whenever one it is made of is not the same object."""
+        parts = (
+            *(self.model, self.gates, self.store, self.clock, self.redactor, self.tracer),
+            *(self.max_turns, self.max_tool_calls, self.budget_usd, self.lease_seconds),
+            *(self.system, self.model_settings, self.model_tier, self.thinking_effort),
+            *(self.prices, self.context_window, self.compact_at, self.summarizer, self.context),
+            *(self.memory, self.microcompact, self.remember_replies, self.remember_after_run),
+        )
+        built = self._built
+        if built is None or not all(map(operator.is_, parts, built[0])):
+            built = self._built = (parts, self._new_runtime())
+        return built[1]
+
+    def _new_runtime(self) -> Runtime:
         return Runtime(
             model=self.model,
             gates=self.gates,
@@ -620,13 +655,26 @@ class Agent:
             skills=self.skills,
         )
 
-    async def _drive(self, driver: Driver) -> AsyncGenerator[Event, None]:
-        out: asyncio.Queue[Any] = asyncio.Queue()
-        driver.writer.out = out
+    async def _stream(
+        self, opening: Callable[[], Awaitable[tuple[Driver, list[Event]] | None]]
+    ) -> AsyncGenerator[Event, None]:
+        """The events of ``run`` and ``resume``: their first ones, then each committed event
+        of the drive (one generator from the caller to the drive's relay)."""
+        opened = await opening()
+        if opened is None:
+            return
+        driver, first = opened
+        for event in first:
+            yield event
+        relay = Relay()
+        driver.writer.out = cast("asyncio.Queue[Any]", relay)  # it takes put_nowait only
         task = asyncio.create_task(driver.drive())
+        items = relay.items
         try:
             while True:
-                item = await out.get()
+                if not items:
+                    await relay.wait()
+                item = items.popleft()
                 if item is DONE:
                     break
                 yield item
@@ -643,7 +691,7 @@ class Agent:
     async def get_run(self, run_id: UUID) -> RunRecord:
         return await existing_run(self.store, run_id)
 
-    async def events(
+    def events(
         self,
         run_id: UUID,
         after_seq: int = 0,
@@ -658,58 +706,7 @@ class Agent:
         polling needed, on PostgreSQL (LISTEN/NOTIFY; it re-reads every 30 s by default only as
         a safety net). No event is yielded twice or skipped.
         """
-        if poll_seconds is None:
-            poll_seconds = follow_poll_seconds(self.store)
-        await existing_run(self.store, run_id)
-        last = after_seq
-        # subscribe before reading the past, so nothing committed in between is missed
-        sub = self.store.subscribe(run_id) if follow else None
-        waiting: asyncio.Future[Event] | None = None
-        try:
-            for event in await self.store.read_events(run_id, after_seq=last):
-                last = event.seq
-                yield event
-            if sub is None:
-                return
-            iterator = sub.__aiter__()
-            while True:
-                if waiting is None:
-                    waiting = asyncio.ensure_future(anext(iterator))
-                # asyncio.wait leaves the pending read alone on timeout (wait_for would cancel
-                # it, and with it the subscription)
-                done, _ = await asyncio.wait({waiting}, timeout=poll_seconds)
-                if not done:  # quiet here: another process may be committing
-                    for stored in await self.store.read_events(run_id, after_seq=last):
-                        last = stored.seq
-                        yield stored
-                    continue
-                finished, waiting = waiting, None
-                try:
-                    event = finished.result()
-                except StopAsyncIteration:
-                    if not sub.overflowed:  # closed (the store is closing): stop following
-                        return
-                    sub = self.store.subscribe(run_id)
-                    iterator = sub.__aiter__()
-                    for stored in await self.store.read_events(run_id, after_seq=last):
-                        last = stored.seq
-                        yield stored
-                    continue
-                if event.seq <= last:
-                    continue
-                if event.seq > last + 1:
-                    for stored in await self.store.read_events(
-                        run_id, after_seq=last, limit=event.seq - last - 1
-                    ):
-                        last = stored.seq
-                        yield stored
-                last = event.seq
-                yield event
-        finally:
-            if waiting is not None:
-                waiting.cancel()
-            if sub is not None:
-                sub.close()
+        return run_events(self.store, run_id, after_seq, follow=follow, poll_seconds=poll_seconds)
 
     async def pending_approvals(
         self, *, principal: Principal | str | None = None, run_id: UUID | None = None
@@ -773,11 +770,11 @@ class Agent:
         if lock is None:
             lock = asyncio.Lock()
             self._locks[actor_id] = lock
-        shared = (
-            self.store.principal_lock(actor_id)
-            if isinstance(self.store, PrincipalLocking)
-            else None
-        )
+        store = self.store
+        if store is not self._locking[0]:  # a Protocol check is slow: once per store
+            self._locking = (store, isinstance(store, PrincipalLocking))
+        locking = cast(PrincipalLocking, store) if self._locking[1] else None
+        shared = None if locking is None else locking.principal_lock(actor_id)
         return Held(lock, shared)
 
     async def list_runs(

@@ -75,7 +75,7 @@ class Kind(StrEnum):
 
     @property
     def is_write(self) -> bool:
-        return self not in (Kind.READ, Kind.PREVIEW)
+        return self is not Kind.READ and self is not Kind.PREVIEW
 
 
 class Risk(StrEnum):
@@ -128,19 +128,40 @@ class CallContext:
     capability: str
     idempotency_key: str
     clock: Clock
-    # set when the call is cancelled or times out; async handlers are also cancelled, while a
-    # sync handler (running in a thread) should check it and stop
-    cancelled: threading.Event = field(default_factory=threading.Event)
     _progress: ProgressFn = _no_progress
+    _cancelled: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the call is cancelled or times out: async handlers are also cancelled,
+        while a sync handler running in a thread should check it and stop. Made when first
+        asked for (most calls never do); a lock keeps two threads from making two."""
+        event = self._cancelled
+        if event is None:
+            with _MAKING:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                event = self._cancelled
+        return event
 
     async def progress(self, message: str, pct: float | None = None) -> None:
         """Report progress of a long call; it reaches clients as a ``tool_progress`` event."""
         await self._progress(message, pct)
 
 
+_MAKING = threading.Lock()
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of a value that digests and keys are computed from."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL.encode(value)
+
+
+# what json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+# default=str) builds at each call, built once
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
 
 
 def args_digest(args: dict[str, Any]) -> str:
@@ -181,6 +202,8 @@ class Capability:
     _call_style: Literal["fields", "model"]
     _is_async: bool
     _ctx_param: str | None
+    # False: a sync handler declared non-blocking, called on the event loop (no thread)
+    blocking: bool = True
 
     @property
     def is_write(self) -> bool:
@@ -200,15 +223,17 @@ class Capability:
         text = f"{self.name}({shown})"
         return f"{text}, about ${amount_usd:,.2f}" if amount_usd is not None else text
 
-    def make_key(self, args: BaseModel, ctx: CallContext) -> str:
+    def make_key(self, args: BaseModel, ctx: CallContext, *, digest: str | None = None) -> str:
         """The server-made idempotency key of a call (never one the model supplied).
 
         A capability's own key function is scoped to the principal, so that two people's calls
         can never share a ledger entry (and one never receives the other's recorded result).
+        ``digest``: the ``args_digest`` of ``args`` as JSON, when the caller has it already.
         """
         if self.idempotency_key is not None:
             return f"{ctx.principal.actor_id}:{self.idempotency_key(args, ctx)}"
-        digest = args_digest(args.model_dump(mode="json"))
+        if digest is None:
+            digest = args_digest(args.model_dump(mode="json"))
         return f"{ctx.run_id}:{ctx.tool_use_id}:{self.name}:v{self.version}:{digest}"
 
     async def amount(self, args: BaseModel, ctx: CallContext) -> Decimal | None:
@@ -232,17 +257,21 @@ class Capability:
         return value
 
     async def invoke(self, args: BaseModel, ctx: CallContext) -> Any:
-        """Call the handler (sync handlers run in a worker thread) and return its raw result."""
+        """Call the handler and return its raw result: a sync handler runs in a worker thread
+        unless it is declared non-blocking (``blocking=False``)."""
         if self._call_style == "model":
             call_args: tuple[Any, ...] = (args,)
             kwargs: dict[str, Any] = {}
         else:
             call_args = ()
-            kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+            kwargs = args.__dict__.copy()  # the fields (the input model ignores extras)
         if self._ctx_param is not None:
             kwargs[self._ctx_param] = ctx
         if self._is_async:
             return await self.handler(*call_args, **kwargs)
+        if not self.blocking:
+            return self.handler(*call_args, **kwargs)
+        _ = ctx.cancelled  # made here, on the loop's thread, before the handler's may ask
         return await asyncio.to_thread(self.handler, *call_args, **kwargs)
 
     def dump_output(self, raw: Any) -> Any:
@@ -281,6 +310,7 @@ def capability(
     tier: Tier | None = None,
     describe: Callable[[Any], str] | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
+    blocking: bool = True,
 ) -> Callable[[Callable[..., Any]], Capability]: ...
 
 
@@ -306,6 +336,7 @@ def capability(
     tier: Tier | None = None,
     describe: Callable[[Any], str] | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
+    blocking: bool = True,
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
@@ -314,6 +345,11 @@ def capability(
     parameter annotated with a ``BaseModel`` subclass). A parameter annotated ``CallContext``
     receives the call's context. ``replay`` defaults to ``safe`` for read/preview and ``never``
     otherwise.
+
+    A sync handler runs in a worker thread, so that it cannot stall the event loop. One that
+    never blocks (no I/O, no lock, no sleep: it computes and returns at once) may say so with
+    ``blocking=False``: it is then called on the event loop, saving the thread round trip. It
+    is trusted to return quickly: its ``timeout`` cannot interrupt it.
     """
 
     def build(func: Callable[..., Any]) -> Capability:
@@ -337,6 +373,7 @@ def capability(
             tier=tier,
             describe=describe,
             summarize_on_truncate=summarize_on_truncate,
+            blocking=blocking,
         )
 
     if fn is not None:
@@ -365,6 +402,7 @@ def _build(
     tier: Tier | None,
     describe: Callable[[Any], str] | None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
+    blocking: bool = True,
 ) -> Capability:
     cap_name = name or func.__name__
     bare = cap_name.replace("_", "").replace("-", "")
@@ -424,6 +462,11 @@ def _build(
             raise ConfigurationError(f"{cap_name}: modifiable field {f!r} is not an input field")
     if kind.is_write and resolved_replay is Replay.SAFE and "irreversible" in flags:
         raise ConfigurationError(f"{cap_name}: an irreversible write cannot be replay='safe'")
+    is_async = inspect.iscoroutinefunction(func)
+    if not blocking and is_async:
+        raise ConfigurationError(
+            f"{cap_name}: blocking=False is for sync handlers (an async one runs on the loop)"
+        )
     doc = description or inspect.getdoc(func) or ""
     if not doc:
         raise ConfigurationError(f"{cap_name}: give the capability a docstring or a description")
@@ -449,8 +492,9 @@ def _build(
         describe=describe,
         summarize_on_truncate=summarize_on_truncate,
         _call_style=call_style,
-        _is_async=inspect.iscoroutinefunction(func),
+        _is_async=is_async,
         _ctx_param=ctx_param,
+        blocking=blocking,
     )
 
 

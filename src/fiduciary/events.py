@@ -7,10 +7,12 @@ union of all of them and ``EVENT_ADAPTER`` (de)serialises it. Types are extended
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal, cast, get_args
+from functools import partial
+from typing import Annotated, Any, Literal, final, get_args
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -120,6 +122,7 @@ class RunStartedDraft(Draft):
     fork_at: int | None = None
 
 
+@final
 class RunStarted(RunStartedDraft, EventBase):
     pass
 
@@ -130,6 +133,7 @@ class UserMessageDraft(Draft):
     skill: str | None = None  # the skill the person chose from this message on (its name)
 
 
+@final
 class UserMessage(UserMessageDraft, EventBase):
     pass
 
@@ -139,6 +143,7 @@ class TextDeltaDraft(Draft):
     text: str
 
 
+@final
 class TextDelta(TextDeltaDraft, EventBase):
     pass
 
@@ -149,6 +154,7 @@ class ThinkingDeltaDraft(Draft):
     block_index: int = 0
 
 
+@final
 class ThinkingDelta(ThinkingDeltaDraft, EventBase):
     pass
 
@@ -159,6 +165,7 @@ class ThinkingDoneDraft(Draft):
     signature: str | None = None
 
 
+@final
 class ThinkingDone(ThinkingDoneDraft, EventBase):
     pass
 
@@ -172,6 +179,7 @@ class ToolCallStartDraft(Draft):
     kind: str | None = None
 
 
+@final
 class ToolCallStart(ToolCallStartDraft, EventBase):
     """The model called a tool. Exactly one ``tool_call_end`` or ``tool_call_rejected`` follows."""
 
@@ -188,6 +196,7 @@ class ToolCallEndDraft(Draft):
     hints: list[str] = Field(default_factory=list)
 
 
+@final
 class ToolCallEnd(ToolCallEndDraft, EventBase):
     pass
 
@@ -200,6 +209,7 @@ class ToolCallRejectedDraft(Draft):
     message: str
 
 
+@final
 class ToolCallRejected(ToolCallRejectedDraft, EventBase):
     pass
 
@@ -214,6 +224,7 @@ class GuardFiredDraft(Draft):
     message: str
 
 
+@final
 class GuardFired(GuardFiredDraft, EventBase):
     pass
 
@@ -243,6 +254,7 @@ class PendingActionDraft(Draft):
     executor: Literal["server", "client"] = "server"
 
 
+@final
 class PendingAction(PendingActionDraft, EventBase):
     """A write waits for a person. The approval binds to ``args_digest``."""
 
@@ -258,6 +270,7 @@ class ActionResolvedDraft(Draft):
     args_digest: str | None = None
 
 
+@final
 class ActionResolved(ActionResolvedDraft, EventBase):
     pass
 
@@ -270,6 +283,7 @@ class ToolProgressDraft(Draft):
     pct: float | None = None
 
 
+@final
 class ToolProgress(ToolProgressDraft, EventBase):
     pass
 
@@ -291,6 +305,7 @@ class CompactionDraft(Draft):
     stubbed_before: int | None = Field(default=None, ge=0)
 
 
+@final
 class Compaction(CompactionDraft, EventBase):
     pass
 
@@ -305,6 +320,7 @@ class ContextLayersDraft(Draft):
     recalled: list[str] = Field(default_factory=list)
 
 
+@final
 class ContextLayers(ContextLayersDraft, EventBase):
     pass
 
@@ -324,6 +340,7 @@ class TodoUpdateDraft(Draft):
     todos: list[TodoItem]
 
 
+@final
 class TodoUpdate(TodoUpdateDraft, EventBase):
     pass
 
@@ -343,6 +360,7 @@ class UsageDraft(Draft):
     total_cost_usd: Decimal | None = None
 
 
+@final
 class Usage(UsageDraft, EventBase):
     """One model call: ``model`` answered it (a tiered model's choice), at ``cost_usd`` (None
     when the model has no known price); ``total_cost_usd`` is the run's spend so far."""
@@ -353,6 +371,7 @@ class TurnCompleteDraft(Draft):
     stop_reason: str
 
 
+@final
 class TurnComplete(TurnCompleteDraft, EventBase):
     pass
 
@@ -362,6 +381,7 @@ class TurnRetractedDraft(Draft):
     from_seq: int
 
 
+@final
 class TurnRetracted(TurnRetractedDraft, EventBase):
     """A partial model turn lost in a crash: clients drop its text; the model is asked again."""
 
@@ -375,6 +395,7 @@ class RunCompletedDraft(Draft):
     cost_usd: Decimal | None = None
 
 
+@final
 class RunCompleted(RunCompletedDraft, EventBase):
     pass
 
@@ -385,6 +406,7 @@ class RunFailedDraft(Draft):
     message: str
 
 
+@final
 class RunFailed(RunFailedDraft, EventBase):
     pass
 
@@ -432,7 +454,7 @@ def stamp(draft: Draft, run_id: UUID, seq: int, at: datetime) -> Event:
     _set(event, "__pydantic_fields_set__", draft.__pydantic_fields_set__ | _ENVELOPE)
     _set(event, "__pydantic_extra__", None)
     _set(event, "__pydantic_private__", None)
-    return cast(Event, event)
+    return event  # type: ignore[return-value]  # one of Event's classes (_EVENT_OF)
 
 
 _new = object.__new__
@@ -441,8 +463,28 @@ _ENVELOPE = frozenset({"run_id", "seq", "at"})
 
 
 def encode_event(event: Event) -> str:
-    """The event as one line of JSON."""
-    return event.model_dump_json()
+    """The event as one line of JSON.
+
+    Made once per event object: a SQL store's row and the SSE frame of a committed event share
+    it. The text is kept beside the event (not on it: a copy of the event must not inherit it)
+    for as long as the event lives."""
+    key = id(event)
+    known = _ENCODED.get(key)
+    if known is not None and known[0]() is event:
+        return known[1]
+    text = event.model_dump_json()
+    _ENCODED[key] = (weakref.ref(event, partial(_forget, key)), text)
+    return text
+
+
+# id of a live event -> (a weak reference to it, its JSON); an entry leaves with its event
+_ENCODED: dict[int, tuple[weakref.ref[EventBase], str]] = {}
+
+
+def _forget(key: int, ref: weakref.ref[EventBase]) -> None:
+    known = _ENCODED.get(key)
+    if known is not None and known[0] is ref:
+        del _ENCODED[key]
 
 
 def decode_event(data: str | bytes) -> Event:
@@ -466,7 +508,7 @@ class SSEMessage(BaseModel):
 
 def encode_sse(event: Event) -> str:
     """The event as an SSE message with ``id: <seq>`` so a client can resume after it."""
-    return f"id: {event.seq}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n"
+    return f"id: {event.seq}\nevent: {event.type}\ndata: {encode_event(event)}\n\n"
 
 
 def parse_sse(stream: str) -> Iterator[SSEMessage]:

@@ -291,7 +291,7 @@ class Gates:
         else:
             try:
                 # numbers stay exact: a model's "0.1" must not become a binary float
-                loaded = json.loads(arguments, parse_float=Decimal) if arguments.strip() else {}
+                loaded = _ARGUMENTS.decode(arguments) if arguments.strip() else {}
             except ValueError:
                 loaded = None
             raw = loaded if isinstance(loaded, dict) else None
@@ -364,11 +364,15 @@ class Gates:
         if outcome.block is not None:
             name, _, verdict = outcome.block
             return self.refuse(a, "guard_blocked", f"Blocked by {name}: {verdict.message}")
-        notes = tuple(
-            GuardNote(
-                guard=g.name, verdict="warn" if v.kind == "warn" else "hint", message=v.message
+        notes = (
+            tuple(
+                GuardNote(
+                    guard=g.name, verdict="warn" if v.kind == "warn" else "hint", message=v.message
+                )
+                for g, v in outcome.notes
             )
-            for g, v in outcome.notes
+            if outcome.notes
+            else ()
         )
         # 5 authorize (server side; fail closed)
         if not await self.authorized(a):
@@ -487,7 +491,7 @@ class Gates:
         person like any call over the limit."""
         cap, args = a.cap, a.args
         if not cap.is_write:
-            return PolicyDecision("auto", "reads and previews run on their own", None)
+            return _READS
         ctx = self.context(a)
         amount = await cap.amount(args, ctx)
         limit = self.policy.daily_autonomous_limit_usd
@@ -524,7 +528,8 @@ class Gates:
             idempotency_key="",
             clock=self.clock,
         )
-        ctx.idempotency_key = cap.make_key(a.args, ctx)
+        # the call's digest is that of its validated arguments: computed once, at parsing
+        ctx.idempotency_key = cap.make_key(a.args, ctx, digest=a.call.digest or None)
 
         async def progress(message: str, pct: float | None) -> None:
             await scope.report(
@@ -554,7 +559,7 @@ class Gates:
             principal=scope.principal.actor_id,
             capability=cap.name,
             args=args,
-            args_digest=args_digest(args),
+            args_digest=call.digest or args_digest(args),
             tier=tier,
             amount_usd=a.amount_usd,
             modifiable_fields=cap.modifiable_fields,
@@ -773,6 +778,11 @@ class Gates:
             idempotency_key=key,
             duration_ms=None if started is None else (time.perf_counter() - started) * 1000,
         )
+
+
+# what json.loads(text, parse_float=Decimal) builds at each call, built once
+_ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
+_READS = PolicyDecision("auto", "reads and previews run on their own", None)
 
 
 def _retryable(entry: LedgerEntry) -> bool:

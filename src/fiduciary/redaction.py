@@ -419,7 +419,7 @@ class Redactor:
             ("://", "private key", "bearer", "basic", *self._key_triggers)
         )
         self._inert_fast_path = not self._known and not self._patterns
-        self._kind_cache: dict[str, int] = {}
+        self._kind_cache: dict[str, tuple[int, str]] = {}  # key -> its kind, normalized
         self._clean: set[str] = set()  # short strings known to need no change
 
     # -- structured data ----------------------------------------------------------------------
@@ -440,7 +440,7 @@ class Redactor:
             return value
         if depth >= MAX_DEPTH or id(value) in active:
             return REDACTED
-        if isinstance(value, Mapping):
+        if type(value) is dict or isinstance(value, Mapping):  # the ABC check is slow
             active.add(id(value))
             out: dict[Any, Any] = {}
             for key, item in value.items():
@@ -450,6 +450,9 @@ class Redactor:
                     )
                 elif self._key_hides(key, item):
                     out[self.redact_text(key)] = REDACTED
+                elif type(item) is str:  # the common case, as _redact does it, without a call
+                    scrubbed = self.redact_text(item)
+                    out[self.redact_text(key)] = item if scrubbed == item else scrubbed
                 else:
                     out[self.redact_text(key)] = self._redact(item, depth + 1, active)
             active.discard(id(value))
@@ -479,23 +482,25 @@ class Redactor:
         return self.redact_text(str(value))
 
     def _key_kind(self, key: str) -> tuple[int, str]:
+        """The kind of a key and its normalized form, memoized by the key as written."""
+        known = self._kind_cache.get(key)
+        if known is not None:
+            return known
         normalized = _normalize_key(key)
-        kind = self._kind_cache.get(normalized)
-        if kind is None:
-            if any(f in normalized for f in self._sensitive_fragments):
-                kind = _SENSITIVE
-            elif _TOKEN in normalized:
-                kind = _TOKEN_ONLY
-            else:
-                kind = _NOT_SENSITIVE
-            if len(self._kind_cache) >= _CACHE_LIMIT:
-                self._kind_cache.clear()
-            self._kind_cache[normalized] = kind
-        return kind, normalized
+        if any(f in normalized for f in self._sensitive_fragments):
+            kind = _SENSITIVE
+        elif _TOKEN in normalized:
+            kind = _TOKEN_ONLY
+        else:
+            kind = _NOT_SENSITIVE
+        if len(self._kind_cache) >= _CACHE_LIMIT:
+            self._kind_cache.clear()
+        self._kind_cache[key] = known = (kind, normalized)
+        return known
 
     def _key_hides(self, key: str, value: Any) -> bool:
         """Whether the value under ``key`` must be replaced as a whole."""
-        kind, normalized = self._key_kind(key)
+        kind, normalized = self._kind_cache.get(key) or self._key_kind(key)
         if kind == _TOKEN_ONLY:
             return not _is_exempt(normalized, value)
         return kind == _SENSITIVE

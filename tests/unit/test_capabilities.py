@@ -150,6 +150,42 @@ async def test_sync_handler_runs_in_a_worker_thread() -> None:
     assert threads[0] != threading.get_ident()
 
 
+async def test_a_sync_handler_declared_non_blocking_runs_on_the_loop() -> None:
+    threads: list[int] = []
+
+    @capability(blocking=False)
+    def add_one(n: int, ctx: CallContext) -> int:
+        """A quick computation."""
+        threads.append(threading.get_ident())
+        assert ctx.tool_use_id == "toolu_1"
+        return n + 1
+
+    args = add_one.input_model.model_validate({"n": 41})
+    assert not add_one.blocking
+    assert await add_one.invoke(args, make_ctx(add_one)) == 42
+    assert threads == [threading.get_ident()]
+
+
+def test_only_a_sync_handler_can_be_declared_non_blocking() -> None:
+    with pytest.raises(ConfigurationError, match="blocking=False is for sync handlers"):
+
+        @capability(blocking=False)
+        async def quick() -> int:
+            """Async already."""
+            return 1
+
+
+def test_the_context_of_a_call_has_one_cancellation_event() -> None:
+    @capability
+    def noop() -> None:
+        """Nothing."""
+
+    ctx = make_ctx(noop)
+    assert not ctx.cancelled.is_set()
+    ctx.cancelled.set()
+    assert ctx.cancelled.is_set()  # the same event each time it is asked for
+
+
 # --- the input model ----------------------------------------------------------------------
 
 

@@ -248,6 +248,21 @@ def test_unknown_amount_stays_none() -> None:
     assert decoded.amount_usd is None
 
 
+def test_an_event_is_encoded_once_and_a_copy_of_it_anew() -> None:
+    from fiduciary import events
+
+    event = TextDelta(run_id=RUN, seq=3, at=AT, text="hello")
+    first = encode_event(event)
+    assert encode_event(event) is first  # the store's row and the SSE frame share it
+    assert encode_sse(event) == f"id: 3\nevent: text_delta\ndata: {first}\n\n"
+    copy = event.model_copy(update={"text": "other"})
+    assert json.loads(encode_event(copy))["text"] == "other"
+    assert copy == TextDelta(run_id=RUN, seq=3, at=AT, text="other")
+    key = id(event)
+    del event  # the kept text leaves with its event
+    assert key not in events._ENCODED
+
+
 def test_timestamps_keep_their_timezone() -> None:
     decoded = decode_event(encode_event(ALL_EVENTS[0]))
     assert decoded.at == AT + timedelta(seconds=1)

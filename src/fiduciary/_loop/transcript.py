@@ -93,86 +93,98 @@ class Transcript:
     _turns_before: list[int] = field(default_factory=list)
 
     def apply(self, event: Event) -> None:
+        # ``type(event) is`` rather than ``match``: a class pattern that misses costs an
+        # isinstance through pydantic's metaclass, and this runs for every event. The event
+        # classes are final, so mypy still checks that every type is handled (assert_never).
+        # The most frequent types come first.
         self.last_seq = event.seq
-        match event:
-            case TextDelta(text=text):
-                self._start_partial(event.seq)
-                if self.parts and isinstance(self.parts[-1], TextPart):
-                    self.parts[-1] = TextPart(self.parts[-1].text + text)
-                else:
-                    self.parts.append(TextPart(text))
-            case ThinkingDelta(text=text):
-                self._start_partial(event.seq)
-                last = self.parts[-1] if self.parts else None
-                if isinstance(last, ThinkingPart) and last.signature is None:
-                    self.parts[-1] = ThinkingPart(last.text + text)
-                else:
-                    self.parts.append(ThinkingPart(text))
-            case ThinkingDone(signature=signature):
-                last = self.parts[-1] if self.parts else None
-                if isinstance(last, ThinkingPart):
-                    self.parts[-1] = ThinkingPart(last.text, signature or "")
-            case ToolCallStart():
-                self._start_partial(event.seq)
-                self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
-                self.calls_since_user += 1
-                self.tool_calls += 1
-                self._records[event.tool_use_id] = len(self.history.calls)
-                self.history.calls.append(
-                    CallRecord(
-                        tool_use_id=event.tool_use_id,
-                        name=event.name,
-                        kind=event.kind,
-                        input=event.input,
-                        args_digest=event.args_digest,
-                        at=event.at,
-                    )
+        if type(event) is TextDelta:
+            self._start_partial(event.seq)
+            parts = self.parts
+            if parts and isinstance(parts[-1], TextPart):
+                parts[-1] = TextPart(parts[-1].text + event.text)
+            else:
+                parts.append(TextPart(event.text))
+        elif type(event) is ToolCallStart:
+            self._start_partial(event.seq)
+            self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
+            self.calls_since_user += 1
+            self.tool_calls += 1
+            self._records[event.tool_use_id] = len(self.history.calls)
+            self.history.calls.append(
+                CallRecord(
+                    tool_use_id=event.tool_use_id,
+                    name=event.name,
+                    kind=event.kind,
+                    input=event.input,
+                    args_digest=event.args_digest,
+                    at=event.at,
                 )
-            case ToolCallEnd():
-                self._result(
-                    event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
-                )
-                self._outcome(event.tool_use_id, not event.is_error, event.output)
-            case ToolCallRejected():
-                content = error_content(event.reason, event.message)
-                self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
-                self._outcome(event.tool_use_id, False, content)
-            case PendingAction():
-                self.approvals[event.tool_use_id] = event.approval_id
-                self.pending_actions[event.tool_use_id] = event
-                if event.guard_notes:
-                    self.notes[event.tool_use_id] = list(event.guard_notes)
-            case ActionResolved():
-                self.resolved.add(event.approval_id)
-            case TurnComplete():
-                message = AssistantMessage(tuple(self.parts))
-                self._append(message)
-                self.last_text = message.text
-                self.open_uses = message.tool_uses
-                self.parts = []
-                self.partial_from = None
-                self.turns_since_user += 1
-                self._close_turn()
-            case TurnRetracted():
-                for part in self.parts:
-                    if isinstance(part, ToolUsePart):
-                        self.results.pop(part.id, None)
-                self.parts = []
-                self.partial_from = None
-            case UserMessage(text=text):
-                self._append(UserTextMessage(text))
-                self.history.add_user_message(text)
-                self.turns_since_user = 0
-                self.calls_since_user = 0
-                self.user_text = text
-                self.layers = None
-                if event.skill is not None:
-                    self.skill, self.skill_since = event.skill, len(self.history.calls)
-            case ContextLayers():
-                self.layers = event
-            case Compaction(phase="start"):
+            )
+        elif type(event) is ToolCallEnd:
+            self._result(
+                event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
+            )
+            self._outcome(event.tool_use_id, not event.is_error, event.output)
+        elif type(event) is Usage:
+            self.input_tokens = event.total_input_tokens
+            self.output_tokens = event.total_output_tokens
+            if event.total_cost_usd is not None:
+                self.cost_usd = event.total_cost_usd
+        elif type(event) is TurnComplete:
+            message = AssistantMessage(tuple(self.parts))
+            self._append(message)
+            self.last_text = message.text
+            self.open_uses = message.tool_uses
+            self.parts = []
+            self.partial_from = None
+            self.turns_since_user += 1
+            self._close_turn()
+        elif type(event) is ToolCallRejected:
+            content = error_content(event.reason, event.message)
+            self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
+            self._outcome(event.tool_use_id, False, content)
+        elif type(event) is UserMessage:
+            self._append(UserTextMessage(event.text))
+            self.history.add_user_message(event.text)
+            self.turns_since_user = 0
+            self.calls_since_user = 0
+            self.user_text = event.text
+            self.layers = None
+            if event.skill is not None:
+                self.skill, self.skill_since = event.skill, len(self.history.calls)
+        elif type(event) is RunStarted:
+            self.started = event
+        elif type(event) is PendingAction:
+            self.approvals[event.tool_use_id] = event.approval_id
+            self.pending_actions[event.tool_use_id] = event
+            if event.guard_notes:
+                self.notes[event.tool_use_id] = list(event.guard_notes)
+        elif type(event) is ActionResolved:
+            self.resolved.add(event.approval_id)
+        elif type(event) is ThinkingDelta:
+            self._start_partial(event.seq)
+            last = self.parts[-1] if self.parts else None
+            if isinstance(last, ThinkingPart) and last.signature is None:
+                self.parts[-1] = ThinkingPart(last.text + event.text)
+            else:
+                self.parts.append(ThinkingPart(event.text))
+        elif type(event) is ThinkingDone:
+            last = self.parts[-1] if self.parts else None
+            if isinstance(last, ThinkingPart):
+                self.parts[-1] = ThinkingPart(last.text, event.signature or "")
+        elif type(event) is TurnRetracted:
+            for part in self.parts:
+                if isinstance(part, ToolUsePart):
+                    self.results.pop(part.id, None)
+            self.parts = []
+            self.partial_from = None
+        elif type(event) is ContextLayers:
+            self.layers = event
+        elif type(event) is Compaction:
+            if event.phase == "start":
                 self.compacting = event.tokens_before or 0
-            case Compaction():
+            else:
                 self.compacting = None
                 if event.method is not None:
                     self.shape = Shape(
@@ -180,17 +192,16 @@ class Transcript:
                         stubbed_before=event.stubbed_before or 0,
                         summary=event.summary,
                     )
-            case Usage():
-                self.input_tokens = event.total_input_tokens
-                self.output_tokens = event.total_output_tokens
-                if event.total_cost_usd is not None:
-                    self.cost_usd = event.total_cost_usd
-            case RunStarted():
-                self.started = event
-            case GuardFired() | ToolProgress() | TodoUpdate() | RunCompleted() | RunFailed():
-                pass  # nothing the model or the guards are told
-            case _:
-                assert_never(event)
+        elif (
+            type(event) is GuardFired
+            or type(event) is ToolProgress
+            or type(event) is TodoUpdate
+            or type(event) is RunCompleted
+            or type(event) is RunFailed
+        ):
+            pass  # nothing the model or the guards are told
+        else:
+            assert_never(event)
 
     def new_call_id(self, proposed: str | None) -> str:
         """The id a call the model just made is recorded under: the provider's when no call of
@@ -243,9 +254,14 @@ class Transcript:
         return (self._turns_before[-1] if self._turns_before else 0) + ends
 
     def _close_turn(self) -> None:
-        if self.open_uses and all(u.id in self.results for u in self.open_uses):
-            self._append(ToolResultsMessage(tuple(self.results[u.id] for u in self.open_uses)))
-            self.open_uses = []
+        uses, results = self.open_uses, self.results
+        if not uses:
+            return
+        for use in uses:
+            if use.id not in results:
+                return
+        self._append(ToolResultsMessage(tuple([results[u.id] for u in uses])))
+        self.open_uses = []
 
     @property
     def unresolved(self) -> list[ToolUsePart]:

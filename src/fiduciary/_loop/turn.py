@@ -49,6 +49,8 @@ __all__ = ["model_turn"]
 
 log = logger("fiduciary.loop")
 
+_NO_USAGE = StreamUsage()
+
 
 async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     """Stream one turn; reads start as soon as their arguments are complete.
@@ -91,7 +93,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     reads: list[asyncio.Task[None]] = []
     later: list[ParsedCall] = []
     any_calls = False
-    usage = StreamUsage()
+    usage = _NO_USAGE
     answered_by: str | None = None
     stop = "end_turn"
     max_calls = rt.limits.max_tool_calls
@@ -125,11 +127,16 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
                         later.append(call)
                 case StreamUsage():
                     answered_by = item.model or answered_by
-                    usage = StreamUsage(
-                        usage.input_tokens + item.input_tokens,
-                        usage.output_tokens + item.output_tokens,
-                        usage.cache_read_tokens + item.cache_read_tokens,
-                        usage.cache_write_tokens + item.cache_write_tokens,
+                    # most models report once a turn: that report is the turn's usage
+                    usage = (
+                        item
+                        if usage is _NO_USAGE
+                        else StreamUsage(
+                            usage.input_tokens + item.input_tokens,
+                            usage.output_tokens + item.output_tokens,
+                            usage.cache_read_tokens + item.cache_read_tokens,
+                            usage.cache_write_tokens + item.cache_write_tokens,
+                        )
                     )
                 case StreamStop(reason=reason):
                     stop = reason

@@ -25,7 +25,9 @@ from .base import (
     StreamTextDelta,
     StreamToolCall,
     StreamUsage,
+    TextPart,
     ToolResultsMessage,
+    ToolUsePart,
     UserTextMessage,
 )
 from .pricing import Price
@@ -78,6 +80,7 @@ def _parse(content: str) -> Any:
 
 
 Args = dict[str, Any] | Callable[[Results], dict[str, Any]]
+_ARGUMENTS = json.JSONEncoder(default=str)  # json.dumps(args, default=str)'s, built once
 
 
 @dataclass(frozen=True)
@@ -151,14 +154,19 @@ class ScriptedModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)
         script = self._script(request)
-        step_index = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
-        input_tokens = _estimate_tokens(request)
+        step_index, input_tokens = _measure(request)
         step: Step
         if script is None or step_index >= len(script.steps):
             step = Reply(self._fallback if script is None else "")
         else:
             step = script.steps[step_index]
-        results = Results(request)
+        made: list[Results] = []
+
+        def results() -> Results:  # made only for a step that computes from them
+            if not made:
+                made.append(Results(request))
+            return made[0]
+
         output_chars = 0
         if isinstance(step, ToolCalls):
             if step.text:
@@ -168,8 +176,8 @@ class ScriptedModel:
                 if call.raw is not None:
                     arguments = call.raw
                 else:
-                    args = call.args(results) if callable(call.args) else call.args
-                    arguments = json.dumps(args, default=str)
+                    args = call.args(results()) if callable(call.args) else call.args
+                    arguments = _ARGUMENTS.encode(args)
                 output_chars += len(arguments)
                 yield StreamToolCall(
                     id=f"toolu_{step_index:03d}_{i}", name=call.name, arguments=arguments
@@ -177,7 +185,7 @@ class ScriptedModel:
             yield StreamUsage(input_tokens=input_tokens, output_tokens=max(1, output_chars // 4))
             yield StreamStop("tool_use")
             return
-        text = step.text(results) if callable(step.text) else step.text
+        text = step.text(results()) if callable(step.text) else step.text
         size = max(1, step.chunk_chars)
         for start in range(0, len(text), size):
             yield StreamTextDelta(text[start : start + size])
@@ -194,13 +202,21 @@ class ScriptedModel:
         return json.loads(json.dumps(answer, default=str))  # a copy, as JSON would give it
 
 
-def _estimate_tokens(request: ModelRequest) -> int:
-    chars = sum(len(s) for s in request.system)
+def _measure(request: ModelRequest) -> tuple[int, int]:
+    """The number of assistant turns so far (the step to play) and the "input tokens"."""
+    turns = 0
+    chars = sum(map(len, request.system))
     for m in request.messages:
         if isinstance(m, UserTextMessage):
             chars += len(m.text)
         elif isinstance(m, AssistantMessage):
-            chars += len(m.text) + sum(len(str(u.input)) for u in m.tool_uses)
+            turns += 1
+            for part in m.parts:
+                if isinstance(part, TextPart):
+                    chars += len(part.text)
+                elif isinstance(part, ToolUsePart):
+                    chars += len(str(part.input))
         else:
-            chars += sum(len(r.content) for r in m.results)
-    return max(1, chars // 4)
+            for result in m.results:
+                chars += len(result.content)
+    return turns, max(1, chars // 4)

@@ -74,6 +74,10 @@ def is_high_risk_financial(cap: Capability) -> bool:
     return cap.is_write and financial and high
 
 
+# a kind by its value or by itself (a StrEnum member hashes as its value): Kind(k) is slow
+_KINDS: dict[Kind | str, Kind] = {k.value: k for k in Kind}
+
+
 def choose_tier(
     capabilities: Iterable[Capability],
     *,
@@ -85,7 +89,7 @@ def choose_tier(
         if override not in TIERS:
             raise ConfigurationError(f"unknown model tier {override!r}; use one of {TIERS}")
         return override
-    kinds = None if allowed_kinds is None else {Kind(k) for k in allowed_kinds}
+    kinds = None if allowed_kinds is None else {_KINDS.get(k) or Kind(k) for k in allowed_kinds}
     callable_caps = [c for c in capabilities if kinds is None or c.kind in kinds]
     writes = [c for c in callable_caps if c.is_write]
     if any(is_high_risk_financial(c) for c in writes):

@@ -21,7 +21,7 @@ from uuid import UUID
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ...events import Event
+from ...events import Event, encode_event
 from ...exceptions import StoreError
 from ..base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord
 
@@ -157,7 +157,7 @@ class Codec:
             if at is not last_at:  # the events of one emit share their time: encode it once
                 at_value = self.time(at)
                 last_at = at
-            rows.append((key, e.seq, e.type, at_value, e.model_dump_json()))
+            rows.append((key, e.seq, e.type, at_value, encode_event(e)))  # shared with SSE
         return rows, consecutive
 
     def approval_row(self, a: ApprovalRecord) -> Params:
