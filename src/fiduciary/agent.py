@@ -667,7 +667,7 @@ class Agent:
         for event in first:
             yield event
         relay = Relay()
-        driver.writer.out = cast("asyncio.Queue[Any]", relay)  # it takes put_nowait only
+        driver.writer.out = relay
         task = asyncio.create_task(driver.drive())
         items = relay.items
         try:

@@ -33,6 +33,7 @@ from ..stores.base import (
     Store,
 )
 from ..tracing import NO_DRIVE, DriveTrace
+from .relay import Relay
 from .transcript import Transcript
 
 __all__ = ["DONE", "Writer"]
@@ -89,7 +90,7 @@ class Writer:
         self.lease_seconds = lease_seconds
         self.delay = delay
         self.trace = trace
-        self.out: asyncio.Queue[Any] | None = None
+        self.out: Relay | None = None
         self._next_seq = transcript.last_seq + 1
         self._events: list[Event] = []
         self._status: RunStatus | None = None

@@ -31,6 +31,7 @@ import typer.main
 from rich.console import Console
 from rich.markup import escape
 
+from .._gc import for_many_runs
 from ..agent_factory import agent_of
 from ._common import McpConfig, _command, load_agent_factory, missing_extra, with_mcp
 from .runs import approvals_app, runs_app
@@ -117,6 +118,7 @@ async def worker(
             with_mcp(made, [], mcp_config or []),
             _ticking(store, apps, apps_engine, apps_principal, poll_interval),
         ):
+            for_many_runs()  # start-up is over: the collector's policy for many runs at once
             await run_worker(
                 made,
                 stop=stop,

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .._gc import for_many_runs
 from .._sweep import SWEEP_SECONDS
 from ..cli._common import McpConfig, plain_errors, with_mcp
 from ..exceptions import FiduciaryError
@@ -453,6 +454,7 @@ async def _serve(
                 timeout_graceful_shutdown=5,
             )
         )
+        for_many_runs()  # start-up is over: the collector's policy for many runs at once
         await server.serve(sockets=sockets)
         return 0
     except FiduciaryError as exc:
