@@ -15,12 +15,15 @@ ledger's finish and retry, releasing a reservation) and the encoding of ``commit
 - ``_lease(params)``: ``acquire``'s statement, returning the leased run's row;
 - ``_reserve(reservation)``: ``reserve_autonomous``, whose lock is the dialect's own;
 - ``ledger_begin``, ``subscribe``, ``close`` and opening, which differ in locking and in
-  notifications.
+  notifications;
+- ``read_global``'s two queries (``read_global``, ``read_global_order``: the global order is
+  the dialect's), ``_held_back`` (rows were committed but may not be read yet: look again
+  soon) and the commit bell (``commit_generation``, ``wait_for_commits``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -33,6 +36,7 @@ from ..base import (
     ApprovalRecord,
     ApprovalStatus,
     AuditRecord,
+    GlobalEvent,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -117,6 +121,9 @@ class SQLStore:
 
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
         raise NotImplementedError
+
+    def _held_back(self) -> None:
+        """``read_global`` met rows it may not read yet: ring the commit bell again soon."""
 
     # --- runs -----------------------------------------------------------------------------
     async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
@@ -205,6 +212,50 @@ class SQLStore:
             return [decode_event(payload) for (payload,) in rows]
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
             raise StoreError(f"run {run_id}: a stored event cannot be decoded: {exc}") from exc
+
+    async def read_global(
+        self,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        principal: str | None = None,
+        statuses: Collection[RunStatus] | None = None,
+        types: Collection[str] | None = None,
+    ) -> list[GlobalEvent]:
+        d = self.dialect
+        if (
+            limit < 1
+            or (statuses is not None and not statuses)
+            or (types is not None and not types)
+        ):
+            return []
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        where = ""
+        if principal is not None:
+            where += f" AND r.principal = {d.param('principal')}"
+            params["principal"] = principal
+        for column, values in (("r.status", statuses), ("e.type", types)):
+            if values is None:
+                continue
+            names = [f"{column[0]}{i}" for i in range(len(values))]
+            params.update(zip(names, values, strict=True))
+            where += f" AND {column} IN ({', '.join(d.param(n) for n in names)})"
+        rows = await self._fetch(
+            f"{d.queries.read_global}{where} {d.queries.read_global_order}", params
+        )
+        out: list[GlobalEvent] = []
+        for position, payload, owner, status, held in rows:
+            if held:  # the rest waits for older transactions (PostgreSQL)
+                self._held_back()
+                break
+            try:
+                event = decode_event(payload)
+            except ValueError as exc:
+                raise StoreError(
+                    f"event {position}: a stored event cannot be decoded: {exc}"
+                ) from exc
+            out.append(GlobalEvent(int(position), owner, status, event))
+        return out
 
     async def acquire(
         self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float

@@ -605,6 +605,19 @@ class PostgresStore(SQLStore):
             self._opening.add_done_callback(lambda _: sub.interrupt())
         return sub
 
+    # --- the global order (GlobalEvents; read_global is the core's) -------------------------
+    def _held_back(self) -> None:
+        self._listener.recheck_soon()
+
+    @property
+    def commit_generation(self) -> int:
+        return self._listener.fanout.bell.generation
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        """Every process's commits ring it (LISTEN/NOTIFY), and a held-back read again soon."""
+        await self._ready()
+        return await self._listener.fanout.bell.wait(since)
+
     async def close(self) -> None:
         """Write the queued commits, end the subscriptions, close the connections. Idempotent."""
         if self._closed:

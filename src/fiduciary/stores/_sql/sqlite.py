@@ -442,6 +442,15 @@ class SQLiteStore(SQLStore):
             raise StoreError("the store is closed")
         return self._broadcaster.subscribe(run_id, buffer)
 
+    # --- the global order (GlobalEvents; read_global is the core's) -------------------------
+    @property
+    def commit_generation(self) -> int:
+        return self._broadcaster.bell.generation
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        """This process's commits ring it; other processes' are seen only by reading."""
+        return await self._broadcaster.bell.wait(since)
+
     async def close(self) -> None:
         """Write the queued writes, end the subscriptions and close the file. Idempotent."""
         if self._closed:
