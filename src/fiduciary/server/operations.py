@@ -7,7 +7,7 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, runs, timetravel
+from . import account, approvals, auth, bus, runs, timetravel
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -73,6 +73,24 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         description="Server-sent events: `id:` is the event's seq. Resume with Last-Event-ID "
         "(or `?after=`); no event is skipped or repeated. An `event: reconnect` message with "
         '`{"after": seq}` asks the client to reconnect from there.',
+    ),
+    Operation(
+        "GET", "/events", "globalEvents", "Follow every run's events in one stream (SSE)",
+        bus.global_events,
+        scope=auth.RUNS_READ,
+        params=(
+            Param(
+                "Last-Event-ID", "header", {"type": "string", "maxLength": 20}, required=False,
+                description="The id of the last event received: resume after it.",
+            ),
+        ),
+        query=bus.GlobalEventsQuery, media_type="text/event-stream",
+        problems=("invalid_last_event_id",), tags=("runs",),
+        description="Server-sent events of the caller's runs (an admin key: everyone's), in "
+        "one global order: `event: run_status` (a run started, waits for a person, completed, "
+        "failed, was cancelled), `text` (the model's text) or `tool_call` (a call started, "
+        "succeeded, failed, was denied, approved or reported). `id:` is the event's position: "
+        "resume with Last-Event-ID (or `?after=`); no event is skipped or repeated.",
     ),
     Operation(
         "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", runs.cancel_run,
