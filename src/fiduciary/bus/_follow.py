@@ -23,6 +23,7 @@ async def follow(
     page: int = 500,
     wait_seconds: float = 0.5,
     stop: asyncio.Event | None = None,
+    live: bool = True,
 ) -> AsyncIterator[list[BusEvent]]:
     """The bus events after the position ``after``, a batch per read, forever (until ``stop``
     is set): the stored ones first, then each commit's as the store's bell rings.
@@ -30,7 +31,8 @@ async def follow(
     An empty batch means nothing arrived for ``wait_seconds`` (a time to send a heartbeat);
     the store is read then anyway, for another process's commits that rang no bell here (a
     second process on a SQLite file). Filters as ``GlobalEvents.read_global``'s; ``types`` are
-    the bus's (``run_status``, ``text``, ``tool_call``).
+    the bus's (``run_status``, ``text``, ``tool_call``). ``live=False``: end once the events
+    stored now have been read.
     """
     wanted = sorted(run_event_types(types))
     position = after
@@ -46,6 +48,8 @@ async def follow(
                 yield batch
             if len(found) == page:
                 continue  # more is stored: read on at once
+        if not live:
+            return
         if not await _rung(store, since, wait_seconds, stop):
             yield []
 

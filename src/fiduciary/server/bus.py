@@ -41,6 +41,7 @@ class GlobalEventsQuery(BaseModel):
     after: int = Field(
         default=0, ge=0, le=MAX_SEQ, description="Send the events after this position (an id)."
     )
+    follow: bool = Field(default=True, description="Keep the stream open for new events.")
     status: str | None = Field(
         default=None,
         max_length=200,
@@ -94,5 +95,6 @@ async def global_events(server: Server, call: Call) -> Response:
         principal=None if key.is_admin else key.principal,
         statuses=query.statuses(),
         types=query.types(),
+        follow=query.follow,
     )
     return SSEResponse(body)

@@ -7,7 +7,7 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, bus, runs, timetravel
+from . import account, approvals, auth, bus, runs, timetravel, traces
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -91,6 +91,15 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         "failed, was cancelled), `text` (the model's text) or `tool_call` (a call started, "
         "succeeded, failed, was denied, approved or reported). `id:` is the event's position: "
         "resume with Last-Event-ID (or `?after=`); no event is skipped or repeated.",
+    ),
+    Operation(
+        "GET", "/runs/{run_id}/trace", "runTrace", "A run's trace, as a waterfall of spans",
+        traces.run_trace, scope=auth.RUNS_READ, params=(_RUN_ID,),
+        response=traces.TraceView, problems=("not_found",), tags=("runs",),
+        description="The spans OpenTelemetry would receive (`invoke_agent` per drive, `chat` "
+        "per model call, `execute_tool` per call with kind, tier and outcome), built from the "
+        "run's log, and an `await_approval` span while a pending action waits for a person "
+        "(`end` null while it waits).",
     ),
     Operation(
         "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", runs.cancel_run,

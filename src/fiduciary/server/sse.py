@@ -37,7 +37,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .._logs import logger
 from ..agent import Agent
-from ..bus import BUS_ADAPTER, BusEvent, BusType, follow
+from ..bus import BUS_ADAPTER, BusEvent, BusType
+from ..bus import follow as follow_bus
 from ..events import Event, encode_sse
 from ..stores.base import RunStatus
 
@@ -366,15 +367,16 @@ class GlobalStreams:
         principal: str | None,
         statuses: frozenset[RunStatus] | None,
         types: frozenset[BusType] | None,
+        follow: bool = True,
     ) -> AsyncIterator[bytes]:
-        """SSE bytes: the bus events after the position ``after``, then live ones, with
-        heartbeats; ends (the client reconnects after its last id) when the server goes."""
+        """SSE bytes: the bus events after the position ``after``, then live ones (``follow``),
+        with heartbeats; ends (the client reconnects after its last id) when the server goes."""
         stop = asyncio.Event()
         self._stops.add(stop)
         try:
             yield b"retry: 2000\n: events\n\n"
             quiet = time.monotonic()
-            async for batch in follow(
+            async for batch in follow_bus(
                 self.agent.store,
                 after=after,
                 principal=principal,
@@ -382,6 +384,7 @@ class GlobalStreams:
                 types=types,
                 wait_seconds=min(self.poll_seconds, self.heartbeat_seconds),
                 stop=stop,
+                live=follow,
             ):
                 now = time.monotonic()
                 if batch:

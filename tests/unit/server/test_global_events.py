@@ -212,3 +212,17 @@ async def test_bad_filters_and_ids_are_refused_clearly(
         "invalid_last_event_id",
     )
     problem(await client.get("/events"), 401, "unauthenticated")
+
+
+async def test_follow_false_sends_what_is_stored_and_ends(
+    client: httpx.AsyncClient, keys: Keys, server: Server
+) -> None:
+    await start_run(client, keys.alice, "hello")
+    await settle(server)
+    want = await expected(server, principal="alice")
+
+    response = await client.get("/events?follow=false", headers=bearer(keys.alice))
+
+    assert response.status_code == 200
+    ids = [int(line[4:]) for line in response.text.splitlines() if line.startswith("id: ")]
+    assert ids == [i for i, *_ in want]
