@@ -51,6 +51,13 @@ Live events across instances: LISTEN/NOTIFY
     ended as ``overflowed`` (the contract's "re-read from your last seq"), and the listener
     reconnects.
 
+Global order (``read_global``)
+    Each event row records its transaction id (``xid``) and an identity number (``gseq``),
+    by column defaults; the order is ``(xid, gseq)`` and a reader reads only rows older than
+    every transaction in progress, so a late commit is never skipped (migration 0004 says
+    why). The notifications ring the commit bell; a read held back by an older transaction
+    rings it again a little later (``postgres_listen``).
+
 Workers
     ``claim_runnable`` takes up to ``limit`` runs that can be driven and that nobody leases
     (``FOR UPDATE SKIP LOCKED``: concurrent workers never wait for each other nor take the same
