@@ -16,8 +16,8 @@ ledger's finish and retry, releasing a reservation) and the encoding of ``commit
 - ``_reserve(reservation)``: ``reserve_autonomous``, whose lock is the dialect's own;
 - ``ledger_begin``, ``subscribe``, ``close`` and opening, which differ in locking and in
   notifications;
-- ``read_global``'s two queries (``read_global``, ``read_global_order``: the global order is
-  the dialect's), ``_held_back`` (rows were committed but may not be read yet: look again
+- ``read_global``'s query (the global order is the dialect's; the core adds its filters
+  before its ``ORDER BY``), ``_held_back`` (rows were committed but may not be read yet: look again
   soon) and the commit bell (``commit_generation``, ``wait_for_commits``).
 """
 
@@ -240,9 +240,8 @@ class SQLStore:
             names = [f"{column[0]}{i}" for i in range(len(values))]
             params.update(zip(names, values, strict=True))
             where += f" AND {column} IN ({', '.join(d.param(n) for n in names)})"
-        rows = await self._fetch(
-            f"{d.queries.read_global}{where} {d.queries.read_global_order}", params
-        )
+        select, order, rest = d.queries.read_global.rpartition("ORDER BY")
+        rows = await self._fetch(f"{select}{where}\n{order}{rest}", params)
         out: list[GlobalEvent] = []
         for position, payload, owner, status, held in rows:
             if held:  # the rest waits for older transactions (PostgreSQL)

@@ -24,7 +24,7 @@ LIMIT %(limit)s
 -- name: read_global
 -- The global order (GlobalEvents.read_global; migrations/0004_global_order.sql): events after
 -- a position in (xid, gseq) order, with their run's principal and status; the core adds its
--- filters, then read_global_order. A position is a gseq: its row gives the xid to go on from
+-- filters before ORDER BY. A position is a gseq: its row gives the xid to go on from
 -- (an unknown one, the nearest below). held: the row's transaction is not older than every
 -- one in progress, so an older one may still commit before it: not read yet (the core stops
 -- there and the store looks again soon).
@@ -36,8 +36,6 @@ WHERE (e.xid, e.gseq) > (
         (SELECT c.xid FROM events AS c WHERE c.gseq <= %(after)s ORDER BY c.gseq DESC LIMIT 1),
         '0'::xid8),
     %(after)s)
-
--- name: read_global_order
 ORDER BY e.xid, e.gseq LIMIT %(limit)s
 
 -- name: get_ledger

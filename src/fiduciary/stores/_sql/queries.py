@@ -72,7 +72,6 @@ class SharedQueries:
     select_approvals: LiteralString
     read_events: LiteralString
     read_global: LiteralString
-    read_global_order: LiteralString
     get_ledger: LiteralString
     audit_records: LiteralString
     autonomous_spend: LiteralString

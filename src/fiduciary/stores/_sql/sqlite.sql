@@ -22,13 +22,11 @@ SELECT payload FROM events WHERE run_id = :run_id AND seq > :after_seq ORDER BY 
 
 -- name: read_global
 -- The global order (GlobalEvents.read_global): events after a position, with their run's
--- principal and status; the core adds its filters, then read_global_order. held: always 0
+-- principal and status; the core adds its filters before ORDER BY. held: always 0
 -- (numbers are given in commit order: nothing can commit behind a number read).
 SELECT e.gseq, e.payload, r.principal, r.status, 0 AS held
 FROM events AS e INDEXED BY events_by_gseq JOIN runs AS r ON r.run_id = e.run_id
 WHERE e.gseq > :after
-
--- name: read_global_order
 ORDER BY e.gseq LIMIT :limit
 
 -- name: get_ledger
