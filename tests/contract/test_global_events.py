@@ -48,27 +48,22 @@ async def read(
     """The next ``count`` global events after ``after``, read a page at a time, waiting on the
     commit bell for what is not readable yet (bounded); then nothing more is readable."""
     got: list[GlobalEvent] = []
+    cursor = after
     async with asyncio.timeout(TIMEOUT):
         while len(got) < count:
             since = store.commit_generation
-            more = await store.read_global(
-                after=got[-1].position if got else after,
-                limit=page,
-                principal=principal,
-                statuses=statuses,
-                types=types,
+            read = await store.read_global(
+                after=cursor, limit=page, principal=principal, statuses=statuses, types=types
             )
-            got += more
-            if not more:
+            got += read.events
+            cursor = read.next_after
+            if not read.events and not read.more:
                 await store.wait_for_commits(since=since)
     assert len(got) == count
     rest = await store.read_global(
-        after=got[-1].position if got else after,
-        principal=principal,
-        statuses=statuses,
-        types=types,
+        after=cursor, principal=principal, statuses=statuses, types=types
     )
-    assert rest == []
+    assert rest.events == []
     return got
 
 
@@ -155,8 +150,34 @@ async def test_filters_by_the_runs_status_and_the_events_type(store: Store) -> N
     assert keys(by_type) == [(running.run_id, 2), (running.run_id, 3), (waiting.run_id, 2)]
     both = await read(store, 1, statuses=["awaiting_approval", "failed"], types=["text_delta"])
     assert keys(both) == [(waiting.run_id, 2)]
-    assert await store.read_global(types=()) == []
-    assert await store.read_global(statuses=()) == []
+    assert (await store.read_global(types=())).events == []
+    assert (await store.read_global(statuses=())).events == []
+
+
+async def test_a_filtered_reader_reads_past_the_events_it_does_not_want(store: Store) -> None:
+    """A reader of one principal among many never reads the others' events twice: it goes on
+    after the last event it read, whether that one passed its filters or not."""
+    alice = await new_run(store, principal="alice")
+    bob = await new_run(store, principal="bob")
+    await append(store, bob.run_id, 6)
+    (mine,) = await read(store, 1, principal="alice")
+    everything = await read(store, 8)
+
+    first = await store.read_global(after=0, limit=3, principal="alice")
+    assert [g.event.run_id for g in first.events] == [alice.run_id]
+    assert (first.next_after, first.more) == (everything[2].position, True)
+    second = await store.read_global(after=first.next_after, limit=3, principal="alice")
+    assert second.events == []
+    assert (second.next_after, second.more) == (everything[5].position, True)
+    last = await store.read_global(after=second.next_after, limit=3, principal="alice")
+    assert last.events == []
+    assert last.next_after == everything[-1].position  # read past bob's, to the end
+    assert mine.event.run_id == alice.run_id
+
+    later = await append(store, alice.run_id, 1)
+    assert [g.event for g in await read(store, 1, after=last.next_after, principal="alice")] == (
+        later
+    )
 
 
 async def test_a_commit_rings_the_bell(store: Store) -> None:

@@ -33,7 +33,7 @@ from fiduciary.stores.base import (
     ApprovalRecord,
     ApprovalStatus,
     AuditRecord,
-    GlobalEvent,
+    GlobalPage,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -219,11 +219,11 @@ class FaultyStore:
         self,
         *,
         after: int = 0,
-        limit: int = 100,
+        limit: int = 500,
         principal: str | None = None,
         statuses: Collection[RunStatus] | None = None,
         types: Collection[str] | None = None,
-    ) -> list[GlobalEvent]:
+    ) -> GlobalPage:
         return await self.inner.read_global(
             after=after, limit=limit, principal=principal, statuses=statuses, types=types
         )

@@ -38,16 +38,15 @@ async def follow(
     position = after
     while stop is None or not stop.is_set():
         since = store.commit_generation
-        found = await store.read_global(
+        read = await store.read_global(
             after=position, limit=page, principal=principal, statuses=statuses, types=wanted
         )
-        if found:
-            position = found[-1].position
-            batch = [b for b in map(bus_event, found) if b is not None]
-            if batch:
-                yield batch
-            if len(found) == page:
-                continue  # more is stored: read on at once
+        position = read.next_after
+        batch = [b for b in map(bus_event, read.events) if b is not None]
+        if batch:
+            yield batch
+        if read.more:
+            continue  # more is stored: read on at once
         if not live:
             return
         if not await _rung(store, since, wait_seconds, stop):

@@ -52,6 +52,7 @@ __all__ = [
     "CommitBell",
     "GlobalEvent",
     "GlobalEvents",
+    "GlobalPage",
     "HeldPrincipalLock",
     "Leases",
     "Ledger",
@@ -336,6 +337,18 @@ class GlobalEvent:
     event: Event
 
 
+@dataclass(frozen=True, slots=True)
+class GlobalPage:
+    """What one ``read_global`` read."""
+
+    events: list[GlobalEvent]
+    """The events read that pass the filters, in the global order."""
+    next_after: int
+    """Read on after this position: past every event read, whether it passed or not."""
+    more: bool
+    """The read stopped at its limit: more is stored, read on at once."""
+
+
 class GlobalEvents(Protocol):
     """Every run's committed events in one global order: the source of a global event stream.
 
@@ -351,14 +364,16 @@ class GlobalEvents(Protocol):
         self,
         *,
         after: int = 0,
-        limit: int = 100,
+        limit: int = 500,
         principal: str | None = None,
         statuses: Collection[RunStatus] | None = None,
         types: Collection[str] | None = None,
-    ) -> list[GlobalEvent]:
-        """The committed events after the position ``after`` (0: from the first), in the
-        global order, at most ``limit``: only runs of ``principal``, runs whose status is
-        now one of ``statuses``, events of one of ``types`` (``None``: any)."""
+    ) -> GlobalPage:
+        """Read on in the global order after the position ``after`` (0: from the first), at
+        most ``limit`` events, and return those that pass the filters: runs of ``principal``,
+        runs whose status is now one of ``statuses``, events of one of ``types`` (``None``:
+        any). Events that do not pass are read past (``GlobalPage.next_after``), so a reader
+        of a few runs among many reads each event once, never the same ones again."""
 
     @property
     def commit_generation(self) -> int:

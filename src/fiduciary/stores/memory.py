@@ -22,6 +22,7 @@ from .base import (
     Broadcaster,
     BroadcastSubscription,
     GlobalEvent,
+    GlobalPage,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -328,17 +329,16 @@ class MemoryStore:
         self,
         *,
         after: int = 0,
-        limit: int = 100,
+        limit: int = 500,
         principal: str | None = None,
         statuses: Collection[RunStatus] | None = None,
         types: Collection[str] | None = None,
-    ) -> list[GlobalEvent]:
+    ) -> GlobalPage:
         self._check_open()
+        first = max(after, 0)
+        read = self._global[first : first + max(limit, 0)]
         out: list[GlobalEvent] = []
-        for position in range(max(after, 0) + 1, len(self._global) + 1):
-            if len(out) >= limit:
-                break
-            event = self._global[position - 1]
+        for position, event in enumerate(read, start=first + 1):
             run = self._runs[event.run_id]
             if (
                 (principal is None or run.principal == principal)
@@ -346,7 +346,8 @@ class MemoryStore:
                 and (types is None or event.type in types)
             ):
                 out.append(GlobalEvent(position, run.principal, run.status, event))
-        return out
+        more = first + len(read) < len(self._global)
+        return GlobalPage(out, first + len(read) if read else after, more)
 
     @property
     def commit_generation(self) -> int:

@@ -64,11 +64,11 @@ async def expected(
     after: int = 0,
 ) -> list[tuple[int, str, str, int]]:
     """(id, event, run_id, seq) of the bus events the store holds for these filters."""
-    found = await server.agent.store.read_global(
+    read = await server.agent.store.read_global(
         after=after, limit=10_000, principal=principal, statuses=statuses
     )
     out: list[tuple[int, str, str, int]] = []
-    for g in found:
+    for g in read.events:
         bus = bus_event(g)
         if bus is not None:
             out.append((bus.position, bus.type, str(bus.run_id), bus.seq))

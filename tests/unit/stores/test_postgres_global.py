@@ -68,12 +68,14 @@ async def insert(conn: psycopg.AsyncConnection[Any], event: Event) -> int:
 async def read_on(store: PostgresStore, after: int, count: int) -> list[GlobalEvent]:
     """The next ``count`` global events after ``after``, waiting on the commit bell."""
     got: list[GlobalEvent] = []
+    cursor = after
     async with asyncio.timeout(TIMEOUT):
         while len(got) < count:
             since = store.commit_generation
-            more = await store.read_global(after=got[-1].position if got else after)
-            got += more
-            if not more:
+            read = await store.read_global(after=cursor)
+            got += read.events
+            cursor = read.next_after
+            if not read.events and not read.more:
                 await store.wait_for_commits(since=since)
     return got
 
@@ -127,7 +129,8 @@ async def test_events_behind_an_open_transaction_wait_for_it_then_the_bell_rings
 
         # y's event is committed but may not be read: x's could still commit before it
         since = store.commit_generation
-        assert await store.read_global(after=start[-1].position) == []
+        held = await store.read_global(after=start[-1].position)
+        assert (held.events, held.next_after) == ([], start[-1].position)
         # a raw commit sends no notification: the store looks again by itself, and rings
         await late.execute("COMMIT")
         async with asyncio.timeout(TIMEOUT):

@@ -38,7 +38,7 @@ async def test_two_stores_on_one_file_number_their_events_in_one_order(tmp_path:
         await cli.commit(b.run_id, epoch=0, events=deltas(b.run_id, 2, 1))
         await server.commit(a.run_id, epoch=0, events=deltas(a.run_id, 4, 1))
 
-        everything = await server.read_global()
+        everything = (await server.read_global()).events
         assert keys(everything) == [
             (a.run_id, 1),
             (b.run_id, 1),
@@ -48,7 +48,7 @@ async def test_two_stores_on_one_file_number_their_events_in_one_order(tmp_path:
             (a.run_id, 4),
         ]
         assert [g.position for g in everything] == [1, 2, 3, 4, 5, 6]
-        assert await cli.read_global(after=4) == everything[4:]
+        assert (await cli.read_global(after=4)).events == everything[4:]
     finally:
         await server.close()
         await cli.close()
@@ -78,14 +78,14 @@ async def test_events_written_before_the_migration_keep_their_time_order(tmp_pat
             )
     store = await SQLiteStore.open(path)
     try:
-        everything = await store.read_global()
+        everything = (await store.read_global()).events
         assert keys(everything) == [(b.run_id, 1), (a.run_id, 1), (a.run_id, 2)]
         assert [g.position for g in everything] == [1, 2, 3]
         run = make_run()
         await store.create_run(run, [started(run.run_id)])  # new numbers follow the old
-        assert [(g.position, g.event.run_id) for g in await store.read_global(after=3)] == [
-            (4, run.run_id)
-        ]
+        assert [
+            (g.position, g.event.run_id) for g in (await store.read_global(after=3)).events
+        ] == [(4, run.run_id)]
     finally:
         await store.close()
 

@@ -23,12 +23,12 @@ LIMIT %(limit)s
 
 -- name: read_global
 -- The global order (GlobalEvents.read_global; migrations/0004_global_order.sql): events after
--- a position in (xid, gseq) order, with their run's principal and status; the core adds its
--- filters before ORDER BY. A position is a gseq: its row gives the xid to go on from
+-- a position in (xid, gseq) order, with their run's principal and status (the core filters
+-- them). A position is a gseq: its row gives the xid to go on from
 -- (an unknown one, the nearest below). held: the row's transaction is not older than every
 -- one in progress, so an older one may still commit before it: not read yet (the core stops
 -- there and the store looks again soon).
-SELECT e.gseq, e.payload, r.principal, r.status,
+SELECT e.gseq, e.type, e.payload, r.principal, r.status,
     e.xid >= pg_snapshot_xmin(pg_current_snapshot()) AS held
 FROM events AS e JOIN runs AS r ON r.run_id = e.run_id
 WHERE (e.xid, e.gseq) > (

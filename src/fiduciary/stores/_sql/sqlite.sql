@@ -22,9 +22,9 @@ SELECT payload FROM events WHERE run_id = :run_id AND seq > :after_seq ORDER BY 
 
 -- name: read_global
 -- The global order (GlobalEvents.read_global): events after a position, with their run's
--- principal and status; the core adds its filters before ORDER BY. held: always 0
--- (numbers are given in commit order: nothing can commit behind a number read).
-SELECT e.gseq, e.payload, r.principal, r.status, 0 AS held
+-- principal and status (the core filters them). held: always 0 (numbers are given in commit
+-- order: nothing can commit behind a number read).
+SELECT e.gseq, e.type, e.payload, r.principal, r.status, 0 AS held
 FROM events AS e INDEXED BY events_by_gseq JOIN runs AS r ON r.run_id = e.run_id
 WHERE e.gseq > :after
 ORDER BY e.gseq LIMIT :limit
