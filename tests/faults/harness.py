@@ -18,7 +18,7 @@ import signal
 import sqlite3
 import time
 import traceback
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -33,6 +33,7 @@ from fiduciary.stores.base import (
     ApprovalRecord,
     ApprovalStatus,
     AuditRecord,
+    GlobalPage,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -215,6 +216,26 @@ class FaultyStore:
 
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> Subscription:
         return self.inner.subscribe(run_id, buffer=buffer)
+
+    async def read_global(
+        self,
+        *,
+        after: int = 0,
+        limit: int = 500,
+        principal: str | None = None,
+        statuses: Collection[RunStatus] | None = None,
+        types: Collection[str] | None = None,
+    ) -> GlobalPage:
+        return await self.inner.read_global(
+            after=after, limit=limit, principal=principal, statuses=statuses, types=types
+        )
+
+    @property
+    def commit_generation(self) -> int:
+        return self.inner.commit_generation
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        return await self.inner.wait_for_commits(since=since)
 
     async def close(self) -> None:
         await self.inner.close()

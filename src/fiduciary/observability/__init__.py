@@ -1,5 +1,6 @@
-"""Observability: OpenTelemetry spans and metrics (the ``observability`` extra), and time travel
-over recorded runs (replay, fork, diff: no extra needed).
+"""Observability: OpenTelemetry spans and metrics (the ``observability`` extra), time travel
+over recorded runs (replay, fork, diff) and a run's trace as a waterfall built from its log
+(``waterfall``: the console's trace view); these need no extra.
 
 ``instrument``, ``tracer_from_env``, ``OtelTracer`` and ``RunIds`` live in ``.otel`` and are
 imported on first use, so importing this package never needs OpenTelemetry.
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .diff import RunDiff, diff, render_diff
 from .fork import fork
 from .replay import replay
+from .waterfall import TraceView, waterfall
 
 if TYPE_CHECKING:
     from .otel import OtelTracer, RunIds, instrument, tracer_from_env
@@ -20,12 +22,14 @@ __all__ = [
     "OtelTracer",
     "RunDiff",
     "RunIds",
+    "TraceView",
     "diff",
     "fork",
     "instrument",
     "render_diff",
     "replay",
     "tracer_from_env",
+    "waterfall",
 ]
 
 _OTEL = frozenset({"OtelTracer", "RunIds", "instrument", "tracer_from_env"})

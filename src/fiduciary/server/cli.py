@@ -429,7 +429,7 @@ async def _serve(
         url = f"http://{_address(host, sockets[0].getsockname()[1])}/"
         listening = f"fiduciary: console and API at {url} ({escape(str(where))}{mode})"
         loop = asyncio.get_running_loop()
-        hub = app.state.server.hub
+        server_state = app.state.server
 
         class Server(uvicorn.Server):
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -440,7 +440,7 @@ async def _serve(
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
                 # end the event streams at once (their clients reconnect, to this server when
                 # it is back or to another one), so the graceful shutdown need not wait for them
-                loop.call_soon_threadsafe(hub.end_all)
+                loop.call_soon_threadsafe(server_state.end_streams)
                 super().handle_exit(sig, frame)
 
         server = Server(

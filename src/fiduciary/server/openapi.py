@@ -52,6 +52,18 @@ class Operation(Generic[H]):
     headers: dict[str, str] = field(default_factory=dict)
 
 
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "One server-sent event: `data` is the event's JSON.",
+    "properties": {
+        "event": {"type": "string"},
+        "data": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+
+
 def _drop_null(schema: dict[str, Any]) -> dict[str, Any]:
     """Query values cannot be null: ``anyOf [X, null]`` becomes ``X``."""
     options = schema.get("anyOf")
@@ -111,6 +123,8 @@ def build_openapi(
         ok: dict[str, Any] = {"description": op.summary}
         if op.response is not None:
             ok["content"] = {op.media_type: {"schema": refs[(op.response, "serialization")]}}
+        elif op.media_type == "text/event-stream":  # (before OpenAPI 3.2: one event's schema)
+            ok["content"] = {op.media_type: {"schema": _SSE_EVENT}}
         elif op.media_type != "application/json":
             ok["content"] = {op.media_type: {"schema": {"type": "string"}}}
         responses[str(op.status)] = ok

@@ -7,7 +7,7 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, runs, timetravel
+from . import account, approvals, auth, bus, runs, timetravel, traces
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -73,6 +73,33 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         description="Server-sent events: `id:` is the event's seq. Resume with Last-Event-ID "
         "(or `?after=`); no event is skipped or repeated. An `event: reconnect` message with "
         '`{"after": seq}` asks the client to reconnect from there.',
+    ),
+    Operation(
+        "GET", "/events", "globalEvents", "Follow every run's events in one stream (SSE)",
+        bus.global_events,
+        scope=auth.RUNS_READ,
+        params=(
+            Param(
+                "Last-Event-ID", "header", {"type": "string", "maxLength": 20}, required=False,
+                description="The id of the last event received: resume after it.",
+            ),
+        ),
+        query=bus.GlobalEventsQuery, media_type="text/event-stream",
+        problems=("invalid_last_event_id",), tags=("runs",),
+        description="Server-sent events of the caller's runs (an admin key: everyone's), in "
+        "one global order: `event: run_status` (a run started, waits for a person, completed, "
+        "failed, was cancelled), `text` (the model's text) or `tool_call` (a call started, "
+        "succeeded, failed, was denied, approved or reported). `id:` is the event's position: "
+        "resume with Last-Event-ID (or `?after=`); no event is skipped or repeated.",
+    ),
+    Operation(
+        "GET", "/runs/{run_id}/trace", "runTrace", "A run's trace, as a waterfall of spans",
+        traces.run_trace, scope=auth.RUNS_READ, params=(_RUN_ID,),
+        response=traces.TraceView, problems=("not_found",), tags=("runs",),
+        description="The spans OpenTelemetry would receive (`invoke_agent` per drive, `chat` "
+        "per model call, `execute_tool` per call with kind, tier and outcome), built from the "
+        "run's log, and an `await_approval` span while a pending action waits for a person "
+        "(`end` null while it waits).",
     ),
     Operation(
         "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", runs.cancel_run,

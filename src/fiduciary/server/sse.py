@@ -14,6 +14,11 @@ then takes live events, skipping seqs it already sent and reading any gap from t
 writes everything buffered in one write. A slow subscriber never slows the run or the others:
 when its buffer is full it is dropped, sent what it had, then an ``event: reconnect`` message
 with ``{"after": <last seq sent>}``, and the stream ends; the client reconnects from there.
+
+``GlobalStreams`` serves the global stream (``GET /events``, ``fiduciary.bus``): each
+subscriber follows the store's global order itself, woken by the store's commit bell, with
+``id: <position>`` / ``event: run_status | text | tool_call`` / ``data: <json>``; it resumes
+after ``Last-Event-ID`` the same way.
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .._logs import logger
 from ..agent import Agent
+from ..bus import BUS_ADAPTER, BusEvent, BusType
+from ..bus import follow as follow_bus
 from ..events import Event, encode_sse
+from ..stores.base import RunStatus
 
-__all__ = ["EventHub", "SSEResponse", "Subscriber"]
+__all__ = ["EventHub", "GlobalStreams", "SSEResponse", "Subscriber"]
 
 log = logger("fiduciary.server")
 
@@ -337,6 +345,66 @@ class EventHub:
         for follower in followers:
             with contextlib.suppress(BaseException):
                 await follower.task
+
+
+class GlobalStreams:
+    """Subscriptions to the global stream: each follows the store's global order itself."""
+
+    def __init__(self, agent: Agent, *, heartbeat_seconds: float, poll_seconds: float) -> None:
+        self.agent = agent
+        self.heartbeat_seconds = heartbeat_seconds
+        self.poll_seconds = poll_seconds
+        self._stops: set[asyncio.Event] = set()
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._stops)
+
+    async def stream(
+        self,
+        after: int,
+        *,
+        principal: str | None,
+        statuses: frozenset[RunStatus] | None,
+        types: frozenset[BusType] | None,
+        follow: bool = True,
+    ) -> AsyncIterator[bytes]:
+        """SSE bytes: the bus events after the position ``after``, then live ones (``follow``),
+        with heartbeats; ends (the client reconnects after its last id) when the server goes."""
+        stop = asyncio.Event()
+        self._stops.add(stop)
+        try:
+            yield b"retry: 2000\n: events\n\n"
+            quiet = time.monotonic()
+            async for batch in follow_bus(
+                self.agent.store,
+                after=after,
+                principal=principal,
+                statuses=statuses,
+                types=types,
+                wait_seconds=min(self.poll_seconds, self.heartbeat_seconds),
+                stop=stop,
+                live=follow,
+            ):
+                now = time.monotonic()
+                if batch:
+                    yield b"".join(map(_bus_frame, batch))
+                    quiet = now
+                elif now - quiet >= self.heartbeat_seconds:
+                    yield b": keep-alive\n\n"
+                    quiet = now
+        finally:
+            self._stops.discard(stop)
+
+    def end_all(self) -> None:
+        """End every stream now (their clients reconnect): the server is going away."""
+        for stop in list(self._stops):
+            stop.set()
+
+
+def _bus_frame(event: BusEvent) -> bytes:
+    data = BUS_ADAPTER.dump_json(event).decode()
+    return f"id: {event.position}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
 def _reconnect(after: int) -> bytes:

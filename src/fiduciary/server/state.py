@@ -34,7 +34,7 @@ from .drives import Drives
 from .problems import ProblemError
 from .ratelimit import RateLimit, RateLimiter
 from .schemas import Balances
-from .sse import EventHub
+from .sse import EventHub, GlobalStreams
 from .webhooks import InboundChannel, Notifier, SignatureVerifier
 
 __all__ = ["BalancesHook", "Server"]
@@ -94,7 +94,12 @@ class Server:
             poll_seconds=follow_poll_seconds(agent.store) if poll_seconds is None else poll_seconds,
             coalesce_seconds=coalesce_seconds,
         )
-        agent.tracer.watch_sse_subscribers(lambda: self.hub.subscriber_count)  # when traced
+        self.global_streams = GlobalStreams(
+            agent, heartbeat_seconds=heartbeat_seconds, poll_seconds=self.hub.poll_seconds
+        )
+        agent.tracer.watch_sse_subscribers(  # when traced
+            lambda: self.hub.subscriber_count + self.global_streams.subscriber_count
+        )
         self._principals: dict[UUID, str] = {}
         # cancel requests from other processes (PostgreSQL) for the runs driven here
         self._cancelling: set[asyncio.Task[None]] = set()
@@ -148,7 +153,13 @@ class Server:
                 "run %s: %s's cancel request was not recorded: %s", request.run_id, request.by, exc
             )
 
+    def end_streams(self) -> None:
+        """End every event stream now (their clients reconnect): the server is going away."""
+        self.hub.end_all()
+        self.global_streams.end_all()
+
     async def close(self) -> None:
+        self.global_streams.end_all()
         if self._unlisten is not None:
             self._unlisten()
         for task in list(self._cancelling):

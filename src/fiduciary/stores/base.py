@@ -5,8 +5,9 @@ idempotency ledger, approvals, audit records and the per-principal autonomous sp
 test suite (``tests/contract``) runs against every implementation.
 
 The contract is drawn as roles, each a small protocol: ``RunLog`` (runs and their events),
-``Leases`` (who drives a run), ``Approvals``, ``Ledger``, ``Audit`` (with the autonomous spend)
-and ``LiveEvents``; ``Store`` is their union, and what every backend implements. Stores may also
+``Leases`` (who drives a run), ``Approvals``, ``Ledger``, ``Audit`` (with the autonomous spend),
+``LiveEvents`` and ``GlobalEvents`` (every run's events in one order); ``Store`` is their union,
+and what every backend implements. Stores may also
 offer ``CancelChannel`` and ``PrincipalLocking`` (PostgreSQL), checked at run time.
 
 Rules every implementation keeps:
@@ -18,13 +19,16 @@ Rules every implementation keeps:
 - Listeners (``subscribe``) see an event only after the commit that holds it has returned from the
   database, in seq order. To follow a run without a gap: subscribe, then read the past, then skip
   seqs already read.
+- Every committed event also has a position in one global order (``GlobalEvents``): a reader
+  that has read up to a position never sees a later commit appear before it, and the events
+  of one run appear in seq order.
 - Times are timezone-aware UTC.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -45,6 +49,10 @@ __all__ = [
     "Broadcaster",
     "CancelChannel",
     "CancelRequest",
+    "CommitBell",
+    "GlobalEvent",
+    "GlobalEvents",
+    "GlobalPage",
     "HeldPrincipalLock",
     "Leases",
     "Ledger",
@@ -334,7 +342,68 @@ class LiveEvents(Protocol):
         """Committed events of a run as they are committed (not the past: read those first)."""
 
 
-class Store(RunLog, Leases, Approvals, Ledger, Audit, LiveEvents, Protocol):
+@dataclass(frozen=True, slots=True)
+class GlobalEvent:
+    """One committed event in the global order, with what a reader filters it by."""
+
+    position: int
+    """Where it is in the global order: read on with ``read_global(after=position)``. Only
+    an opaque cursor: on PostgreSQL, positions are not increasing in the global order."""
+    principal: str
+    """The principal of the event's run."""
+    run_status: RunStatus
+    """The run's status when the event was read (not when it was committed)."""
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalPage:
+    """What one ``read_global`` read."""
+
+    events: list[GlobalEvent]
+    """The events read that pass the filters, in the global order."""
+    next_after: int
+    """Read on after this position: past every event read, whether it passed or not."""
+    more: bool
+    """The read stopped at its limit: more is stored, read on at once."""
+
+
+class GlobalEvents(Protocol):
+    """Every run's committed events in one global order: the source of a global event stream.
+
+    The order is the commit order on SQLite and in memory. On PostgreSQL, where transactions
+    of many processes commit in parallel, it is the order of their transaction ids, and an
+    event is readable only once every transaction older than its own has ended (committed
+    or rolled back): a reader that has read up to a position never sees an event appear
+    before it later. So a long transaction anywhere on the database server delays the
+    global stream (never a run's own stream) until it ends.
+    """
+
+    async def read_global(
+        self,
+        *,
+        after: int = 0,
+        limit: int = 500,
+        principal: str | None = None,
+        statuses: Collection[RunStatus] | None = None,
+        types: Collection[str] | None = None,
+    ) -> GlobalPage:
+        """Read on in the global order after the position ``after`` (0: from the first), at
+        most ``limit`` events, and return those that pass the filters: runs of ``principal``,
+        runs whose status is now one of ``statuses``, events of one of ``types`` (``None``:
+        any). Events that do not pass are read past (``GlobalPage.next_after``), so a reader
+        of a few runs among many reads each event once, never the same ones again."""
+
+    @property
+    def commit_generation(self) -> int:
+        """Increases whenever events may have become readable by ``read_global``."""
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        """Wait until ``commit_generation`` passes ``since``; return it. Bound it with a
+        timeout: another process's commits to the same SQLite file ring no bell here."""
+
+
+class Store(RunLog, Leases, Approvals, Ledger, Audit, LiveEvents, GlobalEvents, Protocol):
     """The durable state of fiduciary: every role above, in one store. Every method is a
     coroutine (``subscribe`` aside) and every write is atomic. A part of fiduciary that needs
     one role asks for that role (a ``RunLog``, a ``Ledger`` ...); every store gives them all."""
@@ -477,11 +546,37 @@ class BroadcastSubscription:
             yield item
 
 
+class CommitBell:
+    """A generation counter to wait on: rung after commits (``GlobalEvents``'s wake-up)."""
+
+    __slots__ = ("_waiters", "generation")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._waiters: asyncio.Event | None = None
+
+    def ring(self) -> None:
+        self.generation += 1
+        waiters, self._waiters = self._waiters, None
+        if waiters is not None:
+            waiters.set()
+
+    async def wait(self, since: int) -> int:
+        """Wait until ``generation`` passes ``since``; return it."""
+        while self.generation == since:
+            if self._waiters is None:
+                self._waiters = asyncio.Event()
+            await self._waiters.wait()
+        return self.generation
+
+
 class Broadcaster:
-    """In-process fan-out of committed events to the subscribers of each run."""
+    """In-process fan-out of committed events to the subscribers of each run; every publish
+    also rings ``bell`` (the global stream's wake-up)."""
 
     def __init__(self) -> None:
         self._subs: dict[UUID, list[BroadcastSubscription]] = {}
+        self.bell = CommitBell()
 
     def subscribe(self, run_id: UUID, buffer: int = 1024) -> BroadcastSubscription:
         sub = BroadcastSubscription(self, run_id, buffer)
@@ -489,6 +584,8 @@ class Broadcaster:
         return sub
 
     def publish(self, run_id: UUID, events: Sequence[Event]) -> None:
+        if events:
+            self.bell.ring()
         subs = self._subs.get(run_id)
         if not subs:
             return
@@ -500,7 +597,9 @@ class Broadcaster:
         return run_id in self._subs
 
     def interrupt_all(self) -> None:
-        """End every subscription as overflowed (``BroadcastSubscription.interrupt``)."""
+        """End every subscription as overflowed (``BroadcastSubscription.interrupt``); ring
+        the bell (a global reader reads again)."""
+        self.bell.ring()
         for subs in list(self._subs.values()):
             for sub in list(subs):
                 sub.interrupt()
@@ -513,6 +612,7 @@ class Broadcaster:
                 del self._subs[run_id]
 
     def close_all(self) -> None:
+        self.bell.ring()
         for subs in list(self._subs.values()):
             for sub in list(subs):
                 sub.close()

@@ -5,7 +5,7 @@ Nothing survives the process; everything else behaves as the durable stores do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -21,6 +21,8 @@ from .base import (
     AuditRecord,
     Broadcaster,
     BroadcastSubscription,
+    GlobalEvent,
+    GlobalPage,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -36,6 +38,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[UUID, RunRecord] = {}
         self._events: dict[UUID, list[Event]] = {}
+        self._global: list[Event] = []  # every committed event, in commit order (position - 1)
         self._approvals: dict[UUID, ApprovalRecord] = {}
         self._ledger: dict[str, LedgerEntry] = {}
         self._audit: list[AuditRecord] = []
@@ -67,6 +70,7 @@ class MemoryStore:
         _check_seqs(run.run_id, 0, events)
         self._runs[run.run_id] = replace(run, last_seq=len(events))
         self._events[run.run_id] = list(events)
+        self._global.extend(events)
         self._broadcaster.publish(run.run_id, events)
 
     async def get_run(self, run_id: UUID) -> RunRecord | None:
@@ -121,6 +125,7 @@ class MemoryStore:
             changes["lease_owner"] = changes["lease_until"] = None
         self._runs[run_id] = replace(run, **changes)
         self._events[run_id].extend(events)
+        self._global.extend(events)
         for a in approvals:
             self._approvals[a.approval_id] = a
         self._audit.extend(audit)
@@ -327,6 +332,38 @@ class MemoryStore:
     # --- live events ----------------------------------------------------------------------
     def subscribe(self, run_id: UUID, *, buffer: int = 1024) -> BroadcastSubscription:
         return self._broadcaster.subscribe(run_id, buffer)
+
+    # --- the global order -----------------------------------------------------------------
+    async def read_global(
+        self,
+        *,
+        after: int = 0,
+        limit: int = 500,
+        principal: str | None = None,
+        statuses: Collection[RunStatus] | None = None,
+        types: Collection[str] | None = None,
+    ) -> GlobalPage:
+        self._check_open()
+        first = max(after, 0)
+        read = self._global[first : first + max(limit, 0)]
+        out: list[GlobalEvent] = []
+        for position, event in enumerate(read, start=first + 1):
+            run = self._runs[event.run_id]
+            if (
+                (principal is None or run.principal == principal)
+                and (statuses is None or run.status in statuses)
+                and (types is None or event.type in types)
+            ):
+                out.append(GlobalEvent(position, run.principal, run.status, event))
+        more = first + len(read) < len(self._global)
+        return GlobalPage(out, first + len(read) if read else after, more)
+
+    @property
+    def commit_generation(self) -> int:
+        return self._broadcaster.bell.generation
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        return await self._broadcaster.bell.wait(since)
 
     async def close(self) -> None:
         self._closed = True

@@ -262,9 +262,11 @@
     const runId = store.getItem(RUN);
     if (runId) openRun(runId);
     else newChat();
+    document.dispatchEvent(new CustomEvent("fiduciary:signin"));
   }
 
   function signOut(message) {
+    document.dispatchEvent(new CustomEvent("fiduciary:signout"));
     stopStream();
     if (appsState.feed) appsState.feed.abort();
     state.key = null;
@@ -289,6 +291,7 @@
     $("run-meta").textContent = runId ? runId : "Start by asking something.";
     setStatus(null);
     highlightRun();
+    document.dispatchEvent(new CustomEvent("fiduciary:run", { detail: { runId } }));
   }
 
   function newChat() {
@@ -430,6 +433,7 @@
   }
 
   function afterLive(event) {
+    document.dispatchEvent(new CustomEvent("fiduciary:event", { detail: { runId: state.runId, type: event.type } }));
     if (event.type === "pending_action" || event.type === "action_resolved") refreshLists();
     if (event.type === "run_completed" || event.type === "run_failed") {
       refreshLists();
@@ -1165,6 +1169,19 @@
       if (appsState.feed === controller) appsState.feed = null;
     }
   }
+
+  // what views.js (everything live, the trace) uses of the console
+  window.fiduciaryConsole = Object.freeze({
+    el,
+    shown,
+    short,
+    usd,
+    when,
+    key: () => state.key,
+    runId: () => state.runId,
+    openRun,
+    signOut,
+  });
 
   // --- wiring ---------------------------------------------------------------------------
   $("signin-form").addEventListener("submit", async (e) => {

@@ -15,12 +15,15 @@ ledger's finish and retry, releasing a reservation) and the encoding of ``commit
 - ``_lease(params)``: ``acquire``'s statement, returning the leased run's row;
 - ``_reserve(reservation)``: ``reserve_autonomous``, whose lock is the dialect's own;
 - ``ledger_begin``, ``subscribe``, ``close`` and opening, which differ in locking and in
-  notifications.
+  notifications;
+- ``read_global``'s query (the global order is the dialect's; the core filters what it
+  read), ``_held_back`` (rows were committed but may not be read yet: look again
+  soon) and the commit bell (``commit_generation``, ``wait_for_commits``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -33,6 +36,8 @@ from ..base import (
     ApprovalRecord,
     ApprovalStatus,
     AuditRecord,
+    GlobalEvent,
+    GlobalPage,
     LedgerEntry,
     LedgerStatus,
     RunRecord,
@@ -119,6 +124,9 @@ class SQLStore:
 
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
         raise NotImplementedError
+
+    def _held_back(self) -> None:
+        """``read_global`` met rows it may not read yet: ring the commit bell again soon."""
 
     # --- runs -----------------------------------------------------------------------------
     async def create_run(self, run: RunRecord, events: Sequence[Event] = ()) -> None:
@@ -212,6 +220,43 @@ class SQLStore:
             return [decode_event(payload) for (payload,) in rows]
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
             raise StoreError(f"run {run_id}: a stored event cannot be decoded: {exc}") from exc
+
+    async def read_global(
+        self,
+        *,
+        after: int = 0,
+        limit: int = 500,
+        principal: str | None = None,
+        statuses: Collection[RunStatus] | None = None,
+        types: Collection[str] | None = None,
+    ) -> GlobalPage:
+        if limit < 1:
+            return GlobalPage([], after, True)
+        d = self.dialect
+        # every event after the position is read, and the filters applied here: a reader of a
+        # few runs among many reads past the others' events once, never again
+        rows = await self._fetch(d.queries.read_global, {"after": after, "limit": limit})
+        out: list[GlobalEvent] = []
+        next_after = after
+        for position, kind, payload, owner, status, held in rows:
+            if held:  # the rest waits for older transactions (PostgreSQL)
+                self._held_back()
+                return GlobalPage(out, next_after, False)
+            next_after = int(position)
+            if (
+                (principal is not None and owner != principal)
+                or (statuses is not None and status not in statuses)
+                or (types is not None and kind not in types)
+            ):
+                continue
+            try:
+                event = decode_event(payload)
+            except ValueError as exc:  # pydantic.ValidationError is a ValueError
+                raise StoreError(
+                    f"event {position}: a stored event cannot be decoded: {exc}"
+                ) from exc
+            out.append(GlobalEvent(next_after, owner, status, event))
+        return GlobalPage(out, next_after, len(rows) == limit)
 
     async def acquire(
         self, run_id: UUID, *, owner: str, now: datetime, ttl_seconds: float

@@ -51,6 +51,13 @@ Live events across instances: LISTEN/NOTIFY
     ended as ``overflowed`` (the contract's "re-read from your last seq"), and the listener
     reconnects.
 
+Global order (``read_global``)
+    Each event row records its transaction id (``xid``) and an identity number (``gseq``),
+    by column defaults; the order is ``(xid, gseq)`` and a reader reads only rows older than
+    every transaction in progress, so a late commit is never skipped (migration 0004 says
+    why). The notifications ring the commit bell; a read held back by an older transaction
+    rings it again a little later (``postgres_listen``).
+
 Workers
     ``claim_runnable`` takes up to ``limit`` runs that can be driven and that nobody leases
     (``FOR UPDATE SKIP LOCKED``: concurrent workers never wait for each other nor take the same
@@ -607,6 +614,19 @@ class PostgresStore(SQLStore):
                 self._opening = asyncio.get_running_loop().create_task(self._open())
             self._opening.add_done_callback(lambda _: sub.interrupt())
         return sub
+
+    # --- the global order (GlobalEvents; read_global is the core's) -------------------------
+    def _held_back(self) -> None:
+        self._listener.recheck_soon()
+
+    @property
+    def commit_generation(self) -> int:
+        return self._listener.fanout.bell.generation
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        """Every process's commits ring it (LISTEN/NOTIFY), and a held-back read again soon."""
+        await self._ready()
+        return await self._listener.fanout.bell.wait(since)
 
     async def close(self) -> None:
         """Write the queued commits, end the subscriptions, close the connections. Idempotent."""

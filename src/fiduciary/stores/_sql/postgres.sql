@@ -21,6 +21,23 @@ FROM approvals
 SELECT payload FROM events WHERE run_id = %(run_id)s AND seq > %(after_seq)s ORDER BY seq
 LIMIT %(limit)s
 
+-- name: read_global
+-- The global order (GlobalEvents.read_global; migrations/0004_global_order.sql): events after
+-- a position in (xid, gseq) order, with their run's principal and status (the core filters
+-- them). A position is a gseq: its row gives the xid to go on from
+-- (an unknown one, the nearest below). held: the row's transaction is not older than every
+-- one in progress, so an older one may still commit before it: not read yet (the core stops
+-- there and the store looks again soon).
+SELECT e.gseq, e.type, e.payload, r.principal, r.status,
+    e.xid >= pg_snapshot_xmin(pg_current_snapshot()) AS held
+FROM events AS e JOIN runs AS r ON r.run_id = e.run_id
+WHERE (e.xid, e.gseq) > (
+    COALESCE(
+        (SELECT c.xid FROM events AS c WHERE c.gseq <= %(after)s ORDER BY c.gseq DESC LIMIT 1),
+        '0'::xid8),
+    %(after)s)
+ORDER BY e.xid, e.gseq LIMIT %(limit)s
+
 -- name: get_ledger
 SELECT key, run_id, tool_use_id, capability, status, started_at, finished_at, result, error
 FROM ledger WHERE key = %(key)s

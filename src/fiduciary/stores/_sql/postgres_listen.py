@@ -28,6 +28,9 @@ log = logger("fiduciary.stores.postgres")
 
 Fetch = Callable[[str, Params], Awaitable[list[Any]]]
 
+_RECHECK_FIRST = 0.01  # seconds before a held-back global read is tried again, doubling ...
+_RECHECK_MOST = 1.0  # ... up to this, until events arrive again
+
 
 class Listener:
     """The LISTEN connection of one store, and what arrives on it."""
@@ -48,6 +51,8 @@ class Listener:
         self._stopped = False
         self.cancel_callbacks: list[Callable[[CancelRequest], None]] = []
         self._reading: set[asyncio.Task[None]] = set()
+        self._recheck: asyncio.TimerHandle | None = None
+        self._recheck_delay = _RECHECK_FIRST
 
     def start(self) -> None:
         self._stopped = False
@@ -66,8 +71,23 @@ class Listener:
                     await task
         self._tasks = []
 
+    def recheck_soon(self) -> None:
+        """Ring the commit bell again soon (a global read was held back)."""
+        if self._recheck is not None or self._stopped:
+            return
+        delay = self._recheck_delay
+        self._recheck_delay = min(delay * 2, _RECHECK_MOST)
+        self._recheck = asyncio.get_running_loop().call_later(delay, self._recheck_now)
+
+    def _recheck_now(self) -> None:
+        self._recheck = None
+        self.fanout.bell.ring()
+
     async def close(self) -> None:
         """Stop listening, end every subscription, wake the workers (the store is closing)."""
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         await self.halt()
         self.fanout.close_all()
         self.wake_workers()
@@ -156,6 +176,8 @@ class Listener:
         instance, _, body = payload.partition(" ")
         if instance == self.instance:
             return  # the store's own commit: already handed to its subscribers
+        self._recheck_delay = _RECHECK_FIRST
+        self.fanout.bell.ring()
         for part in body.split():
             try:
                 run_text, first, last = part.split(":")

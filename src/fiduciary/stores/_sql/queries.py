@@ -71,6 +71,7 @@ class SharedQueries:
     select_runs: LiteralString
     select_approvals: LiteralString
     read_events: LiteralString
+    read_global: LiteralString
     get_ledger: LiteralString
     audit_records: LiteralString
     autonomous_spend: LiteralString

@@ -62,6 +62,12 @@ Durability: ``synchronous="NORMAL"`` (the default, deliberately) vs ``"FULL"``
     never started while its ledger row or the events that led to it could still vanish in a
     power loss; the ``ledger_begin``s of one event-loop iteration share one fsync.
 
+Global order (``read_global``)
+    Each event's insert numbers it (``events.gseq``, ``max + 1`` in the statement itself):
+    the write lock serialises every process's transactions, so numbers follow commit order.
+    Readers are woken by the commit bell of this process's commits; other processes' are
+    found by reading.
+
 Encoding
     Times are ISO-8601 UTC text with microseconds (ordered as text = ordered in time; a naive
     datetime is refused with ``StoreError``); decimals are TEXT read back with ``Decimal()``,
@@ -444,6 +450,15 @@ class SQLiteStore(SQLStore):
         if self._closed:
             raise StoreError("the store is closed")
         return self._broadcaster.subscribe(run_id, buffer)
+
+    # --- the global order (GlobalEvents; read_global is the core's) -------------------------
+    @property
+    def commit_generation(self) -> int:
+        return self._broadcaster.bell.generation
+
+    async def wait_for_commits(self, *, since: int) -> int:
+        """This process's commits ring it; other processes' are seen only by reading."""
+        return await self._broadcaster.bell.wait(since)
 
     async def close(self) -> None:
         """Write the queued writes, end the subscriptions and close the file. Idempotent."""

@@ -20,6 +20,15 @@ FROM approvals
 -- a limit of -1 is none
 SELECT payload FROM events WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 
+-- name: read_global
+-- The global order (GlobalEvents.read_global): events after a position, with their run's
+-- principal and status (the core filters them). held: always 0 (numbers are given in commit
+-- order: nothing can commit behind a number read).
+SELECT e.gseq, e.type, e.payload, r.principal, r.status, 0 AS held
+FROM events AS e INDEXED BY events_by_gseq JOIN runs AS r ON r.run_id = e.run_id
+WHERE e.gseq > :after
+ORDER BY e.gseq LIMIT :limit
+
 -- name: get_ledger
 SELECT key, run_id, tool_use_id, capability, status, started_at, finished_at, result, error
 FROM ledger WHERE key = :key
@@ -108,7 +117,9 @@ INSERT INTO runs (run_id, principal, status, created_at, updated_at, last_seq, e
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, type, at, payload) VALUES (?, ?, ?, ?, ?)
+-- gseq, the global order: the next number, under the write lock (migrations/0004_global_order.sql)
+INSERT INTO events (run_id, seq, type, at, payload, gseq)
+VALUES (?, ?, ?, ?, ?, COALESCE((SELECT MAX(gseq) FROM events), 0) + 1)
 
 -- name: insert_approval
 INSERT INTO approvals (approval_id, run_id, tool_use_id, principal, capability, args,

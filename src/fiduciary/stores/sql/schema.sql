@@ -48,6 +48,7 @@ CREATE TABLE events (
     type    TEXT NOT NULL,
     at      TEXT NOT NULL,
     payload TEXT NOT NULL,
+    gseq    INTEGER,  -- 0004: the global order (see migrations/0004_global_order.sql)
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 
@@ -127,6 +128,9 @@ CREATE TABLE spend_reservations (
 CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal, at);
 
 CREATE INDEX audit_by_key ON audit (idempotency_key);
+
+-- The global order of events (0004), numbered by each insert in commit order.
+CREATE UNIQUE INDEX events_by_gseq ON events (gseq);
 
 -- A decision on a pending approval, made by any process, marks its run for resuming (0003).
 CREATE TRIGGER approvals_wake_run AFTER UPDATE OF status ON approvals

@@ -52,8 +52,15 @@ CREATE TABLE events (
     type    text NOT NULL,
     at      timestamptz NOT NULL,
     payload json NOT NULL,
+    -- 0004: the global order is (xid, gseq); see migrations/0004_global_order.sql
+    xid     xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    gseq    bigint NOT NULL GENERATED ALWAYS AS IDENTITY,
     PRIMARY KEY (run_id, seq)
 );
+
+CREATE UNIQUE INDEX events_by_gseq ON events (gseq);
+
+CREATE INDEX events_global ON events (xid, gseq);
 
 CREATE TABLE approvals (
     approval_id       uuid PRIMARY KEY,
