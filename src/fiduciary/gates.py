@@ -591,10 +591,9 @@ class Gates:
 
     # --- steps 7-11 -------------------------------------------------------------------------
     async def execute(self, a: Attempt) -> Outcome:
-        """Run an admitted (or approved) call. The ledger row is fenced by the scope's lease
-        epoch: refused with ``StaleEpochError`` (the handler not entered) if the run was taken
-        over since. A call that is not ``concurrent`` awaits the scope's ``before_effect``
-        first."""
+        """Run an admitted (or approved) call; not ``concurrent``, after the scope's ``begin``
+        or ``before_effect``. The ledger row is fenced by the scope's lease epoch:
+        ``StaleEpochError`` (the handler not entered) if the run was taken over since."""
         cap, call, args, scope = a.cap, a.call, a.args, a.scope
         ledgered = cap.replay is Replay.NEVER
         begin = None if a.concurrent or not ledgered else scope.begin
@@ -604,13 +603,9 @@ class Gates:
         started = time.perf_counter()
         # 7 ledger: a non-replayable call runs at most once per key, and only by the lease holder
         if ledgered:
+            now = self.clock.now()
             entry = LedgerEntry(
-                key=ctx.idempotency_key,
-                run_id=scope.run_id,
-                tool_use_id=call.tool_use_id,
-                capability=cap.name,
-                status="started",
-                started_at=self.clock.now(),
+                ctx.idempotency_key, scope.run_id, call.tool_use_id, cap.name, "started", now
             )
             if begin is not None:  # the log and the row in one durable commit
                 existing = await begin(entry)
