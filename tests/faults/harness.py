@@ -432,6 +432,26 @@ SCENARIOS = [
         ),
         allowed=frozenset({("grocer", "2"), ("plumber", "4")}),
     ),
+    Scenario(
+        # the first model turn writes at once: the run's creation, its first turn and the
+        # ledger row share the commit before the effect
+        name="write-first",
+        message="pay the grocer and the landlord right away",
+        script=Script(
+            "grocer and the landlord right away",
+            [
+                ToolCalls(
+                    [
+                        Call("send", {"payee": "grocer", "amount": "1"}),
+                        Call("send", {"payee": "landlord", "amount": "110"}),
+                    ]
+                ),
+                Reply(_reply, chunk_chars=6),
+            ],
+        ),
+        decisions={"landlord": "="},
+        allowed=frozenset({("grocer", "1"), ("landlord", "110")}),
+    ),
 ]
 
 
