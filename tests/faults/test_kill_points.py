@@ -211,16 +211,20 @@ def test_every_kill_point(scenario: Scenario, tmp_path: Path, backend: Backend) 
 
 
 @backends
-def test_accepted_run_survives_a_crash_before_its_first_model_call(
+def test_a_run_killed_right_after_its_first_commit_is_driven_to_the_end(
     tmp_path: Path, backend: Backend
 ) -> None:
+    """A new run is recorded by its first commit (its creation, its first events and, when its
+    first turn writes, the ledger row before the effect): a crash just after it leaves a run
+    that a new process drives to the end, the write never applied twice."""
     scenario = next(s for s in SCENARIOS if s.name == "auto-chain")
     paths = new_paths(tmp_path, backend)
     outcome, _ = run_phase("start", paths, Kill(0, "after_write", 1), scenario)
     assert outcome == "killed"
     assert paths.run_status() == "running"
     types = [json.loads(payload)["type"] for _, payload in paths.payloads()]
-    assert types == ["run_started", "user_message"]
+    assert types[:2] == ["run_started", "user_message"]
+    assert "tool_call_start" in types  # the first turn joined the creation's commit
     outcome, _ = run_phase("resume", paths, None, scenario)
     assert outcome == "ok"
     check(paths, scenario, None)
