@@ -49,6 +49,7 @@ class Writer:
         "_audit",
         "_closed",
         "_create",
+        "_cut",
         "_error",
         "_events",
         "_finishes",
@@ -105,6 +106,7 @@ class Writer:
         # a new run not in the store yet: its first commit creates it with its first events
         self._create: RunRecord | None = run if unrecorded else None
         self._recorded = not unrecorded
+        self._cut: int | None = None  # where the creation's events end, when not at the end
         if unrecorded:
             self._events.extend(unrecorded)
             self._schedule()
@@ -132,6 +134,10 @@ class Writer:
             self._next_seq += 1
             self.t.apply(event)
             built.append(event)
+        if self._create is not None and self._cut is None and (status or approvals or audit):
+            # the run's creation holds its first events only: these, and what comes with them,
+            # go in the commit beside it (one transaction where the store can)
+            self._cut = len(self._events)
         self._events.extend(built)
         if status is not None:
             self._status = status
@@ -141,9 +147,8 @@ class Writer:
         return built
 
     def finish(self, done: LedgerFinish) -> None:
-        """A ledger row's end, written with the next commit (and even if that is refused)."""
-        if self._error is not None:
-            raise self._error
+        """A ledger row's end, written with the next commit, even if that is refused or an
+        earlier one failed (the effect happened: the drive's last barrier still writes it)."""
         self._finishes.append(done)
         self._schedule()
 
@@ -247,14 +252,17 @@ class Writer:
         # happened), the run's creation with its first events, the commit of the rest
         steps: list[Awaitable[LedgerEntry | None]] = [self._ended(f) for f in finishes]
         create, self._create = self._create, None
-        if create is not None:
-            steps.append(self._created(create, events))
-        if create is None or status or approvals or audit or release or ledger_begin:
+        rest = events
+        if create is not None:  # the creation: the events before any status, approval or audit
+            cut, self._cut = self._cut, None
+            first, rest = (events, []) if cut is None else (events[:cut], events[cut:])
+            steps.append(self._created(create, first))
+        if create is None or rest or status or approvals or audit or release or ledger_begin:
             steps.append(
                 self.store.commit(
                     self.run_id,
                     epoch=self.epoch,
-                    events=() if create is not None else events,
+                    events=rest,
                     status=status,
                     approvals=approvals,
                     audit=audit,
@@ -270,11 +278,14 @@ class Writer:
                 if isinstance(outcome, BaseException):
                     raise outcome
             existing = outcomes[-1] if isinstance(outcomes[-1], LedgerEntry) else None
+        self._committed(rest)  # (a creation's events are handed out once it is made)
+        return existing
+
+    def _committed(self, events: Sequence[Event]) -> None:
         self.trace.committed(len(events))
         if self.out is not None:
             for event in events:
                 self.out.put_nowait(event)
-        return existing
 
     async def _ended(self, done: LedgerFinish) -> None:
         await self.store.ledger_finish(
@@ -284,6 +295,7 @@ class Writer:
     async def _created(self, run: RunRecord, events: Sequence[Event]) -> None:
         await self.store.create_run(run, events)
         self._recorded = True
+        self._committed(events)
 
     @property
     def recorded(self) -> bool:
