@@ -161,20 +161,18 @@ class DriveSpans:
             case Usage():
                 self._metrics.usage(event, self._provider)
                 if self._chat is not None:
-                    chat = self._chat
-                    chat.set_attribute("gen_ai.response.model", event.model)
-                    chat.set_attribute("gen_ai.usage.input_tokens", event.input_tokens)
-                    chat.set_attribute("gen_ai.usage.output_tokens", event.output_tokens)
-                    chat.set_attribute(
-                        "gen_ai.usage.cache_read.input_tokens", event.cache_read_tokens
-                    )
-                    chat.set_attribute(
-                        "gen_ai.usage.cache_creation.input_tokens", event.cache_write_tokens
-                    )
+                    usage: dict[str, Any] = {
+                        "gen_ai.response.model": event.model,
+                        "gen_ai.usage.input_tokens": event.input_tokens,
+                        "gen_ai.usage.output_tokens": event.output_tokens,
+                        "gen_ai.usage.cache_read.input_tokens": event.cache_read_tokens,
+                        "gen_ai.usage.cache_creation.input_tokens": event.cache_write_tokens,
+                    }
                     if event.cost_usd is not None:
-                        chat.set_attribute("fiduciary.cost_usd", str(event.cost_usd))
+                        usage["fiduciary.cost_usd"] = str(event.cost_usd)
                     if event.tier is not None:
-                        chat.set_attribute("fiduciary.model.tier", event.tier)
+                        usage["fiduciary.model.tier"] = event.tier
+                    self._chat.set_attributes(usage)
             case TurnComplete():
                 if self._chat is not None:
                     self._chat.set_attribute("gen_ai.response.finish_reasons", [event.stop_reason])
@@ -293,16 +291,19 @@ class DriveSpans:
         if span is None:
             return
         row = self._audit.pop(tool_use_id, None)
+        facts = self._facts.pop(tool_use_id, {})
+        attributes: dict[str, Any] = {}
         if row is not None:
             span.update_name(f"execute_tool {row.capability}")
-            span.set_attribute("gen_ai.tool.name", row.capability)
-            self._fact(tool_use_id, "fiduciary.tool.kind", row.kind)
+            attributes["gen_ai.tool.name"] = row.capability
+            facts["fiduciary.tool.kind"] = row.kind
             if row.tier is not None:
-                self._fact(tool_use_id, "fiduciary.tool.tier", row.tier)
+                facts["fiduciary.tool.tier"] = row.tier
+            attributes.update(facts)
             outcome = row.outcome if outcome in ("ok", "error") else outcome
-        span.set_attribute("fiduciary.tool.outcome", outcome)
+        attributes["fiduciary.tool.outcome"] = outcome
+        span.set_attributes(attributes)
         del self._tools[tool_use_id]
-        facts = self._facts.pop(tool_use_id, {})
         self._metrics.tool_call(
             outcome, facts.get("fiduciary.tool.tier"), facts.get("fiduciary.tool.kind")
         )
