@@ -155,10 +155,7 @@ class Writer:
     @property
     def spending(self) -> bool:
         """Whether an uncommitted audit row counts toward the daily autonomous limit."""
-        return any(
-            r.tier == "auto" and r.outcome in ("ok", "unknown") and r.amount_usd is not None
-            for r in self._audit
-        )
+        return any(r.spends for r in self._audit)
 
     def _schedule(self) -> None:
         """A commit of what is pending, ``delay`` seconds from the first of it (what is

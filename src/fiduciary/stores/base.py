@@ -169,6 +169,16 @@ class AuditRecord:
     idempotency_key: str | None = None
     duration_ms: float | None = None
 
+    @property
+    def spends(self) -> bool:
+        """Whether the row counts toward its principal's daily autonomous spend (an automatic
+        call with an amount that acted, or may have): what ``autonomous_spend`` sums."""
+        return (
+            self.tier == "auto"
+            and self.outcome in ("ok", "unknown")
+            and self.amount_usd is not None
+        )
+
 
 class Subscription(Protocol):
     """Committed events of one run, live. Ends when closed or when its buffer overflowed

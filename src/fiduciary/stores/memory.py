@@ -292,12 +292,7 @@ class MemoryStore:
         total = Decimal(0)
         spent_keys: set[str | None] = set()
         for a in self._audit:
-            if (
-                a.principal == principal
-                and a.tier == "auto"
-                and a.outcome in ("ok", "unknown")
-                and a.amount_usd is not None
-            ):
+            if a.principal == principal and a.spends and a.amount_usd is not None:
                 spent_keys.add(a.idempotency_key)
                 if a.at >= since:
                     total += a.amount_usd
