@@ -33,7 +33,8 @@ from ..events import (
     RunStarted,
 )
 from ..exceptions import RunError
-from ..stores.base import RunRecord, RunStatus, existing_run
+from ..stores.base import RunStatus, existing_run
+from .replay import derived_run
 
 __all__ = ["Decide", "fork", "parse_decide", "valid_cut"]
 
@@ -137,18 +138,8 @@ async def fork(
     status: RunStatus = "awaiting_approval" if pending else "running"
     if pending and all(p.executor == "client" for p in pending):
         status = "awaiting_client_result"
-    run = RunRecord(
-        run_id=rid,
-        principal=original.principal,
-        status="running",
-        created_at=now,
-        updated_at=now,
-        epoch=1,
-        lease_owner=agent.owner,
-        lease_until=now + timedelta(seconds=agent.lease_seconds),
-        title=f"FORK of {str(run_id)[:8]} at seq {at_seq}: {original.title}"[:120],
-        scopes=original.scopes,
-    )
+    title = f"FORK of {str(run_id)[:8]} at seq {at_seq}: {original.title}"
+    run = derived_run(agent, original, rid, title, now)
     await agent.store.create_run(run, copied)
     approvals = []
     for action in pending:

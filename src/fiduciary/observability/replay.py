@@ -24,7 +24,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
@@ -268,18 +268,8 @@ async def replay(
     rid = uuid4()
     now = agent.clock.now()
     first_text = recording.messages[0]
-    run = RunRecord(
-        run_id=rid,
-        principal=original.principal,
-        status="running",
-        created_at=now,
-        updated_at=now,
-        epoch=1,
-        lease_owner=again.owner,
-        lease_until=now + timedelta(seconds=again.lease_seconds),
-        title=f"replay of {str(run_id)[:8]}: {original.title}"[:120],
-        scopes=original.scopes,
-    )
+    title = f"replay of {str(run_id)[:8]}: {original.title}"
+    run = derived_run(again, original, rid, title, now)
     head: list[Event] = [
         RunStarted(
             run_id=rid,
@@ -325,3 +315,22 @@ async def _drive(agent: Agent, run_id: UUID, who: Principal) -> None:
                 confirm_amount=pending.amount_usd,
                 args_digest=pending.args_digest,
             )
+
+
+def derived_run(
+    agent: Agent, original: RunRecord, run_id: UUID, title: str, now: datetime
+) -> RunRecord:
+    """The record of a run made from ``original`` (a replay, a fork) at ``now``: the same
+    principal and scopes, ``running``, leased by ``agent``."""
+    return RunRecord(
+        run_id=run_id,
+        principal=original.principal,
+        status="running",
+        created_at=now,
+        updated_at=now,
+        epoch=1,
+        lease_owner=agent.owner,
+        lease_until=now + timedelta(seconds=agent.lease_seconds),
+        title=title[:120],
+        scopes=original.scopes,
+    )
