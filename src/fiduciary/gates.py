@@ -681,9 +681,7 @@ class Gates:
         if a.scope.finish is not None and not a.concurrent:
             a.scope.finish(done)
             return
-        await self.store.ledger_finish(
-            done.key, status=done.status, at=done.at, result=done.result, error=done.error
-        )
+        await done.write(self.store)
 
     async def recorded(self, a: Attempt) -> Outcome | None:
         """What the ledger recorded of a non-replayable call (it may have acted), or None when

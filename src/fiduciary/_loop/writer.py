@@ -247,7 +247,7 @@ class Writer:
         # queued together, so that a store with group commit writes them in one transaction:
         # the ledger rows' ends (which stand even if the commit is refused: the effect
         # happened), the run's creation with its first events, the commit of the rest
-        steps: list[Awaitable[LedgerEntry | None]] = [self._ended(f) for f in finishes]
+        steps: list[Awaitable[LedgerEntry | None]] = [f.write(self.store) for f in finishes]
         create, self._create = self._create, None
         rest = events
         if create is not None:  # the creation: the events before any status, approval or audit
@@ -283,11 +283,6 @@ class Writer:
         if self.out is not None:
             for event in events:
                 self.out.put_nowait(event)
-
-    async def _ended(self, done: LedgerFinish) -> None:
-        await self.store.ledger_finish(
-            done.key, status=done.status, at=done.at, result=done.result, error=done.error
-        )
 
     async def _created(self, run: RunRecord, events: Sequence[Event]) -> None:
         await self.store.create_run(run, events)

@@ -152,6 +152,12 @@ class LedgerFinish:
     result: Any = None
     error: str | None = None
 
+    async def write(self, ledger: Ledger) -> None:
+        """``ledger.ledger_finish`` with these arguments."""
+        await ledger.ledger_finish(
+            self.key, status=self.status, at=self.at, result=self.result, error=self.error
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
