@@ -24,28 +24,27 @@ _arrived = 0
 _both = anyio.Event()
 
 
-@server.tool(annotations=READ_ONLY)
-async def balance(account: str) -> dict[str, Any]:
-    """The balance of an account. Waits (up to 20 s) until a second read has arrived."""
+async def _meet() -> bool:
+    """Wait (up to 20 s) until a second read has arrived; whether it did."""
     global _arrived
     _arrived += 1
     if _arrived >= 2:
         _both.set()
     with anyio.move_on_after(20):
         await _both.wait()
-    return {"account": account, "usd": "250.00", "together": _both.is_set()}
+    return _both.is_set()
+
+
+@server.tool(annotations=READ_ONLY)
+async def balance(account: str) -> dict[str, Any]:
+    """The balance of an account. Waits (up to 20 s) until a second read has arrived."""
+    return {"account": account, "usd": "250.00", "together": await _meet()}
 
 
 @server.tool(annotations=READ_ONLY)
 async def rates(currency: str) -> dict[str, Any]:
     """The rate of a currency to USD. Waits (up to 20 s) until a second read has arrived."""
-    global _arrived
-    _arrived += 1
-    if _arrived >= 2:
-        _both.set()
-    with anyio.move_on_after(20):
-        await _both.wait()
-    return {"currency": currency, "usd": "1.08", "together": _both.is_set()}
+    return {"currency": currency, "usd": "1.08", "together": await _meet()}
 
 
 @server.tool()

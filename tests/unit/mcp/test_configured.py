@@ -161,21 +161,23 @@ async def test_serve_gives_the_agent_the_configured_servers_tools_behind_its_gat
     assert prompts == {"skill-bank-careful-transfer", "skill-twin-careful-transfer"}
 
 
-def test_two_servers_offering_one_name_without_a_prefix_are_refused(tmp_path: Path) -> None:
-    log = tmp_path / "transfers.log"
-    config = tmp_path / "server.toml"
-    config.write_text(_bank_table("bank", log) + _bank_table("twin", log), encoding="utf-8")
-    served = subprocess.run(
-        [
-            *[sys.executable, "-m", "fiduciary", "serve", "--port", "0", "--agent", AGENT],
-            *["--config", str(config)],
-        ],
+def _serve_refused(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``fiduciary serve --port 0 OPTIONS``, expected to refuse its configuration and exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "fiduciary", "serve", "--port", "0", *options],
         env=_env(tmp_path),
         cwd=str(tmp_path),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_two_servers_offering_one_name_without_a_prefix_are_refused(tmp_path: Path) -> None:
+    log = tmp_path / "transfers.log"
+    config = tmp_path / "server.toml"
+    config.write_text(_bank_table("bank", log) + _bank_table("twin", log), encoding="utf-8")
+    served = _serve_refused(tmp_path, "--agent", AGENT, "--config", str(config))
     assert served.returncode == 2
     assert served.stderr.splitlines()[-1] == (
         "error: the tool name 'balance' is offered by two MCP servers, 'bank' and 'twin': "
@@ -186,14 +188,7 @@ def test_two_servers_offering_one_name_without_a_prefix_are_refused(tmp_path: Pa
 def test_a_bad_mcp_table_is_one_clear_error(tmp_path: Path) -> None:
     config = tmp_path / "server.toml"
     config.write_text('[[mcp]]\nname = "bank"\nprefix = "b_"\n', encoding="utf-8")
-    served = subprocess.run(
-        [sys.executable, "-m", "fiduciary", "serve", "--port", "0", "--config", str(config)],
-        env=_env(tmp_path),
-        cwd=str(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    served = _serve_refused(tmp_path, "--config", str(config))
     assert served.returncode == 2
     assert served.stderr.splitlines()[-1] == (
         "error: [[mcp]] of --config: MCP server 'bank': give either a command (stdio) or a "
