@@ -44,6 +44,17 @@ Group commit
     loop; writers from other processes are expected to be rare and short (a person deciding an
     approval from the CLI while a worker idles). Reads never wait in WAL mode.
 
+Checkpoints
+    The WAL is copied back into the database file by a thread of the store's own
+    (``sqlite_checkpoint.Checkpointer``), not inside a COMMIT on the event-loop thread:
+    the store's connection keeps SQLite's automatic checkpoint only as a bound
+    (``wal_autocheckpoint`` at 4,000 pages, should the thread fall behind), and the thread,
+    woken after every few hundred rows committed, runs ``PRAGMA wal_checkpoint(PASSIVE)`` on a
+    connection of its own (it never waits for nor blocks a reader or a writer, of any process;
+    ``sqlite3`` releases the GIL while it works). A checkpoint changes nothing committed, and a
+    crash in the middle of one is recovered on the next open. ``close`` stops the thread, then
+    checkpoints once more on the store's connection before closing it.
+
 Durability: ``synchronous="NORMAL"`` (the default, deliberately) vs ``"FULL"``
     In WAL mode with NORMAL, a commit is written to the WAL file but not fsynced. A process
     crash or ``kill -9`` loses nothing that was committed (the OS holds the writes); an OS crash
@@ -103,6 +114,7 @@ from ..base import Broadcaster, BroadcastSubscription, LedgerEntry, RunRecord
 from .codec import Params
 from .core import Append, Named, Reservation, SQLStore, WriteMode
 from .migrations import Migration, load_migrations, to_apply
+from .sqlite_checkpoint import BOUND_PAGES, Checkpointer
 from .sqlite_writer import (
     DIALECT,
     QUERIES,
@@ -239,6 +251,7 @@ class SQLiteStore(SQLStore):
         self.transactions = 0
         """Write transactions committed by this store (a batch of writes counts once)."""
         self._conn: sqlite3.Connection | None = None
+        self._checkpointer: Checkpointer | None = None
         self._closed = False
         self._pending: list[Op[Any]] = []
         self._flush_handle: asyncio.Handle | None = None
@@ -283,6 +296,10 @@ class SQLiteStore(SQLStore):
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
             apply_migrations(conn)
+            if str(mode).lower() == "wal":
+                # checkpoints on a thread of their own; SQLite's own only as a bound
+                conn.execute(f"PRAGMA wal_autocheckpoint = {BOUND_PAGES}")
+                self._checkpointer = Checkpointer(self.path, busy_timeout_ms=self.busy_timeout_ms)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -379,6 +396,8 @@ class SQLiteStore(SQLStore):
             self._fail_all(live, StoreError(f"group commit interrupted: {exc!r}"))
             raise
         self.transactions += 1
+        if self._checkpointer is not None:
+            self._checkpointer.committed(conn.total_changes)
         broadcaster = self._broadcaster
         for op, (ok, value) in zip(live, outcomes, strict=True):
             future = op.future
@@ -473,9 +492,15 @@ class SQLiteStore(SQLStore):
             self._write_batch(batch)
         self._closed = True
         self._broadcaster.close_all()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()  # after the checkpoint it may be running
+            self._checkpointer = None
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
+                # what the thread had not copied yet (closing the file's last connection
+                # checkpoints too, but another process may still have it open)
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 conn.close()
             except sqlite3.Error as exc:
                 raise translate(exc, "closing") from exc
