@@ -1,10 +1,10 @@
 """Benchmark: the cost of the global order of events (``GlobalEvents``, ``GET /events``).
 
 (a) SQLite, ``bench/loop.py``'s scenario (two reads in parallel, one auto write, final text):
-    ``SQLiteStore`` as it is (each event's insert numbers it, ``max(gseq) + 1``, one probe of
-    the ``events_by_gseq`` index) against the same store without the numbering (the insert of
-    before migration 0004, and no index) — the baseline — interleaved batch by batch (ABBA),
-    one run at a time and ``--concurrency`` at once.
+    ``SQLiteStore`` as it is (each event's insert numbers it: ``gseq`` is the rowid of a table
+    in commit order, migration 0005) against the same store with the events table of before
+    migration 0004 (``WITHOUT ROWID``, keyed by (run_id, seq), no numbering) — the baseline —
+    interleaved batch by batch (ABBA), one run at a time and ``--concurrency`` at once.
 (b) PostgreSQL, with ``--postgres DSN``: ``bench/postgres.py``'s appends (one event per
     ``commit``, ``--append-runs`` runs at once) into a database with the ``xid`` and ``gseq``
     columns and their two indexes, against one where they were dropped, interleaved by round.
@@ -38,6 +38,18 @@ WITH = sqlite_writer.QUERIES
 WITHOUT = dataclasses.replace(
     WITH, insert_event="INSERT INTO events (run_id, seq, type, at, payload) VALUES (?, ?, ?, ?, ?)"
 )
+# the events table of before migration 0004 (0001_initial.sql): no global order
+EVENTS_BEFORE_0004 = """
+DROP TABLE events;
+CREATE TABLE events (
+    run_id  TEXT NOT NULL REFERENCES runs (run_id),
+    seq     INTEGER NOT NULL CHECK (seq >= 1),
+    type    TEXT NOT NULL,
+    at      TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"""
 
 
 async def timed(agent: Agent, queries: Any, n: int, concurrency: int) -> float:
@@ -54,7 +66,7 @@ async def timed(agent: Agent, queries: Any, n: int, concurrency: int) -> float:
 async def sqlite_cost(runs: int, batch: int, concurrency: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         plain = await SQLiteStore.open(Path(tmp) / "without.sqlite3")
-        plain._connection().execute("DROP INDEX events_by_gseq")
+        plain._connection().executescript(EVENTS_BEFORE_0004)
         numbered = await SQLiteStore.open(Path(tmp) / "with.sqlite3")
         without, with_ = loop.make_agent(plain), loop.make_agent(numbered)
         await timed(without, WITHOUT, 5, 1)

@@ -772,7 +772,7 @@ async def test_the_common_queries_use_indexes(sqlite_store: SQLiteStore) -> None
         for sql in statements
     ]
     assert len(plans) == 11
-    assert plans[0] == "SEARCH events USING PRIMARY KEY (run_id=? AND seq>?)"
+    assert plans[0] == "SEARCH events USING INDEX events_by_run (run_id=? AND seq>?)"
     for sql, plan in zip(statements, plans, strict=True):
         assert "SCAN" not in plan.replace("SCAN runs USING INDEX", ""), (sql, plan)
         assert "TEMP B-TREE" not in plan, (sql, plan)

@@ -9,6 +9,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from uuid import UUID
 
+import pytest
+
 from fiduciary.stores._sql.sqlite_writer import ts
 from fiduciary.stores.base import GlobalEvent
 from fiduciary.stores.sqlite import SQLiteStore, apply_migrations, load_migrations
@@ -90,14 +92,60 @@ async def test_events_written_before_the_migration_keep_their_time_order(tmp_pat
         await store.close()
 
 
-def test_an_insert_finds_the_next_number_with_one_probe_of_the_index(tmp_path: Path) -> None:
+def test_the_global_order_is_the_rowid_given_by_the_insert(tmp_path: Path) -> None:
+    """An insert numbers its event with no lookup of its own (the rowid, 0005); reading the
+    order walks the table by rowid, each event's run found by its key."""
     from fiduciary.stores._sql.sqlite_writer import QUERIES
 
     with raw(tmp_path / "plan.sqlite3") as conn:
         apply_migrations(conn)
-        plan = conn.execute(
+        insert = conn.execute(
             f"EXPLAIN QUERY PLAN {QUERIES.insert_event}", ("r", 1, "t", "x", "{}")
         ).fetchall()
-    details = [row[-1] for row in plan]
-    assert any("events_by_gseq" in d and d.startswith("SEARCH") for d in details), details
-    assert not any(d.startswith("SCAN") for d in details), details
+        read = conn.execute(
+            f"EXPLAIN QUERY PLAN {QUERIES.read_global}", {"after": 0, "limit": 10}
+        ).fetchall()
+    assert insert == []
+    assert [row[-1] for row in read] == [
+        "SEARCH e USING INTEGER PRIMARY KEY (rowid>?)",
+        "SEARCH r USING INDEX sqlite_autoindex_runs_1 (run_id=?)",
+    ]
+
+
+async def test_migration_0005_keeps_every_number_and_the_next_follows_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v4.sqlite3"
+    run = make_run()
+    with raw(path) as conn:
+        assert apply_migrations(conn, load_migrations()[:4]) == [1, 2, 3, 4]
+        conn.execute(
+            "INSERT INTO runs (run_id, principal, status, created_at, updated_at, last_seq) "
+            "VALUES (?, 'alice', 'running', ?, ?, 2)",
+            (str(run.run_id), ts(run.created_at), ts(run.created_at)),
+        )
+        for event, gseq in zip(deltas(run.run_id, 1, 2), (5, 9), strict=True):
+            conn.execute(
+                "INSERT INTO events (run_id, seq, type, at, payload, gseq) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    str(event.run_id),
+                    event.seq,
+                    event.type,
+                    ts(event.at),
+                    event.model_dump_json(),
+                    gseq,
+                ),
+            )
+    store = await SQLiteStore.open(path)
+    try:
+        assert [g.position for g in (await store.read_global()).events] == [5, 9]
+        await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 3, 1))
+        assert [g.position for g in (await store.read_global(after=5)).events] == [9, 10]
+        with raw(path) as conn, pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            conn.execute(
+                "INSERT INTO events (run_id, seq, type, at, payload) VALUES (?, 3, 't', 'x', '')",
+                (str(run.run_id),),
+            )
+    finally:
+        await store.close()

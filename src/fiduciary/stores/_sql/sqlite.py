@@ -74,8 +74,10 @@ Durability: ``synchronous="NORMAL"`` (the default, deliberately) vs ``"FULL"``
     power loss; the ``ledger_begin``s of one event-loop iteration share one fsync.
 
 Global order (``read_global``)
-    Each event's insert numbers it (``events.gseq``, ``max + 1`` in the statement itself):
-    the write lock serialises every process's transactions, so numbers follow commit order.
+    Each event's insert numbers it: ``events.gseq`` is the table's rowid (``max + 1``; the
+    table is kept in commit order, its rows appended at its end, and (run_id, seq) is a unique
+    index: migration 0005). The write lock serialises every process's transactions, so numbers
+    follow commit order.
     Readers are woken by the commit bell of this process's commits; other processes' are
     found by reading.
 

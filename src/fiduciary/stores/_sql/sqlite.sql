@@ -23,9 +23,10 @@ SELECT payload FROM events WHERE run_id = :run_id AND seq > :after_seq ORDER BY 
 -- name: read_global
 -- The global order (GlobalEvents.read_global): events after a position, with their run's
 -- principal and status (the core filters them). held: always 0 (numbers are given in commit
--- order: nothing can commit behind a number read).
+-- order: nothing can commit behind a number read). gseq is the rowid (0005); CROSS JOIN keeps
+-- events the outer loop.
 SELECT e.gseq, e.type, e.payload, r.principal, r.status, 0 AS held
-FROM events AS e INDEXED BY events_by_gseq JOIN runs AS r ON r.run_id = e.run_id
+FROM events AS e CROSS JOIN runs AS r ON r.run_id = e.run_id
 WHERE e.gseq > :after
 ORDER BY e.gseq LIMIT :limit
 
@@ -117,9 +118,9 @@ INSERT INTO runs (run_id, principal, status, created_at, updated_at, last_seq, e
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: insert_event
--- gseq, the global order: the next number, under the write lock (migrations/0004_global_order.sql)
-INSERT INTO events (run_id, seq, type, at, payload, gseq)
-VALUES (?, ?, ?, ?, ?, COALESCE((SELECT MAX(gseq) FROM events), 0) + 1)
+-- gseq, the global order, is the rowid: the next number (max + 1), under the write lock
+-- (migrations/0005_events_in_commit_order.sql)
+INSERT INTO events (run_id, seq, type, at, payload) VALUES (?, ?, ?, ?, ?)
 
 -- name: insert_approval
 INSERT INTO approvals (approval_id, run_id, tool_use_id, principal, capability, args,

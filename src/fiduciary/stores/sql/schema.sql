@@ -42,15 +42,17 @@ CREATE INDEX runs_by_status ON runs (status, created_at, run_id);
 CREATE INDEX runs_runnable ON runs (created_at, run_id)
     WHERE status = 'running' OR wake_at IS NOT NULL;
 
+-- In commit order (0005): the rowid is gseq, the global order; (run_id, seq) is unique.
 CREATE TABLE events (
     run_id  TEXT NOT NULL REFERENCES runs (run_id),
     seq     INTEGER NOT NULL CHECK (seq >= 1),
     type    TEXT NOT NULL,
     at      TEXT NOT NULL,
     payload TEXT NOT NULL,
-    gseq    INTEGER,  -- 0004: the global order (see migrations/0004_global_order.sql)
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+    gseq    INTEGER PRIMARY KEY  -- the global order (0004), the rowid since 0005
+);
+
+CREATE UNIQUE INDEX events_by_run ON events (run_id, seq);
 
 CREATE TABLE approvals (
     approval_id       TEXT PRIMARY KEY,
@@ -128,9 +130,6 @@ CREATE TABLE spend_reservations (
 CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal, at);
 
 CREATE INDEX audit_by_key ON audit (idempotency_key);
-
--- The global order of events (0004), numbered by each insert in commit order.
-CREATE UNIQUE INDEX events_by_gseq ON events (gseq);
 
 -- A decision on a pending approval, made by any process, marks its run for resuming (0003).
 CREATE TRIGGER approvals_wake_run AFTER UPDATE OF status ON approvals
