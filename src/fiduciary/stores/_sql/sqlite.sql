@@ -42,6 +42,8 @@ FROM audit WHERE run_id = :run_id ORDER BY id
 -- name: autonomous_spend
 -- The amounts of a principal's autonomous spend since a time: audit rows that count, then
 -- reservations whose call has no such row yet. Summed as Decimal in Python (TEXT in SQL).
+-- audit_by_principal_at and audit_by_key index only the rows this reads: their WHERE is this
+-- one's (migrations/0006_audit_and_ledger_pages.sql); change both together.
 SELECT amount_usd FROM audit
 WHERE principal = :principal AND at >= :since AND tier = 'auto'
     AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL

@@ -95,10 +95,8 @@ CREATE TABLE ledger (
     error       TEXT
 );
 
-CREATE INDEX ledger_by_run ON ledger (run_id);
-
 CREATE TABLE audit (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    id              INTEGER PRIMARY KEY,  -- 0006: without AUTOINCREMENT (rows are never deleted)
     run_id          TEXT NOT NULL REFERENCES runs (run_id),
     at              TEXT NOT NULL,
     principal       TEXT NOT NULL,
@@ -116,7 +114,9 @@ CREATE TABLE audit (
 
 CREATE INDEX audit_by_run ON audit (run_id, id);
 
-CREATE INDEX audit_by_principal_at ON audit (principal, at);
+-- Only the rows autonomous_spend reads (0006): those that count against the daily limit.
+CREATE INDEX audit_by_principal_at ON audit (principal, at)
+    WHERE tier = 'auto' AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL;
 
 -- Reservations of the daily autonomous spend (migration 0002; Store.reserve_autonomous): one
 -- per auto write, counted until the write's audit row (same idempotency_key) counts instead.
@@ -129,7 +129,8 @@ CREATE TABLE spend_reservations (
 
 CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal, at);
 
-CREATE INDEX audit_by_key ON audit (idempotency_key);
+CREATE INDEX audit_by_key ON audit (idempotency_key)
+    WHERE tier = 'auto' AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL;
 
 -- A decision on a pending approval, made by any process, marks its run for resuming (0003).
 CREATE TRIGGER approvals_wake_run AFTER UPDATE OF status ON approvals
