@@ -499,10 +499,12 @@ class SQLiteStore(SQLStore):
             self._checkpointer = None
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                # what the thread had not copied yet (closing the file's last connection
-                # checkpoints too, but another process may still have it open)
+            # what the thread had not copied yet (closing the file's last connection
+            # checkpoints too, but another process may still have it open); if it fails,
+            # the WAL keeps it for the next checkpoint
+            with suppress(sqlite3.Error):
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            try:
                 conn.close()
             except sqlite3.Error as exc:
                 raise translate(exc, "closing") from exc
