@@ -180,6 +180,18 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         ),
         TurnCompleteDraft(stop_reason=stop),
     )
-    if reads:
-        await asyncio.gather(*reads)
+    await _each(reads)
     return any_calls, later
+
+
+async def _each(reads: list[asyncio.Task[None]]) -> None:
+    """The turn's reads, awaited in turn: what ``gather`` did, without its future and its
+    callbacks (the drive wakes one loop iteration sooner). The first failure raises; cancelled,
+    all are cancelled."""
+    try:
+        for task in reads:
+            await task
+    except asyncio.CancelledError:
+        for task in reads:
+            task.cancel()
+        raise
