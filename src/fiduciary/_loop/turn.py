@@ -60,11 +60,11 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     """
     rt, t = d.rt, d.t
     gates, redact = rt.gates, rt.redactor.redact_text
-    if d.tools is None or d.plan is None:
-        names = sorted(d.allowed)
-        d.tools = gates.tool_specs(names)
+    if d.tools is None:
+        d.tools = gates.tool_specs(sorted(d.allowed))
+    if d.plan is None:  # (a new run's first drive is given the plan its run_started records)
         d.plan = plan_turn(
-            [c for n in names if (c := gates.get(n)) is not None],
+            [c for n in d.allowed if (c := gates.get(n)) is not None],
             t.messages,
             allowed_kinds=d.allowed_kinds,
             settings=rt.model_settings,
