@@ -150,7 +150,8 @@ class Codec:
         last_at: datetime | None = None
         at_value: Any = None
         for e in events:
-            if e.seq != expected or e.run_id != run_id:
+            # (``is`` first: the loop's events share its run_id object; UUID's == is Python)
+            if e.seq != expected or (e.run_id is not run_id and e.run_id != run_id):
                 consecutive = False
             expected += 1
             at = e.at
