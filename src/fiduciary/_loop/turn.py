@@ -34,12 +34,7 @@ from ..models.base import (
     StreamToolCall,
     StreamUsage,
 )
-from ..models.pricing import (
-    budget_refusal,
-    cost_usd,
-    estimate_call_usd,
-    price_of,
-)
+from ..models.pricing import budget_refusal, cost_usd, estimate_call_usd
 from ..models.tiers import plan_turn
 from .context import prepare
 from .dispatch import reject, run_read, start
@@ -83,7 +78,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
             budget_usd=budget,
             spent_usd=t.cost_usd,
             next_call_usd=estimate_call_usd(
-                price_of(answering, table=rt.prices), request, input_tokens=prepared.tokens
+                d.price(answering), request, input_tokens=prepared.tokens
             ),
             model=answering.name,
         )
@@ -160,7 +155,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         events.append(RunFailedDraft(reason="error", message=f"model error: {message}"))
         d.emit(*events, status="failed")
         return None
-    cost = cost_usd(price_of(answering, answered_by, rt.prices), usage)
+    cost = cost_usd(d.price(answering, answered_by), usage)
     reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     if prepared.tokens is not None:  # the next call of the drive is measured from this one
         d.last_request = LastRequest(reported, prepared.tokens)
