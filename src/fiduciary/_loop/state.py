@@ -25,6 +25,9 @@ from .writer import Writer
 
 __all__ = ["Drive"]
 
+_ALL_KINDS = frozenset(Kind)
+_KINDS = {k.value: k for k in Kind}  # (``Kind(value)`` goes through the enum's slow call)
+
 
 class Drive:
     """One leased run being driven; events reach ``writer.out`` only once committed."""
@@ -63,8 +66,11 @@ class Drive:
         gates, started = rt.gates, transcript.started
         allowed_names = gates.names if started is None else started.capabilities
         self.allowed = frozenset(n for n in allowed_names if gates.get(n) is not None)
-        kinds = [k.value for k in Kind] if started is None else started.allowed_kinds
-        self.allowed_kinds = frozenset(Kind(k) for k in kinds)
+        self.allowed_kinds = (
+            _ALL_KINDS
+            if started is None
+            else frozenset(_KINDS.get(k) or Kind(k) for k in started.allowed_kinds)
+        )
         self.scope = CallScope(
             run_id=run.run_id,
             principal=self.principal,
