@@ -66,7 +66,7 @@ APPROVAL_FIELDS = (
 
 def json_text(value: Any) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+        return _JSON_TEXT.encode(value)
     except (TypeError, ValueError, PydanticSerializationError) as exc:
         raise StoreError(f"value cannot be stored as JSON: {exc}") from exc
 
@@ -77,6 +77,11 @@ def json_text_or_none(value: Any) -> str | None:
 
 def _jsonable(value: Any) -> Any:
     return to_jsonable_python(value)
+
+
+# what json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable) builds
+# at each call (a few a commit), built once
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable)
 
 
 def unjson(text: str | None) -> Any:
