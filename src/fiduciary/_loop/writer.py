@@ -295,8 +295,7 @@ class Writer:
     def _committed(self, events: Sequence[Event]) -> None:
         self.trace.committed(len(events))
         if self.out is not None:
-            for event in events:
-                self.out.put_nowait(event)
+            self.out.put_all(events)
 
     async def _created(self, run: RunRecord, events: Sequence[Event]) -> None:
         await self.store.create_run(run, events)
