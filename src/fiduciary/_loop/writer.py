@@ -354,6 +354,9 @@ async def _together(steps: Sequence[Awaitable[Any]]) -> list[Any]:
                 outcomes.append(exc)
     except asyncio.CancelledError:  # as gather: cancelled, so are the steps
         for task in tasks:
-            task.cancel()
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # retrieved, as gather does: no "never retrieved" report
         raise
     return outcomes
