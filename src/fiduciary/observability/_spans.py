@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -113,6 +113,7 @@ class DriveSpans:
         self._facts: dict[str, dict[str, str]] = {}
         self._status = "stopped"
         self._late: dict[str, Any] = {}  # the root's attributes known only at the end
+        self._names: dict[str, str] = {}
         run_id = run.run_id
         self._run_id = run_id
         self._run = str(run_id)
@@ -196,109 +197,114 @@ class DriveSpans:
 
     # --- events ----------------------------------------------------------------------------
     def _event(self, event: Event) -> None:
-        match event:
-            case Usage():
-                self._metrics.usage(event, self._provider)
-                if self._chat is not None:
-                    usage = self._chat.attributes
-                    usage["gen_ai.response.model"] = event.model
-                    usage["gen_ai.usage.input_tokens"] = event.input_tokens
-                    usage["gen_ai.usage.output_tokens"] = event.output_tokens
-                    usage["gen_ai.usage.cache_read.input_tokens"] = event.cache_read_tokens
-                    usage["gen_ai.usage.cache_creation.input_tokens"] = event.cache_write_tokens
-                    if event.cost_usd is not None:
-                        usage["fiduciary.cost_usd"] = str(event.cost_usd)
-                    if event.tier is not None:
-                        usage["fiduciary.model.tier"] = event.tier
-            case TurnComplete():
-                if self._chat is not None:
-                    self._chat.attributes["gen_ai.response.finish_reasons"] = [event.stop_reason]
-                self._end_chat(None)
-            case TurnRetracted():
-                if self._chat is not None:
-                    self._chat.event("fiduciary.turn_retracted", {"from_seq": event.from_seq})
-            case ToolCallStart():
-                span = self._start_tool(event.tool_use_id, event.name)
-                if event.kind is not None:
-                    self._fact(event.tool_use_id, "fiduciary.tool.kind", event.kind)
-                if self._capture:
-                    span.attributes["gen_ai.tool.call.arguments"] = self._content(event.input)
-            case ToolCallEnd():
-                span = self._tools.get(event.tool_use_id) or self._start_tool(
-                    event.tool_use_id, event.name
-                )
-                attributes = span.attributes
-                if event.recovery is not None:
-                    attributes["fiduciary.tool.recovery"] = event.recovery
-                    if event.recovery == "unknown":
-                        self._metrics.ledger_unknown(event.name)
-                if self._capture:
-                    attributes["gen_ai.tool.call.result"] = self._content(event.output)
-                if event.is_error:
-                    attributes["error.type"] = event.error_code or "tool_error"
-                name = self._redactor.redact_text(event.name)[:_MAX_NAME]
-                span.name = f"execute_tool {name}"
-                attributes["gen_ai.tool.name"] = name
-                outcome = "error" if event.is_error else "ok"
-                self._end_tool(event.tool_use_id, outcome, error=event.is_error)
-            case ToolCallRejected():
-                span = self._tools.get(event.tool_use_id) or self._start_tool(
-                    event.tool_use_id, event.name
-                )
-                span.attributes["error.type"] = event.reason
-                self._end_tool(event.tool_use_id, f"rejected:{event.reason}", error=True)
-            case GuardFired():
-                attributes: dict[str, Any] = {
-                    "fiduciary.guard.name": event.guard,
-                    "fiduciary.guard.tier": event.tier,
-                    "fiduciary.guard.phase": event.phase,
-                    "fiduciary.guard.verdict": event.verdict,
-                }
-                if self._capture:
-                    attributes["fiduciary.guard.message"] = self._content(event.message)
-                target = self._tools.get(event.tool_use_id) or self._agent()
-                target.event("fiduciary.guard", attributes)
-            case PendingAction():
-                self._metrics.pending(event.approval_id, event.at)
-                span = self._tools.get(event.tool_use_id) or self._start_tool(
-                    event.tool_use_id, event.name
-                )
-                self._fact(event.tool_use_id, "fiduciary.tool.tier", event.tier)
-                span.event(
-                    "fiduciary.pending_action",
-                    {
-                        "fiduciary.approval.id": str(event.approval_id),
-                        "fiduciary.approval.tier": event.tier,
-                        "fiduciary.approval.executor": event.executor,
-                        "fiduciary.approval.expires_at": event.expires_at.isoformat(),
-                    },
-                )
-                self._status = (
-                    "awaiting_approval" if event.executor == "server" else "awaiting_client_result"
-                )
-                self._end_tool(event.tool_use_id, "pending", error=False)
-            case ActionResolved():
-                self._metrics.resolved(event.approval_id, event.at, event.decision)
-                span = self._tools.get(event.tool_use_id) or self._start_tool(
-                    event.tool_use_id, None
-                )
-                span.event(
-                    "fiduciary.decision",
-                    {
-                        "fiduciary.approval.id": str(event.approval_id),
-                        "fiduciary.approval.decision": event.decision,
-                        "fiduciary.approval.edited": bool(event.edits),
-                    },
-                )
-            case RunCompleted():
-                self._status = "completed"
-            case RunFailed():
-                self._status = "cancelled" if event.reason == "aborted" else "failed"
-                self._late["fiduciary.run.failure"] = event.reason
-                self._agent().fail(event.reason)
-                self._end_chat(event.reason)
-            case _:
-                pass
+        # by exact type (events are final): a ``match`` over pydantic classes pays an
+        # isinstance check per case for every text delta
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _usage(self, event: Usage) -> None:
+        self._metrics.usage(event, self._provider)
+        if self._chat is not None:
+            usage = self._chat.attributes
+            usage["gen_ai.response.model"] = event.model
+            usage["gen_ai.usage.input_tokens"] = event.input_tokens
+            usage["gen_ai.usage.output_tokens"] = event.output_tokens
+            usage["gen_ai.usage.cache_read.input_tokens"] = event.cache_read_tokens
+            usage["gen_ai.usage.cache_creation.input_tokens"] = event.cache_write_tokens
+            if event.cost_usd is not None:
+                usage["fiduciary.cost_usd"] = str(event.cost_usd)
+            if event.tier is not None:
+                usage["fiduciary.model.tier"] = event.tier
+
+    def _turn_complete(self, event: TurnComplete) -> None:
+        if self._chat is not None:
+            self._chat.attributes["gen_ai.response.finish_reasons"] = [event.stop_reason]
+        self._end_chat(None)
+
+    def _turn_retracted(self, event: TurnRetracted) -> None:
+        if self._chat is not None:
+            self._chat.event("fiduciary.turn_retracted", {"from_seq": event.from_seq})
+
+    def _tool_call_start(self, event: ToolCallStart) -> None:
+        span = self._start_tool(event.tool_use_id, event.name)
+        if event.kind is not None:
+            self._fact(event.tool_use_id, "fiduciary.tool.kind", event.kind)
+        if self._capture:
+            span.attributes["gen_ai.tool.call.arguments"] = self._content(event.input)
+
+    def _tool_call_end(self, event: ToolCallEnd) -> None:
+        span = self._tools.get(event.tool_use_id) or self._start_tool(event.tool_use_id, event.name)
+        attributes = span.attributes
+        if event.recovery is not None:
+            attributes["fiduciary.tool.recovery"] = event.recovery
+            if event.recovery == "unknown":
+                self._metrics.ledger_unknown(event.name)
+        if self._capture:
+            attributes["gen_ai.tool.call.result"] = self._content(event.output)
+        if event.is_error:
+            attributes["error.type"] = event.error_code or "tool_error"
+        name = self._name(event.name)
+        span.name = f"execute_tool {name}"
+        attributes["gen_ai.tool.name"] = name
+        outcome = "error" if event.is_error else "ok"
+        self._end_tool(event.tool_use_id, outcome, error=event.is_error)
+
+    def _tool_call_rejected(self, event: ToolCallRejected) -> None:
+        span = self._tools.get(event.tool_use_id) or self._start_tool(event.tool_use_id, event.name)
+        span.attributes["error.type"] = event.reason
+        self._end_tool(event.tool_use_id, f"rejected:{event.reason}", error=True)
+
+    def _guard_fired(self, event: GuardFired) -> None:
+        attributes: dict[str, Any] = {
+            "fiduciary.guard.name": event.guard,
+            "fiduciary.guard.tier": event.tier,
+            "fiduciary.guard.phase": event.phase,
+            "fiduciary.guard.verdict": event.verdict,
+        }
+        if self._capture:
+            attributes["fiduciary.guard.message"] = self._content(event.message)
+        target = self._tools.get(event.tool_use_id) or self._agent()
+        target.event("fiduciary.guard", attributes)
+
+    def _pending_action(self, event: PendingAction) -> None:
+        self._metrics.pending(event.approval_id, event.at)
+        span = self._tools.get(event.tool_use_id) or self._start_tool(event.tool_use_id, event.name)
+        self._fact(event.tool_use_id, "fiduciary.tool.tier", event.tier)
+        span.event(
+            "fiduciary.pending_action",
+            {
+                "fiduciary.approval.id": str(event.approval_id),
+                "fiduciary.approval.tier": event.tier,
+                "fiduciary.approval.executor": event.executor,
+                "fiduciary.approval.expires_at": event.expires_at.isoformat(),
+            },
+        )
+        self._status = (
+            "awaiting_approval" if event.executor == "server" else "awaiting_client_result"
+        )
+        self._end_tool(event.tool_use_id, "pending", error=False)
+
+    def _action_resolved(self, event: ActionResolved) -> None:
+        self._metrics.resolved(event.approval_id, event.at, event.decision)
+        span = self._tools.get(event.tool_use_id) or self._start_tool(event.tool_use_id, None)
+        span.event(
+            "fiduciary.decision",
+            {
+                "fiduciary.approval.id": str(event.approval_id),
+                "fiduciary.approval.decision": event.decision,
+                "fiduciary.approval.edited": bool(event.edits),
+            },
+        )
+
+    def _run_completed(self, event: RunCompleted) -> None:
+        self._status = "completed"
+
+    def _run_failed(self, event: RunFailed) -> None:
+        self._status = "cancelled" if event.reason == "aborted" else "failed"
+        self._late["fiduciary.run.failure"] = event.reason
+        self._agent().fail(event.reason)
+        self._end_chat(event.reason)
 
     # --- spans -----------------------------------------------------------------------------
     def _start_tool(self, tool_use_id: str, name: str | None) -> _Record:
@@ -308,12 +314,19 @@ class DriveSpans:
             "gen_ai.tool.type": "function",
         }
         if name is not None:  # the model's words when the name is not a capability's
-            name = self._redactor.redact_text(name)[:_MAX_NAME]
+            name = self._name(name)
             attributes["gen_ai.tool.name"] = name
         span = _Record(f"execute_tool {name or ''}".rstrip(), SpanKind.INTERNAL, attributes)
         self._tools[tool_use_id] = span
         self._facts[tool_use_id] = {}
         return span
+
+    def _name(self, name: str) -> str:
+        """A tool's name as the model gave it, redacted and bounded (once per name)."""
+        shown = self._names.get(name)
+        if shown is None:
+            shown = self._names[name] = self._redactor.redact_text(name)[:_MAX_NAME]
+        return shown
 
     def _fact(self, tool_use_id: str, key: str, value: str) -> None:
         """An attribute of a call's span that its metrics carry too (kind, tier)."""
@@ -399,3 +412,18 @@ class DriveSpans:
         redacted = self._redactor.redact(value)
         text = redacted if isinstance(redacted, str) else json.dumps(redacted, default=str)
         return self._redactor.redact_text(text)[:_MAX_CONTENT]
+
+
+_HANDLERS: dict[type[Any], Callable[[DriveSpans, Any], None]] = {
+    Usage: DriveSpans._usage,
+    TurnComplete: DriveSpans._turn_complete,
+    TurnRetracted: DriveSpans._turn_retracted,
+    ToolCallStart: DriveSpans._tool_call_start,
+    ToolCallEnd: DriveSpans._tool_call_end,
+    ToolCallRejected: DriveSpans._tool_call_rejected,
+    GuardFired: DriveSpans._guard_fired,
+    PendingAction: DriveSpans._pending_action,
+    ActionResolved: DriveSpans._action_resolved,
+    RunCompleted: DriveSpans._run_completed,
+    RunFailed: DriveSpans._run_failed,
+}
