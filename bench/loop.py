@@ -311,7 +311,8 @@ async def main(runs: int, batch: int, concurrency: int) -> dict[str, Any]:
 
 async def traced_overhead(runs: int, batch: int) -> float:
     """Tracing on (OpenTelemetry SDK, in-memory exporter) against off, both on SQLite,
-    sequential runs interleaved batch by batch; prints and returns the time ratio."""
+    sequential runs interleaved batch by batch in A B B A order; prints and returns the time
+    ratio."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -331,15 +332,14 @@ async def traced_overhead(runs: int, batch: int) -> float:
         times = {"plain": 0.0, "traced": 0.0}
         done = 0
         gc.collect()
+        order = [("plain", plain), ("traced", traced)]
         while done < runs:
             n = min(batch, runs - done)
-            t0 = time.perf_counter()
-            await fiduciary_batch(plain, n)
-            t1 = time.perf_counter()
-            await fiduciary_batch(traced, n)
-            t2 = time.perf_counter()
-            times["plain"] += t1 - t0
-            times["traced"] += t2 - t1
+            for name, agent in order:
+                t0 = time.perf_counter()
+                await fiduciary_batch(agent, n)
+                times[name] += time.perf_counter() - t0
+            order.reverse()  # A B B A ...: a drift of the machine weighs on both alike
             exporter.clear()
             done += n
         await plain_store.close()

@@ -38,7 +38,7 @@ from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
 from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable, parse_budget
-from .models.tiers import Effort, Tier, plan_turn
+from .models.tiers import Effort, Tier, TurnPlan, plan_turn
 from .policy import Policy
 from .redaction import Redactor
 from .stores.base import (
@@ -218,10 +218,13 @@ class Agent:
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # created by the drive's first commit, with its first events
-            run, transcript, first = await self._create(
+            run, transcript, first, plan = await self._create(
                 message, who, run_id, capabilities, plan_first, skill=skill, record=False
             )
-            return Driver(self._runtime(), run, transcript, unrecorded=first), []
+            driver = Driver(self._runtime(), run, transcript, unrecorded=first)
+            if transcript.user_text == message:  # the first turn's plan is the run_started's
+                driver.plan = plan
+            return driver, []
         run, transcript = await self._continue(existing, who)
         driver = Driver(self._runtime(), run, transcript)
         return driver, await self._emit_first(driver, message, skill)
@@ -237,9 +240,9 @@ class Agent:
         leased: bool = True,
         skill: str | None = None,
         record: bool = True,
-    ) -> tuple[RunRecord, Transcript, list[Event]]:
+    ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
         """A new run (leased by this process unless ``leased`` is false), recorded unless
-        ``record`` is false."""
+        ``record`` is false; and the plan its ``run_started`` records."""
         names, text = self.gates.names, self.redactor.redact_text(message)
         if capabilities is not None:
             wanted = list(dict.fromkeys(capabilities))
@@ -289,7 +292,7 @@ class Agent:
         transcript = self._transcript()
         for event in first:
             transcript.apply(event)
-        return run.with_(last_seq=2), transcript, first
+        return run.with_(last_seq=2), transcript, first, plan
 
     async def _continue(self, existing: RunRecord, who: Principal) -> tuple[RunRecord, Transcript]:
         """Lease an idle run to add a message to it (``run`` and ``submit``)."""
@@ -384,7 +387,7 @@ class Agent:
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # one insert, never leased: claimable once committed
-            run, _, _ = await self._create(
+            run, _, _, _ = await self._create(
                 message, who, run_id, capabilities, plan_first, leased=False, skill=skill
             )
             return run

@@ -75,7 +75,11 @@ class Kind(StrEnum):
 
     @property
     def is_write(self) -> bool:
-        return self is not Kind.READ and self is not Kind.PREVIEW
+        # a module constant: ``Kind.READ`` is a lookup through the enum's metaclass each time
+        return self not in _READ_KINDS
+
+
+_READ_KINDS = frozenset({Kind.READ, Kind.PREVIEW})
 
 
 class Risk(StrEnum):

@@ -472,7 +472,8 @@ def encode_event(event: Event) -> str:
     known = _ENCODED.get(key)
     if known is not None and known[0]() is event:
         return known[1]
-    text = event.model_dump_json()
+    # model_dump_json's own call, without its keyword plumbing (the same bytes)
+    text = event.__pydantic_serializer__.to_json(event).decode()
     _ENCODED[key] = (weakref.ref(event, partial(_forget, key)), text)
     return text
 

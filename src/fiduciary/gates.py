@@ -454,7 +454,7 @@ class Gates:
     async def authorized(self, a: Attempt) -> bool:
         """Step 5: the host's verdict on the server; reads need none; no callback → denied."""
         cap = a.cap
-        if cap.kind not in (Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE):
+        if cap.kind not in _AUTHORIZED:
             return True
         if self.authorize is None:
             return False
@@ -776,6 +776,7 @@ class Gates:
 # what json.loads(text, parse_float=Decimal) builds at each call, built once
 _ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
 _READS = PolicyDecision("auto", "reads and previews run on their own", None)
+_AUTHORIZED = frozenset({Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE})  # (enum lookups, once)
 
 
 def _retryable(entry: LedgerEntry) -> bool:

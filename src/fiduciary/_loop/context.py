@@ -49,6 +49,22 @@ def _dedupable(cfg: ContextConfig, gates: Gates) -> Callable[[str], bool]:
     return dedupable
 
 
+# the tools' prompt_chars by their specs' identities (the gates make one ToolSpec per
+# capability), across runs: each run's first view would encode every schema again. The entry
+# holds the specs, so their ids are not reused while it stands.
+_TOOLS_CHARS: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], int]] = {}
+
+
+def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
+    key = tuple(map(id, tools))
+    known = _TOOLS_CHARS.get(key)
+    if known is None:
+        if len(_TOOLS_CHARS) >= 256:
+            _TOOLS_CHARS.clear()
+        known = _TOOLS_CHARS[key] = (tools, prompt_chars((), tools))
+    return known[1]
+
+
 def _view(d: Drive, cfg: ContextConfig, shape: Shape, made: SentView | None = None) -> SentView:
     """The view for ``shape``, brought up to date: ``made`` or the one the transcript kept from
     its previous call when it is for the same shape and configuration, else built anew. Kept
@@ -90,7 +106,7 @@ async def prepare(d: Drive, *, tools: tuple[ToolSpec, ...], settings: dict[str, 
         )
         system, stable = prompt.layers, prompt.stable
     view = _view(d, cfg, t.shape)
-    fixed = prompt_chars(system, ()) + view.tools_chars(tools)
+    fixed = prompt_chars(system, ()) + _tools_chars(tools)
     estimate = tokens_of_chars(fixed + view.chars)
     request = ModelRequest(system, tuple(view.messages), tools, settings, stable)
     policy = cfg.compaction

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["Relay"]
@@ -26,6 +27,15 @@ class Relay:
 
     def put_nowait(self, item: Any) -> None:
         self.items.append(item)
+        self._wake()
+
+    def put_all(self, items: Iterable[Any]) -> None:
+        """Every item, in order, with one wake-up (a commit's events)."""
+        self.items.extend(items)
+        if self.items:
+            self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None

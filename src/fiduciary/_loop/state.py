@@ -16,6 +16,7 @@ from ..context.tokens import LastRequest
 from ..events import Draft, Event, GuardFiredDraft, ToolProgressDraft
 from ..gates import Attempt, CallScope, Outcome, ParsedCall, Pending, Verdict
 from ..models.base import ToolSpec
+from ..models.pricing import Price, price_of
 from ..models.tiers import TurnPlan
 from ..stores.base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord, RunStatus
 from .runtime import Held, Runtime
@@ -23,6 +24,9 @@ from .transcript import Transcript
 from .writer import Writer
 
 __all__ = ["Drive"]
+
+_ALL_KINDS = frozenset(Kind)
+_KINDS = {k.value: k for k in Kind}  # (``Kind(value)`` goes through the enum's slow call)
 
 
 class Drive:
@@ -62,8 +66,11 @@ class Drive:
         gates, started = rt.gates, transcript.started
         allowed_names = gates.names if started is None else started.capabilities
         self.allowed = frozenset(n for n in allowed_names if gates.get(n) is not None)
-        kinds = [k.value for k in Kind] if started is None else started.allowed_kinds
-        self.allowed_kinds = frozenset(Kind(k) for k in kinds)
+        self.allowed_kinds = (
+            _ALL_KINDS
+            if started is None
+            else frozenset(_KINDS.get(k) or Kind(k) for k in started.allowed_kinds)
+        )
         self.scope = CallScope(
             run_id=run.run_id,
             principal=self.principal,
@@ -84,6 +91,15 @@ class Drive:
         self.last_request: LastRequest | None = None
         # the drive ended with every event it folded committed: its transcript is the log's
         self.settled = False
+        self._prices: dict[tuple[int, str | None], Price | None] = {}
+
+    def price(self, model: object, name: str | None = None) -> Price | None:
+        """``price_of(model, name)`` in the runtime's table, looked up once a drive (the table
+        lookup tries aliases, suffixes and patterns: the same work every turn otherwise)."""
+        key = (id(model), name)  # (the model is the runtime's, alive as long as the drive)
+        if key not in self._prices:
+            self._prices[key] = price_of(model, name, self.rt.prices)
+        return self._prices[key]
 
     # --- emission ------------------------------------------------------------------------
     def emit(

@@ -34,12 +34,7 @@ from ..models.base import (
     StreamToolCall,
     StreamUsage,
 )
-from ..models.pricing import (
-    budget_refusal,
-    cost_usd,
-    estimate_call_usd,
-    price_of,
-)
+from ..models.pricing import budget_refusal, cost_usd, estimate_call_usd
 from ..models.tiers import plan_turn
 from .context import prepare
 from .dispatch import reject, run_read, start
@@ -60,11 +55,11 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     """
     rt, t = d.rt, d.t
     gates, redact = rt.gates, rt.redactor.redact_text
-    if d.tools is None or d.plan is None:
-        names = sorted(d.allowed)
-        d.tools = gates.tool_specs(names)
+    if d.tools is None:
+        d.tools = gates.tool_specs(sorted(d.allowed))
+    if d.plan is None:  # (a new run's first drive is given the plan its run_started records)
         d.plan = plan_turn(
-            [c for n in names if (c := gates.get(n)) is not None],
+            [c for n in d.allowed if (c := gates.get(n)) is not None],
             t.messages,
             allowed_kinds=d.allowed_kinds,
             settings=rt.model_settings,
@@ -83,7 +78,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
             budget_usd=budget,
             spent_usd=t.cost_usd,
             next_call_usd=estimate_call_usd(
-                price_of(answering, table=rt.prices), request, input_tokens=prepared.tokens
+                d.price(answering), request, input_tokens=prepared.tokens
             ),
             model=answering.name,
         )
@@ -160,7 +155,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         events.append(RunFailedDraft(reason="error", message=f"model error: {message}"))
         d.emit(*events, status="failed")
         return None
-    cost = cost_usd(price_of(answering, answered_by, rt.prices), usage)
+    cost = cost_usd(d.price(answering, answered_by), usage)
     reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     if prepared.tokens is not None:  # the next call of the drive is measured from this one
         d.last_request = LastRequest(reported, prepared.tokens)
@@ -180,6 +175,18 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         ),
         TurnCompleteDraft(stop_reason=stop),
     )
-    if reads:
-        await asyncio.gather(*reads)
+    await _each(reads)
     return any_calls, later
+
+
+async def _each(reads: list[asyncio.Task[None]]) -> None:
+    """The turn's reads, awaited in turn: what ``gather`` did, without its future and its
+    callbacks (the drive wakes one loop iteration sooner). The first failure raises; cancelled,
+    all are cancelled."""
+    try:
+        for task in reads:
+            await task
+    except asyncio.CancelledError:
+        for task in reads:
+            task.cancel()
+        raise

@@ -60,6 +60,7 @@ class Writer:
         "_renewing",
         "_status",
         "_timer",
+        "_waiters",
         "clock",
         "delay",
         "epoch",
@@ -100,6 +101,7 @@ class Writer:
         self._finishes: list[LedgerFinish] = []
         self._closed = False
         self._flusher: asyncio.Task[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # for the end of the flush under way
         self._timer: asyncio.TimerHandle | None = None
         self._error: Exception | None = None
         self._renewal: asyncio.TimerHandle | None = None
@@ -176,9 +178,17 @@ class Writer:
                 self._timer = None
             if self._flusher is None:
                 break
-            await asyncio.shield(self._flusher)
+            await self._flushed()
         if self._error is not None:
             raise self._error
+
+    def _flushed(self) -> asyncio.Future[None]:
+        """A future of one waiter's own, resolved when the flush under way ends. Like
+        ``shield(flusher)``, a waiter cancelled meanwhile cancels its future, never the flush;
+        unlike it, the flush wakes the waiter itself (no outer future, one hop fewer)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
 
     async def barrier(self) -> None:
         """Wait until everything emitted so far is committed (raises if a commit failed)."""
@@ -186,7 +196,7 @@ class Writer:
             self._timer.cancel()
             self._start()
         while self._flusher is not None:
-            await asyncio.shield(self._flusher)
+            await self._flushed()
         if self._error is not None:
             raise self._error
 
@@ -231,6 +241,10 @@ class Writer:
                 raise
         finally:
             self._flusher = None
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def _failed(self, exc: BaseException) -> None:
         self._error = exc if isinstance(exc, Exception) else StoreError(repr(exc))
@@ -270,7 +284,7 @@ class Writer:
         if len(steps) == 1:
             existing = await steps[0]
         else:
-            outcomes = await asyncio.gather(*steps, return_exceptions=True)
+            outcomes = await _together(steps)
             for outcome in (outcomes[-1], *outcomes[:-1]):
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -281,8 +295,7 @@ class Writer:
     def _committed(self, events: Sequence[Event]) -> None:
         self.trace.committed(len(events))
         if self.out is not None:
-            for event in events:
-                self.out.put_nowait(event)
+            self.out.put_all(events)
 
     async def _created(self, run: RunRecord, events: Sequence[Event]) -> None:
         await self.store.create_run(run, events)
@@ -325,3 +338,25 @@ class Writer:
         """The drive is over: no more events for ``out``."""
         if self.out is not None:
             self.out.put_nowait(DONE)
+
+
+async def _together(steps: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Each step's result or error, all started at once (as tasks: a store with group commit
+    queues them for the same transaction). ``gather(..., return_exceptions=True)`` without
+    its future and callbacks: the caller wakes one loop iteration sooner."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    outcomes: list[Any] = []
+    try:
+        for task in tasks:
+            try:
+                outcomes.append(await task)
+            except Exception as exc:
+                outcomes.append(exc)
+    except asyncio.CancelledError:  # as gather: cancelled, so are the steps
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # retrieved, as gather does: no "never retrieved" report
+        raise
+    return outcomes

@@ -45,10 +45,13 @@ __all__ = [
 SUMMARY_OPEN = "<earlier_conversation_summary>"
 SUMMARY_CLOSE = "</earlier_conversation_summary>"
 STUB_ABOVE = 200  # results shorter than this are kept as they are: a stub would save nothing
+# what json.dumps(args, sort_keys=True, separators=(",", ":"), default=str) builds at each
+# call (one a tool call, each model call), built once
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _digest(name: str, args: dict[str, Any]) -> str:
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    text = _CANONICAL.encode(args)
     return hashlib.sha256(f"{name}\0{text}".encode()).hexdigest()
 
 

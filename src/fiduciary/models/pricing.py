@@ -169,6 +169,9 @@ def cost_usd(price: Price | None, usage: StreamUsage) -> Decimal | None:
     return total / MILLION
 
 
+_ARGUMENTS = json.JSONEncoder(default=str)  # json.dumps(input, default=str)'s, built once
+
+
 def message_chars(message: Message) -> int:
     """The characters of one message, as ``estimate_input_tokens`` counts them."""
     if isinstance(message, UserTextMessage):
@@ -177,7 +180,7 @@ def message_chars(message: Message) -> int:
         chars = 0
         for part in message.parts:
             if isinstance(part, ToolUsePart):
-                chars += len(part.name) + len(json.dumps(part.input, default=str))
+                chars += len(part.name) + len(_ARGUMENTS.encode(part.input))
             else:
                 chars += len(part.text)
         return chars

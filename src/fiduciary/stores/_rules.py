@@ -27,7 +27,8 @@ def seq_error(run_id: UUID, last_seq: int, events: Sequence[Event]) -> ConflictE
     """Why ``events`` cannot follow ``last_seq`` in run ``run_id`` (None: they can)."""
     expected = last_seq + 1
     for event in events:
-        if event.run_id != run_id:
+        # (``is`` first: a drive's events share its run_id object; UUID's == is Python code)
+        if event.run_id is not run_id and event.run_id != run_id:
             return ConflictError(f"event for run {event.run_id} appended to run {run_id}")
         if event.seq != expected:
             return ConflictError(f"run {run_id}: expected seq {expected}, got {event.seq}")

@@ -66,7 +66,7 @@ APPROVAL_FIELDS = (
 
 def json_text(value: Any) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+        return _JSON_TEXT.encode(value)
     except (TypeError, ValueError, PydanticSerializationError) as exc:
         raise StoreError(f"value cannot be stored as JSON: {exc}") from exc
 
@@ -77,6 +77,11 @@ def json_text_or_none(value: Any) -> str | None:
 
 def _jsonable(value: Any) -> Any:
     return to_jsonable_python(value)
+
+
+# what json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable) builds
+# at each call (a few a commit), built once
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable)
 
 
 def unjson(text: str | None) -> Any:
@@ -150,7 +155,8 @@ class Codec:
         last_at: datetime | None = None
         at_value: Any = None
         for e in events:
-            if e.seq != expected or e.run_id != run_id:
+            # (``is`` first: the loop's events share its run_id object; UUID's == is Python)
+            if e.seq != expected or (e.run_id is not run_id and e.run_id != run_id):
                 consecutive = False
             expected += 1
             at = e.at
