@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import TypeVar
 from uuid import UUID
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -16,6 +17,9 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from ..events import Usage
 
 __all__ = ["Metrics"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Metrics:
@@ -58,6 +62,9 @@ class Metrics:
         )
         self._meter = meter
         self._asked: dict[UUID, datetime] = {}
+        # attribute sets, made once each (an instrument keeps none of them)
+        self._call_sets: dict[tuple[str, str | None, str | None], dict[str, str]] = {}
+        self._usage_sets: dict[tuple[str, str], tuple[dict[str, str], ...]] = {}
 
     def watch_sse_subscribers(self, count: Callable[[], int]) -> None:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
@@ -74,14 +81,19 @@ class Metrics:
         self._runs.add(1, {"fiduciary.run.status": status})
 
     def tool_call(self, outcome: str, tier: str | None, kind: str | None) -> None:
-        self._tool_calls.add(
-            1,
-            {
-                "fiduciary.tool.outcome": outcome.split(":", 1)[0],
-                "fiduciary.tool.tier": tier or "none",
-                "fiduciary.tool.kind": kind or "unknown",
-            },
-        )
+        key = (outcome, tier, kind)
+        attributes = self._call_sets.get(key)
+        if attributes is None:
+            attributes = _remember(
+                self._call_sets,
+                key,
+                {
+                    "fiduciary.tool.outcome": outcome.split(":", 1)[0],
+                    "fiduciary.tool.tier": tier or "none",
+                    "fiduciary.tool.kind": kind or "unknown",
+                },
+            )
+        self._tool_calls.add(1, attributes)
 
     def pending(self, approval_id: UUID, at: datetime) -> None:
         self._asked[approval_id] = at
@@ -95,9 +107,22 @@ class Metrics:
             self._wait.record(max(wait, 0.0), {"fiduciary.approval.decision": decision})
 
     def usage(self, event: Usage, provider: str) -> None:
-        base = {"gen_ai.provider.name": provider, "gen_ai.response.model": event.model}
-        self._tokens.record(event.input_tokens, {**base, "gen_ai.token.type": "input"})
-        self._tokens.record(event.output_tokens, {**base, "gen_ai.token.type": "output"})
+        key = (provider, event.model)
+        sets = self._usage_sets.get(key)
+        if sets is None:
+            base = {"gen_ai.provider.name": provider, "gen_ai.response.model": event.model}
+            sets = _remember(
+                self._usage_sets,
+                key,
+                (
+                    base,
+                    {**base, "gen_ai.token.type": "input"},
+                    {**base, "gen_ai.token.type": "output"},
+                ),
+            )
+        base, inputs, outputs = sets
+        self._tokens.record(event.input_tokens, inputs)
+        self._tokens.record(event.output_tokens, outputs)
         if event.cost_usd is not None:
             self._cost.add(float(event.cost_usd), base)
 
@@ -106,3 +131,13 @@ class Metrics:
 
     def batch(self, size: int) -> None:
         self._batch.record(size)
+
+
+_KEPT = 256  # attribute sets kept per kind (the model names a provider reports are open-ended)
+
+
+def _remember(sets: dict[K, V], key: K, value: V) -> V:
+    if len(sets) >= _KEPT:
+        sets.clear()
+    sets[key] = value
+    return value

@@ -67,10 +67,12 @@ class _Record:
         self.attributes = attributes
         self.start = time.time_ns()
         self.end: int | None = None
-        self.events: list[tuple[str, dict[str, Any], int]] = []
+        self.events: list[tuple[str, dict[str, Any], int]] | None = None  # made on first use
         self.error: str | None = None  # set: the span's status is ERROR with this description
 
     def event(self, name: str, attributes: dict[str, Any]) -> None:
+        if self.events is None:
+            self.events = []
         self.events.append((name, attributes, time.time_ns()))
 
     def fail(self, description: str = "") -> None:
@@ -79,8 +81,9 @@ class _Record:
     def hand_over(self, span: Span) -> None:
         """Give an SDK span (started with this record's name, kind, attributes and start) the
         rest: its events, status and end."""
-        for name, attributes, at in self.events:
-            span.add_event(name, attributes, at)
+        if self.events is not None:
+            for name, attributes, at in self.events:
+                span.add_event(name, attributes, at)
         if self.error is not None:
             span.set_status(Status(StatusCode.ERROR, self.error or None))
         span.end(self.end)
@@ -110,10 +113,10 @@ class DriveSpans:
         self._tools: dict[str, _Record] = {}
         self._done: list[_Record] = []  # finished, not handed to the SDK yet
         self._audit: dict[str, AuditRecord] = {}
-        self._facts: dict[str, dict[str, str]] = {}
         self._status = "stopped"
         self._late: dict[str, Any] = {}  # the root's attributes known only at the end
         self._names: dict[str, str] = {}
+        self._chats: dict[str, tuple[str, dict[str, Any]]] = {}
         run_id = run.run_id
         self._run_id = run_id
         self._run = str(run_id)
@@ -150,25 +153,35 @@ class DriveSpans:
 
     # --- DriveTrace ------------------------------------------------------------------------
     def chat_started(self, model: str) -> None:
-        self._agent()
-        self._end_chat(None)
-        self._chat = _Record(
-            f"chat {model}",
-            SpanKind.CLIENT,
-            {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": model.split(":", 1)[0],
-                "gen_ai.request.model": model,
-                "gen_ai.conversation.id": self._run,
-            },
-        )
+        if self._root is None:
+            self._agent()
+        if self._chat is not None:
+            self._end_chat(None)
+        chat = self._chats.get(model)
+        if chat is None:  # (a drive's turns mostly ask one model: its name and attributes once)
+            chat = self._chats[model] = (
+                f"chat {model}",
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": model.split(":", 1)[0],
+                    "gen_ai.request.model": model,
+                    "gen_ai.conversation.id": self._run,
+                },
+            )
+        self._chat = _Record(chat[0], SpanKind.CLIENT, chat[1].copy())
 
     def observe(self, events: Sequence[Event], audit: Sequence[AuditRecord]) -> None:
-        self._agent()
+        if self._root is None:
+            self._agent()
         for row in audit:
             self._audit[row.tool_use_id] = row
+        # by exact type (events are final): a ``match`` over pydantic classes pays an
+        # isinstance check per case for every text delta
+        handlers = _HANDLERS
         for event in events:
-            self._event(event)
+            handler = handlers.get(type(event))
+            if handler is not None:
+                handler(self, event)
 
     def committed(self, batch: int) -> None:
         self._metrics.batch(batch)
@@ -196,13 +209,6 @@ class DriveSpans:
         root.hand_over(self._span)
 
     # --- events ----------------------------------------------------------------------------
-    def _event(self, event: Event) -> None:
-        # by exact type (events are final): a ``match`` over pydantic classes pays an
-        # isinstance check per case for every text delta
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event)
-
     def _usage(self, event: Usage) -> None:
         self._metrics.usage(event, self._provider)
         if self._chat is not None:
@@ -229,7 +235,7 @@ class DriveSpans:
     def _tool_call_start(self, event: ToolCallStart) -> None:
         span = self._start_tool(event.tool_use_id, event.name)
         if event.kind is not None:
-            self._fact(event.tool_use_id, "fiduciary.tool.kind", event.kind)
+            span.attributes["fiduciary.tool.kind"] = event.kind
         if self._capture:
             span.attributes["gen_ai.tool.call.arguments"] = self._content(event.input)
 
@@ -244,11 +250,8 @@ class DriveSpans:
             attributes["gen_ai.tool.call.result"] = self._content(event.output)
         if event.is_error:
             attributes["error.type"] = event.error_code or "tool_error"
-        name = self._name(event.name)
-        span.name = f"execute_tool {name}"
-        attributes["gen_ai.tool.name"] = name
         outcome = "error" if event.is_error else "ok"
-        self._end_tool(event.tool_use_id, outcome, error=event.is_error)
+        self._end_tool(event.tool_use_id, outcome, error=event.is_error, name=event.name)
 
     def _tool_call_rejected(self, event: ToolCallRejected) -> None:
         span = self._tools.get(event.tool_use_id) or self._start_tool(event.tool_use_id, event.name)
@@ -270,7 +273,7 @@ class DriveSpans:
     def _pending_action(self, event: PendingAction) -> None:
         self._metrics.pending(event.approval_id, event.at)
         span = self._tools.get(event.tool_use_id) or self._start_tool(event.tool_use_id, event.name)
-        self._fact(event.tool_use_id, "fiduciary.tool.tier", event.tier)
+        span.attributes["fiduciary.tool.tier"] = event.tier
         span.event(
             "fiduciary.pending_action",
             {
@@ -318,7 +321,6 @@ class DriveSpans:
             attributes["gen_ai.tool.name"] = name
         span = _Record(f"execute_tool {name or ''}".rstrip(), SpanKind.INTERNAL, attributes)
         self._tools[tool_use_id] = span
-        self._facts[tool_use_id] = {}
         return span
 
     def _name(self, name: str) -> str:
@@ -328,31 +330,30 @@ class DriveSpans:
             shown = self._names[name] = self._redactor.redact_text(name)[:_MAX_NAME]
         return shown
 
-    def _fact(self, tool_use_id: str, key: str, value: str) -> None:
-        """An attribute of a call's span that its metrics carry too (kind, tier)."""
-        self._facts.setdefault(tool_use_id, {})[key] = value
-        span = self._tools.get(tool_use_id)
-        if span is not None:
-            span.attributes[key] = value
-
-    def _end_tool(self, tool_use_id: str, outcome: str, *, error: bool) -> None:
+    def _end_tool(
+        self, tool_use_id: str, outcome: str, *, error: bool, name: str | None = None
+    ) -> None:
+        """End a call's span; ``name``: the call's name in its event, where its audit row
+        (the capability's own name, kind and tier) is not known."""
         span = self._tools.pop(tool_use_id, None)
         if span is None:
             return
         row = self._audit.pop(tool_use_id, None)
-        facts = self._facts.pop(tool_use_id, {})
         attributes = span.attributes
         if row is not None:
             span.name = f"execute_tool {row.capability}"
             attributes["gen_ai.tool.name"] = row.capability
-            facts["fiduciary.tool.kind"] = row.kind
+            attributes["fiduciary.tool.kind"] = row.kind
             if row.tier is not None:
-                facts["fiduciary.tool.tier"] = row.tier
-            attributes.update(facts)
+                attributes["fiduciary.tool.tier"] = row.tier
             outcome = row.outcome if outcome in ("ok", "error") else outcome
+        elif name is not None:
+            shown = self._name(name)
+            span.name = f"execute_tool {shown}"
+            attributes["gen_ai.tool.name"] = shown
         attributes["fiduciary.tool.outcome"] = outcome
         self._metrics.tool_call(
-            outcome, facts.get("fiduciary.tool.tier"), facts.get("fiduciary.tool.kind")
+            outcome, attributes.get("fiduciary.tool.tier"), attributes.get("fiduciary.tool.kind")
         )
         if error:
             span.fail()
