@@ -14,7 +14,9 @@ fiduciary, and all four are interleaved batch by batch so that machine noise hit
 
 MemoryStore is compared with the bare floor, SQLiteStore with the durable floor
 (``ratio_to_durable_floor``). ``transactions_per_run`` is the SQLite store's write transactions
-per sequential run (the durable floor needs 4).
+per sequential run (the durable floor needs 4). Last, the traced configuration
+(``bench/traced.py``): the SQLite run with OpenTelemetry on, against it untraced and against
+the SDK's own floor for the same spans.
 
     python bench/loop.py [--runs 500] [--batch 25] [--concurrency 50]
 
@@ -305,58 +307,10 @@ async def main(runs: int, batch: int, concurrency: int) -> dict[str, Any]:
         ratio = times["sqlite"] / times["durable_floor"]
         result[f"{label}_sqlite_ratio_to_durable_floor"] = round(ratio, 2)
     result["ratio_to_durable_floor"] = result["sequential_sqlite_ratio_to_durable_floor"]
-    result["traced_sqlite_ratio"] = await traced_overhead(runs, batch, "batch")
-    result["traced_simple_sqlite_ratio"] = await traced_overhead(runs, batch, "simple")
+    from traced import traced_overhead  # bench/traced.py: the traced configuration
+
+    result.update(await traced_overhead(runs, batch))
     return result
-
-
-async def traced_overhead(runs: int, batch: int, processor: str) -> float:
-    """Tracing on (OpenTelemetry SDK, in-memory exporter) against off, both on SQLite,
-    sequential runs interleaved batch by batch in A B B A order; prints and returns the time
-    ratio.
-
-    ``processor``: ``batch``, the span processor of production and of ``tracer_from_env``
-    (spans queued, exported from the SDK's own thread), or ``simple``, which exports each
-    span on the loop's thread as it ends (the SDK's choice for tests and debugging)."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from fiduciary.observability import RunIds, instrument
-
-    with tempfile.TemporaryDirectory() as tmp:
-        plain_store = SQLiteStore(Path(tmp) / "plain.sqlite3")
-        traced_store = SQLiteStore(Path(tmp) / "traced.sqlite3")
-        plain, traced = make_agent(plain_store), make_agent(traced_store)
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider(id_generator=RunIds())
-        kind = BatchSpanProcessor if processor == "batch" else SimpleSpanProcessor
-        provider.add_span_processor(kind(exporter))
-        instrument(traced, tracer_provider=provider)
-        await fiduciary_batch(plain, 3)
-        await fiduciary_batch(traced, 3)
-        times = {"plain": 0.0, "traced": 0.0}
-        done = 0
-        gc.collect()
-        order = [("plain", plain), ("traced", traced)]
-        while done < runs:
-            n = min(batch, runs - done)
-            for name, agent in order:
-                t0 = time.perf_counter()
-                await fiduciary_batch(agent, n)
-                times[name] += time.perf_counter() - t0
-            order.reverse()  # A B B A ...: a drift of the machine weighs on both alike
-            exporter.clear()
-            done += n
-        provider.shutdown()
-        await plain_store.close()
-        await traced_store.close()
-    ratio = times["traced"] / times["plain"]
-    print(
-        f"traced (OpenTelemetry, {processor} span processor, in-memory exporter):"
-        f" {ratio:.2f}x the untraced SQLite time"
-    )
-    return round(ratio, 2)
 
 
 if __name__ == "__main__":
