@@ -15,16 +15,7 @@ from fiduciary.events import Usage, UsageDraft, stamp
 from fiduciary.observability import _metrics
 from fiduciary.observability._metrics import Metrics
 
-
-def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
-    data = reader.get_metrics_data()
-    assert data is not None
-    found: dict[str, list[Any]] = {}
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found[metric.name] = list(metric.data.data_points)
-    return found
+from .scenario_traced import metric_points
 
 
 def usage(model: str, tokens_in: int, tokens_out: int, cost: str | None) -> Usage:
@@ -50,7 +41,7 @@ def test_repeated_keys_add_to_one_point_and_distinct_keys_stay_apart() -> None:
     metrics.usage(usage("m-1", 5, 1, "0.25"), "openai")
     metrics.usage(usage("m-2", 7, 3, None), "anthropic")
 
-    found = points(reader)
+    found = metric_points(reader)
     keys = ("fiduciary.tool.outcome", "fiduciary.tool.tier", "fiduciary.tool.kind")
     calls = {
         tuple(dict(p.attributes)[k] for k in keys): p.value for p in found["fiduciary.tool_calls"]
@@ -88,7 +79,7 @@ def test_attribute_sets_kept_are_bounded(monkeypatch: Any) -> None:
     metrics.usage(usage("m-9", 1, 1, None), "openai")
     models = {
         dict(p.attributes)["gen_ai.response.model"]: p.sum
-        for p in points(reader)["gen_ai.client.token.usage"]
+        for p in metric_points(reader)["gen_ai.client.token.usage"]
         if dict(p.attributes)["gen_ai.token.type"] == "input"
     }
     assert models == {f"m-{i}": 1 for i in range(9)} | {"m-9": 2}

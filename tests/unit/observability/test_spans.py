@@ -21,7 +21,7 @@ from fiduciary.observability import instrument
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import collect
 
-from .scenario_traced import CANARY, MESSAGE, PRINCIPAL, as_json, traced_agent
+from .scenario_traced import CANARY, MESSAGE, PRINCIPAL, as_json, metric_points, traced_agent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,13 +147,7 @@ async def test_metrics_count_tool_calls_by_outcome_and_tier(tmp_path: Path) -> N
         await collect(agent.run(MESSAGE, principal=PRINCIPAL))
     finally:
         await store.close()
-    data = reader.get_metrics_data()
-    assert data is not None
-    points: dict[str, list[Any]] = {}
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                points[metric.name] = list(metric.data.data_points)
+    points = metric_points(reader)
     keys = ("fiduciary.tool.outcome", "fiduciary.tool.tier", "fiduciary.tool.kind")
     calls = {
         tuple(dict(p.attributes)[k] for k in keys): p.value for p in points["fiduciary.tool_calls"]
