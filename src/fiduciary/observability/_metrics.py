@@ -62,7 +62,7 @@ class Metrics:
         )
         self._meter = meter
         self._asked: dict[UUID, datetime] = {}
-        # attribute sets, made once each (an instrument keeps none of them)
+        # attribute sets, made once each and never changed (the SDK copies what it keeps)
         self._call_sets: dict[tuple[str, str | None, str | None], dict[str, str]] = {}
         self._usage_sets: dict[tuple[str, str], tuple[dict[str, str], ...]] = {}
 
