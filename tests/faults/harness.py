@@ -66,6 +66,7 @@ class Kill:
 class Counters:
     writes: int = 0
     entries: int = 0
+    applied: list[int] = field(default_factory=list)  # the entries whose effect was applied
 
 
 def _die() -> None:
@@ -307,6 +308,7 @@ def capabilities(target: EffectTarget, kill: Kill | None, counters: Counters) ->
         if Decimal(amount) <= 0:
             raise CapabilityError("invalid_amount", "the amount must be positive")
         applied = target.apply(entry, ctx.idempotency_key, payee, amount)
+        counters.applied.append(n)
         if kill and kill.where == "after_effect" and kill.n == n:
             _die()
         return {"payee": payee, "amount": amount, "applied": applied}
@@ -598,7 +600,8 @@ def run_phase(
         code = 0
         try:
             counters = asyncio.run(_play(phase, paths, kill, scenario))
-            os.write(write_fd, json.dumps([counters.writes, counters.entries]).encode())
+            report = [counters.writes, counters.entries, counters.applied]
+            os.write(write_fd, json.dumps(report).encode())
         except BaseException:
             os.write(2, traceback.format_exc().encode())
             code = 3
@@ -627,8 +630,8 @@ def run_phase(
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise AssertionError(f"phase {phase} failed with exit code {code} (kill point {kill})")
-    writes, entries = json.loads(data)
-    return "ok", Counters(writes, entries)
+    writes, entries, applied = json.loads(data)
+    return "ok", Counters(writes, entries, applied)
 
 
 def seen_events(paths: Paths) -> list[dict[str, Any]]:

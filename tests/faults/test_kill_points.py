@@ -29,6 +29,7 @@ from .harness import (
     BACKENDS,
     SCENARIOS,
     Backend,
+    Counters,
     EffectTarget,
     Kill,
     Paths,
@@ -60,11 +61,16 @@ def new_paths(root: Path, backend: Backend) -> Paths:
     return Paths(root, backend)
 
 
-def play(paths: Paths, scenario: Scenario, kill: Kill | None) -> list[str]:
-    """Play the scenario's phases, killing at ``kill``; recover and settle. Returns outcomes."""
+def play(paths: Paths, scenario: Scenario, kill: Kill | None) -> tuple[list[str], Counters]:
+    """Play the scenario's phases, killing at ``kill``; recover and settle. Returns outcomes,
+    and the counters of the phase ``kill`` aimed at when it ran to its end (not killed)."""
     outcomes: list[str] = []
+    aimed = Counters()
     for step, phase in enumerate(scenario.phases):
-        outcome, _ = run_phase(phase, paths, kill if kill and kill.step == step else None, scenario)
+        trap = kill if kill and kill.step == step else None
+        outcome, counters = run_phase(phase, paths, trap, scenario)
+        if trap is not None:
+            aimed = counters
         outcomes.append(f"{phase}:{outcome}")
         if outcome == "killed":
             # a new process picks the run up; a run never accepted is simply started again
@@ -78,7 +84,7 @@ def play(paths: Paths, scenario: Scenario, kill: Kill | None) -> list[str]:
         if status == "awaiting_approval":
             run_phase("decide", paths, None, scenario)
         run_phase("resume", paths, None, scenario)
-    return outcomes
+    return outcomes, aimed
 
 
 def run_exists(paths: Paths) -> bool:
@@ -200,14 +206,28 @@ def test_every_kill_point(scenario: Scenario, tmp_path: Path, backend: Backend) 
     points = kill_points(counts)
     assert len(points) >= 20, counts
     chosen = sampled(points)
+    sample = f"FIDUCIARY_KILL_SEED={SEED}"
     killed = 0
     for i, kill in enumerate(chosen):
         paths = new_paths(tmp_path / f"k{i}", backend)
-        outcomes = play(paths, scenario, kill)
-        killed += any(o.endswith("killed") for o in outcomes)
-        check(paths, scenario, kill, f"FIDUCIARY_KILL_SEED={SEED}")
-    # almost every point must really have killed a process (some writes only happen sometimes)
-    assert killed >= len(chosen) * 0.9, (killed, len(chosen), f"FIDUCIARY_KILL_SEED={SEED}")
+        outcomes, aimed = play(paths, scenario, kill)
+        if any(o.endswith("killed") for o in outcomes):
+            killed += 1
+        else:
+            # a point that did not fire: its phase did fewer writes this time than in the dry
+            # run (how emitted events fall into group commits depends on timing), or the entry
+            # refused before its effect (after_effect) — never a trap door reached that did
+            # not kill
+            if kill.where == "after_effect":
+                reached = kill.n in aimed.applied
+            elif kill.where == "before_effect":
+                reached = kill.n <= aimed.entries
+            else:
+                reached = kill.n <= aimed.writes
+            assert not reached, (str(kill), aimed, counts, sample)
+        check(paths, scenario, kill, sample)
+    # and most points must really have killed a process
+    assert killed >= len(chosen) * 0.75, (killed, len(chosen), counts, sample)
 
 
 @backends
