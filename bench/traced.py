@@ -10,9 +10,10 @@ interleaved batch by batch (A B C C B A ...), so that machine noise hits them al
   event read, no record kept);
 - **traced**: ``fiduciary.observability.instrument``, spans built from the run's events.
 
-All three on the same span processor and an in-memory exporter: ``batch`` (production's, and
-``tracer_from_env``'s: spans queued, exported from the SDK's own thread) by default, or
-``simple`` (each span exported on the loop's thread as it ends; the SDK's choice for tests).
+The two traced configurations have a provider, span processor and in-memory exporter each, of
+one kind: ``batch`` (production's, and ``tracer_from_env``'s: spans queued, exported from the
+SDK's own thread) by default, or ``simple`` (each span exported on the loop's thread as it
+ends; the SDK's choice for tests).
 ``traced_sqlite_ratio`` is traced / untraced; ``sdk_floor_ratio`` floor / untraced; and
 ``traced_to_sdk_floor`` traced / floor, what fiduciary's own tracing adds above the SDK.
 
@@ -48,7 +49,7 @@ from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.tracing import DriveTrace
 from loop import fiduciary_batch, make_agent
 
-Template = tuple[str, trace.SpanKind, dict[str, Any]]
+Template = tuple[str, trace.SpanKind, dict[str, Any]]  # a span's name, kind and attributes
 
 
 class SdkFloor:
@@ -56,7 +57,7 @@ class SdkFloor:
 
     def __init__(self, tracer: trace.Tracer, spans: Sequence[ReadableSpan]) -> None:
         self._tracer = tracer
-        templates = [(s.name, s.kind, dict(s.attributes or {})) for s in spans]
+        templates: list[Template] = [(s.name, s.kind, dict(s.attributes or {})) for s in spans]
         roots = [t for t, s in zip(templates, spans, strict=True) if s.parent is None]
         assert len(roots) == 1, "one traced run: one root span"
         self._root = roots[0]
