@@ -7,6 +7,9 @@ The rules:
 - ``take`` persists a batch's cursor, the ids it adds to the source's seen ring and the events it
   takes (``attention_pending``) in one transaction, **before** anything acts on them; an event
   whose id is in the ring is redelivery and is not taken again.
+- Everything is keyed by the name of the source that yielded an event: an event whose own
+  ``source`` field says otherwise is taken (and later decided) under that name, its field set to
+  it, so the pending row, the decision and its copy of the event always agree.
 - ``decide`` inserts the decision (unique per source and event id) and removes the pending event
   in one transaction: a kill at any point leaves either the event pending (judged again on
   restart) or its decision recorded (never a second one).
@@ -21,7 +24,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
@@ -117,11 +120,12 @@ def encode_incoming(event: Incoming) -> str:
     )
 
 
-def decode_incoming(text: str) -> Incoming:
+def decode_incoming(text: str, *, source: str | None = None) -> Incoming:
+    """The event ``text`` encodes; ``source``, when given, is the name it is recorded under."""
     raw = json.loads(text)
     return Incoming(
         id=raw["id"],
-        source=raw["source"],
+        source=raw["source"] if source is None else source,
         type=raw["type"],
         at=datetime.fromisoformat(raw["at"]),
         data=raw["data"],
@@ -292,7 +296,8 @@ class AttentionRecord:
                     continue
                 known.add(event.id)
                 seen.append(event.id)
-                fresh.append(event)
+                # keyed by the source's name on every side (see the module docstring)
+                fresh.append(event if event.source == source else replace(event, source=source))
             seen = seen[-self.ring :]
             position = (await q("SELECT COALESCE(MAX(position), 0) FROM attention_pending", ()))[0][
                 0
@@ -316,12 +321,17 @@ class AttentionRecord:
     async def pending(self, source: str | None = None) -> list[Incoming]:
         """Events taken and not decided yet, in the order they were taken."""
         if source is None:
-            rows = await self._db.query("SELECT event FROM attention_pending ORDER BY position")
+            rows = await self._db.query(
+                "SELECT source, event FROM attention_pending ORDER BY position"
+            )
         else:
             rows = await self._db.query(
-                "SELECT event FROM attention_pending WHERE source = ? ORDER BY position", (source,)
+                "SELECT source, event FROM attention_pending WHERE source = ? ORDER BY position",
+                (source,),
             )
-        return [decode_incoming(r[0]) for r in rows]
+        # the row's source, not the copy's field: a row an older version took under another
+        # name is decided (and deleted) under the key it is stored by
+        return [decode_incoming(r[1], source=r[0]) for r in rows]
 
     # --- decisions -------------------------------------------------------------------------
     async def decide(self, decision: DecisionRecord) -> DecisionRecord:
@@ -410,7 +420,9 @@ class AttentionRecord:
             "SELECT event FROM attention_decisions WHERE decision_id = ?",
             (str(decision.decision_id),),
         )
-        return None if not rows or rows[0][0] is None else decode_incoming(rows[0][0])
+        if not rows or rows[0][0] is None:
+            return None
+        return decode_incoming(rows[0][0], source=decision.source)
 
     async def decision_for(self, source: str, event_id: str) -> DecisionRecord | None:
         rows = await self._db.query(

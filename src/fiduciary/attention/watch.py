@@ -145,6 +145,15 @@ class Attention:
 
     async def accept(self, source: str, batch: Batch) -> list[DecisionRecord]:
         """Take a batch (durably, before anything acts on it), then judge what it brought."""
+        others = sorted({e.source for e in batch.events if e.source != source})
+        if others:
+            log.warning(
+                "attention: source %s yielded events whose source field says %s; "
+                "they are recorded under %s",
+                source,
+                ", ".join(others),
+                source,
+            )
         await self.record.take(source, batch.cursor, batch.events, now=self.clock.now())
         return await self.judge_pending(source, truncated=batch.truncated)
 

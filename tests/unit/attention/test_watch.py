@@ -103,6 +103,37 @@ async def test_a_redelivered_event_gets_one_decision(tmp_path: Path) -> None:
     assert await AttentionRecord(path).cursor("list") == "c"
 
 
+async def test_an_event_naming_another_source_is_judged_once_and_not_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A source whose events carry another ``source`` field: everything is keyed by the source's
+    name, so the event is decided once, leaves the pending table, keeps its copy, and a new record
+    over the same file does not judge it again."""
+    path = str(tmp_path / "attention.sqlite3")
+    judge = RuleJudge(lambda _: "notify")
+    notes = Notes()
+    source = ListSource([incoming(1, source="elsewhere")], name="list", size=1)
+    first = AttentionRecord(path)
+    await watcher(first, judge, sources=[source], notify=notes).run()
+    (decision,) = await first.decisions()
+    assert (decision.source, decision.event_id, decision.kind) == ("list", "ev-1", "decision")
+    assert decision.decision_id == decision_id_of("list", "ev-1")
+    assert await first.pending() == []
+    kept = await first.event_of(decision)
+    assert kept is not None
+    assert (kept.id, kept.source) == ("ev-1", "list")
+    assert judge.calls == 1
+    await first.close()
+    # a restart: a new record over the same file, the same source reopened from its cursor
+    again = AttentionRecord(path)
+    await watcher(again, judge, sources=[source], notify=notes).run()
+    assert judge.calls == 1
+    assert await again.pending() == []
+    assert [d.event_id for d in await again.decisions()] == ["ev-1"]
+    assert [e for e, _ in notes.sent] == ["ev-1"]
+    await again.close()
+
+
 async def test_a_decision_records_what_the_judge_said() -> None:
     record = AttentionRecord()
     attention = watcher(record, RuleJudge(lambda _: "notify", confidence=0.9))
