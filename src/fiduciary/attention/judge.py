@@ -16,7 +16,9 @@ Rules:
 - A refusal, and any model error that says asking again will not help, is a ``PermanentError``.
 - With ``context_tokens`` the judge has a budget: ``reserved_tokens`` is measured from the system
   prompt with every route plus the schema, the window is trimmed to the rest, and a rejection
-  that names the context length is asked again exactly once with the window halved.
+  that names the context length is asked again exactly once with the window halved; when
+  halving cannot change the prompt (only acts and flushes remain), it is a ``PermanentError`` at
+  once.
 """
 
 from __future__ import annotations
@@ -333,8 +335,16 @@ class LlmJudge:
                         f"the judge's prompt does not fit the model's context, even with the "
                         f"window halved: {exc}"
                     ) from exc
+                smaller = halve(judge_input)
+                if self._render(smaller) == prompt:
+                    # asking again would send the very same prompt: it cannot fit
+                    raise PermanentError(
+                        f"the judge's prompt ({len(prompt)} characters) does not fit the "
+                        "model's context and cannot shrink: only acts and flushes remain in its "
+                        f"window: {exc}"
+                    ) from exc
                 halved = True
-                judge_input = halve(judge_input)
+                judge_input = smaller
 
 
 def llm_judge(

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from fiduciary import ManualClock
+from fiduciary.attention.actions import RouteAction
 from fiduciary.attention.judge import (
     ANSWER,
     ANSWER_WITH_PREDICATES,
@@ -18,8 +20,11 @@ from fiduciary.attention.judge import (
     llm_judge,
     user_content,
 )
+from fiduciary.attention.record import AttentionRecord
 from fiduciary.attention.types import (
     DEFAULT_CRITERIA,
+    Batch,
+    Incoming,
     JudgeImage,
     JudgeInput,
     PermanentError,
@@ -28,6 +33,7 @@ from fiduciary.attention.types import (
     RouteOffer,
     WindowEvent,
 )
+from fiduciary.attention.watch import Attention
 from fiduciary.attention.window import DROPPABLE, tokens_of
 from fiduciary.exceptions import ConfigurationError, ModelError
 from fiduciary.models.scripted import ScriptedModel
@@ -378,3 +384,37 @@ async def test_an_sdk_error_with_a_status_naming_the_context_length_also_halves(
     complete = Recorder(BadRequestError("This model's maximum context length is 8192 tokens"), GOOD)
     assert (await llm_judge(complete, sleep=no_sleep)(judge_input())).route == "act"
     assert len(complete.requests) == 2
+
+
+async def test_a_context_length_rejection_of_a_window_that_cannot_shrink_is_permanent_at_once() -> (
+    None
+):
+    """Only acts and flushes: halving would send the identical prompt, so it is not sent."""
+    complete = Recorder(CONTEXT_ERROR, GOOD)
+    with pytest.raises(PermanentError) as caught:
+        await llm_judge(complete, sleep=no_sleep)(judge_input(window=window("afaf")))
+    assert len(complete.requests) == 1
+    prompt = complete.requests[0].prompt
+    assert str(caught.value).startswith(
+        f"the judge's prompt ({len(prompt)} characters) does not fit the model's context and "
+        "cannot shrink: only acts and flushes remain in its window: "
+    )
+
+
+async def test_a_window_that_cannot_shrink_leaves_a_dead_letter_saying_why() -> None:
+    complete = Recorder(CONTEXT_ERROR, GOOD)
+    record = AttentionRecord()
+    attention = Attention(
+        judge=llm_judge(complete, sleep=no_sleep),
+        record=record,
+        routes={"notify": RouteAction(do="notify"), "drop": RouteAction(do="drop")},
+        clock=ManualClock(T0),
+    )
+    event = Incoming(id="ev-1", source="list", type="run_started", at=T0, role="act")
+    (decision,) = await attention.accept("list", Batch(events=(event,), cursor="1"))
+    assert decision.kind == "dead_letter"
+    assert decision.error is not None
+    assert "does not fit the model's context and cannot shrink" in decision.error
+    assert len(complete.requests) == 1
+    assert await record.pending() == []
+    await record.close()
