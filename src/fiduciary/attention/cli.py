@@ -264,9 +264,17 @@ def evaluate_command(
         console.print(
             escape(
                 f"  {route:<7} precision {shown[0]}  recall {shown[1]}  "
-                f"support {report.support[route]}"
+                f"support {report.support[route]}  Brier {report.brier_by_route[route]:.4f}"
             )
         )
+    console.print("reliability by route (bin: mean predicted -> observed, pairs)")
+    for route in report.routes:
+        bins = "  ".join(
+            f"{b['low']:.1f}-{b['high']:.1f}: {b['predicted']:.2f} -> {b['observed']:.2f} "
+            f"({b['count']:.0f})"
+            for b in report.bins_by_route[route]
+        )
+        console.print(escape(f"  {route:<7} {bins}"), soft_wrap=True)
     if png is not None:
         console.print(escape(f"reliability diagram: {png}"))
 

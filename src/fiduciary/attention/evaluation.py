@@ -6,9 +6,12 @@ with optional ``"context"`` (earlier events: ``{"role", "type", "data"}``) and `
 (``{"name": 0 | 1}``). Each line is judged alone, its context before it in the window.
 
 The Brier score here is the multi-class one: the mean over events of the sum over routes of
-``(p_route - [route is the label])**2`` (0 is perfect, 2 the worst). The reliability diagram
-pools every (event, route) pair: the predicted probability against how often that route was the
-label, in ten bins. Drawing it needs matplotlib (the ``plot`` extra).
+``(p_route - [route is the label])**2`` (0 is perfect, 2 the worst). Per route, the Brier score
+is the mean over events of that route's term alone (0 best, 1 worst), so the routes' scores add
+up to the overall one. The reliability diagram pools every (event, route) pair: the predicted
+probability against how often that route was the label, in ten bins; the same bins are also
+kept per route (a judge can be well calibrated overall and not on the route that matters).
+Drawing it needs matplotlib (the ``plot`` extra).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "Report",
     "evaluate",
     "read_labelled",
+    "reliability_bins",
     "reliability_png",
     "scripted_answer",
 ]
@@ -57,6 +61,8 @@ class Report:
     recall: dict[str, float | None] = field(default_factory=dict)
     support: dict[str, int] = field(default_factory=dict)
     bins: list[dict[str, float]] = field(default_factory=list)
+    brier_by_route: dict[str, float] = field(default_factory=dict)
+    bins_by_route: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     failures: int = 0
     model: str = ""
 
@@ -71,10 +77,12 @@ class Report:
             "failures": self.failures,
             "accuracy": round(self.accuracy, 4),
             "brier": round(self.brier, 4),
+            "brier_by_route": {k: round(v, 4) for k, v in self.brier_by_route.items()},
             "precision": {k: _round(v) for k, v in self.precision.items()},
             "recall": {k: _round(v) for k, v in self.recall.items()},
             "support": self.support,
             "reliability": self.bins,
+            "reliability_by_route": self.bins_by_route,
         }
 
 
@@ -125,8 +133,7 @@ async def evaluate(judge: Judge, labelled: Sequence[Labelled], routes: Sequence[
     with a uniform probability over the routes)."""
     report = Report(routes=list(routes), model=judge.name)
     predicted: list[str | None] = []
-    pairs: list[tuple[float, int]] = []
-    brier = 0.0
+    pairs: dict[str, list[tuple[float, int]]] = {r: [] for r in routes}
     for item in labelled:
         try:
             judgment = await judge(item.judge_input)
@@ -142,12 +149,14 @@ async def evaluate(judge: Judge, labelled: Sequence[Labelled], routes: Sequence[
             probabilities = {r: 1 / len(routes) for r in routes}
         predicted.append(route)
         for r in routes:
-            p = probabilities.get(r, 0.0)
-            hit = 1 if r == item.label else 0
-            brier += (p - hit) ** 2
-            pairs.append((p, hit))
+            pairs[r].append((probabilities.get(r, 0.0), 1 if r == item.label else 0))
     report.count = len(labelled)
-    report.brier = brier / len(labelled) if labelled else 0.0
+    for r in routes:
+        terms = sum((p - hit) ** 2 for p, hit in pairs[r])
+        report.brier_by_route[r] = terms / len(labelled) if labelled else 0.0
+        report.bins_by_route[r] = reliability_bins(pairs[r])
+    report.brier = sum(report.brier_by_route.values())
+    report.bins = reliability_bins([pair for r in routes for pair in pairs[r]])
     report.correct = sum(1 for p, item in zip(predicted, labelled, strict=True) if p == item.label)
     for r in routes:
         chosen = sum(1 for p in predicted if p == r)
@@ -156,11 +165,18 @@ async def evaluate(judge: Judge, labelled: Sequence[Labelled], routes: Sequence[
         report.precision[r] = both / chosen if chosen else None
         report.recall[r] = both / actual if actual else None
         report.support[r] = actual
+    return report
+
+
+def reliability_bins(pairs: Sequence[tuple[float, int]]) -> list[dict[str, float]]:
+    """(predicted probability, 1 if that route was the label) pairs in ten bins: each non-empty
+    bin's bounds, count, mean predicted probability and observed frequency."""
+    bins: list[dict[str, float]] = []
     for b in range(BINS):
         low, high = b / BINS, (b + 1) / BINS
         inside = [(p, h) for p, h in pairs if low <= p < high or (b == BINS - 1 and p == 1.0)]
         if inside:
-            report.bins.append(
+            bins.append(
                 {
                     "low": low,
                     "high": high,
@@ -169,7 +185,7 @@ async def evaluate(judge: Judge, labelled: Sequence[Labelled], routes: Sequence[
                     "observed": round(sum(h for _, h in inside) / len(inside), 4),
                 }
             )
-    return report
+    return bins
 
 
 def reliability_png(report: Report, path: Path) -> None:
@@ -190,8 +206,20 @@ def reliability_png(report: Report, path: Path) -> None:
     sizes = [
         20 + 180 * b["count"] / max(1, max(c["count"] for c in report.bins)) for b in report.bins
     ]
-    axes.plot(xs, ys, marker="o", color="tab:blue", label=f"{report.model}")
+    axes.plot(xs, ys, marker="o", color="tab:blue", label=f"{report.model}, every route")
     axes.scatter(xs, ys, s=sizes, color="tab:blue", alpha=0.4)
+    colors = ("tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown")
+    for i, route in enumerate(report.routes):
+        color = colors[i % len(colors)]
+        bins = report.bins_by_route.get(route, [])
+        axes.plot(
+            [b["predicted"] for b in bins],
+            [b["observed"] for b in bins],
+            marker=".",
+            linewidth=1,
+            color=color,
+            label=f"{route} (Brier {report.brier_by_route.get(route, 0.0):.3f})",
+        )
     axes.set_xlim(0, 1)
     axes.set_ylim(0, 1)
     axes.set_xlabel("predicted probability of a route")

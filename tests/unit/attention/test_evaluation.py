@@ -52,6 +52,52 @@ async def test_precision_recall_and_brier_by_hand() -> None:
     assert sum(b["count"] for b in report.bins) == 8
 
 
+async def test_brier_and_reliability_bins_per_route_by_hand() -> None:
+    routes = ("act", "notify", "drop")
+    offer = tuple(RouteOffer(route=r) for r in routes)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    items = [
+        Labelled(
+            id=str(i),
+            label=label,
+            judge_input=JudgeInput(
+                routes=offer, window=(WindowEvent(role="context", type=f"t{i}", at=at),)
+            ),
+        )
+        for i, label in enumerate(("act", "drop"))
+    ]
+    answers = {
+        "t0": {"act": 0.7, "notify": 0.2, "drop": 0.1},
+        "t1": {"act": 0.5, "notify": 0.3, "drop": 0.2},
+    }
+
+    class Fixed:
+        name = "fixed"
+
+        async def __call__(self, judge_input: JudgeInput) -> Judgment:
+            probabilities = answers[judge_input.window[-1].type]
+            return Judgment(
+                route=max(probabilities, key=probabilities.__getitem__), probabilities=probabilities
+            )
+
+    report = await evaluate(Fixed(), items, routes)
+    # act: (0.7-1)^2, (0.5-0)^2; notify: 0.2^2, 0.3^2; drop: 0.1^2, (0.2-1)^2
+    assert report.brier_by_route == pytest.approx({"act": 0.17, "notify": 0.065, "drop": 0.325})
+    assert report.brier == pytest.approx(0.56)
+    assert report.bins_by_route["act"] == [
+        {"low": 0.5, "high": 0.6, "count": 1, "predicted": 0.5, "observed": 0.0},
+        {"low": 0.7, "high": 0.8, "count": 1, "predicted": 0.7, "observed": 1.0},
+    ]
+    assert report.bins_by_route["drop"] == [
+        {"low": 0.1, "high": 0.2, "count": 1, "predicted": 0.1, "observed": 0.0},
+        {"low": 0.2, "high": 0.3, "count": 1, "predicted": 0.2, "observed": 1.0},
+    ]
+    assert [b["count"] for b in report.bins_by_route["notify"]] == [1, 1]
+    shown = report.as_json()
+    assert shown["brier_by_route"] == {"act": 0.17, "notify": 0.065, "drop": 0.325}
+    assert shown["reliability_by_route"] == report.bins_by_route
+
+
 async def test_a_failed_judgment_counts_as_wrong_and_uniform() -> None:
     class Broken:
         name = "broken"
@@ -87,6 +133,32 @@ def test_eval_with_the_scripted_model_prints_the_figures_and_draws(tmp_path: Pat
     assert set(report["precision"]) == {"act", "notify", "drop"}
     assert 0 < report["brier"] < 2
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_eval_prints_brier_and_reliability_per_route() -> None:
+    as_json = CliRunner().invoke(app, ["attention", "eval", "--model", "scripted", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.output)
+    by_route = report["brier_by_route"]
+    assert set(by_route) == {"act", "notify", "drop"}
+    assert sum(by_route.values()) == pytest.approx(report["brier"], abs=1e-3)
+    bins = report["reliability_by_route"]
+    assert set(bins) == {"act", "notify", "drop"}
+    assert all(sum(b["count"] for b in bins[r]) == report["events"] for r in bins)
+    text = CliRunner().invoke(app, ["attention", "eval", "--model", "scripted"])
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    for route in ("act", "notify", "drop"):
+        (line,) = [x for x in lines if x.startswith(f"  {route} ") and "precision" in x]
+        assert line.endswith(f"Brier {by_route[route]:.4f}")
+        (shown,) = [x for x in lines if x.startswith(f"  {route} ") and " -> " in x]
+        first = bins[route][0]
+        assert shown.split()[1:4] == [
+            f"{first['low']:.1f}-{first['high']:.1f}:",
+            f"{first['predicted']:.2f}",
+            "->",
+        ]
+    assert "reliability by route (bin: mean predicted -> observed, pairs)" in lines
 
 
 @pytest.mark.live
