@@ -21,6 +21,7 @@ from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.sqlite import SQLiteStore
 from .config import AttentionConfig, load_config
 from .evaluation import Report
+from .events_file import EventsFile
 from .feed import decision_json
 from .judge import Judge, llm_judge
 from .record import AttentionRecord, DecisionRecord
@@ -54,14 +55,28 @@ def load_judge(config: AttentionConfig) -> Judge:
             raise ConfigurationError(f"cannot load the judge {config.judge}: {exc}") from exc
         judge: Judge = found if hasattr(found, "name") else found()
         return judge
-    from ..models.registry import resolve_model
+    model: Any
+    if config.model == "scripted":
+        model = scripted_judge_model()
+    else:
+        from ..models.registry import resolve_model
 
-    model: Any = resolve_model(str(config.model))
+        model = resolve_model(str(config.model))
     options: dict[str, Any] = {"context_tokens": config.context_tokens}
     if config.system:
         options["system"] = config.system
     criteria = {r: a.criterion for r, a in config.routes.items() if a.criterion}
     return llm_judge(model, criteria=criteria, **options)
+
+
+def scripted_judge_model() -> Any:
+    """The offline judge's model: the scripted model answering with the pipeline check's keyword
+    rule (``evaluation.scripted_answer``). No key, no network; it checks the pipeline, it is not
+    a judge to trust."""
+    from ..models.scripted import ScriptedModel
+    from .evaluation import scripted_answer
+
+    return ScriptedModel([], json_answer=scripted_answer, name="scripted")
 
 
 def _sources(
@@ -72,6 +87,9 @@ def _sources(
     for name, options in config.sources.items():
         if name == "fiduciary":
             sources.append(FiduciaryEvents(store, every=float(options.get("every", 5)), once=once))
+        elif name == "file":
+            every = float(options.get("every", 5))
+            sources.append(EventsFile(options["path"], every=every, once=once))
         else:
             from ..wallet.wallet import PaperWallet
 
@@ -192,7 +210,7 @@ LABELLED = Path(__file__).with_name("labelled") / "events.jsonl"
 async def _evaluate(
     labelled: Path, model: str | None, judge_spec: str | None, limit: int | None
 ) -> Report:
-    from .evaluation import evaluate, read_labelled, scripted_answer
+    from .evaluation import evaluate, read_labelled
 
     routes = ("act", "notify", "drop")
     items = read_labelled(labelled, routes=routes)[:limit]
@@ -200,9 +218,7 @@ async def _evaluate(
     if judge_spec is not None:
         judge = load_judge(_judge_only(judge_spec))
     elif model is None or model == "scripted":
-        from ..models.scripted import ScriptedModel
-
-        judge = llm_judge(ScriptedModel([], json_answer=scripted_answer, name="scripted"))
+        judge = llm_judge(scripted_judge_model())
     else:
         from ..models.registry import resolve_model
 

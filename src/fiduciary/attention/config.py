@@ -2,7 +2,8 @@
 
 ```toml
 db = ".fiduciary/fiduciary.sqlite3"   # the store's file; the attention tables live in it too
-model = "anthropic:claude-haiku-4-5"  # the judge's model (or judge = "module:attribute")
+model = "anthropic:claude-haiku-4-5"  # the judge's model (or judge = "module:attribute");
+                                      # "scripted": an offline keyword rule, no key needed
 agent = "myapp.agents:make_agent"     # needed by routes that start runs: (store) -> Agent
 context_tokens = 200000               # optional: the judge's budget
 window_size = 64
@@ -32,6 +33,10 @@ every = 5
 path = ".fiduciary/wallet.sqlite3"
 principals = ["alice"]
 every = 60
+
+[sources.file]                        # events appended to a JSON lines file (events_file.py)
+path = "events.jsonl"
+every = 5
 ```
 """
 
@@ -50,6 +55,7 @@ from .types import Predicate
 __all__ = ["AttentionConfig", "load_config"]
 
 _ACTIONS = ("run", "notify", "drop")
+_SOURCES = ("fiduciary", "wallet", "file")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,9 +112,13 @@ def load_config(path: Path) -> AttentionConfig:
     db = base / str(raw.get("db", ".fiduciary/fiduciary.sqlite3"))
     sources: dict[str, dict[str, Any]] = {}
     for name, table in (raw.get("sources") or {}).items():
-        if name not in ("fiduciary", "wallet"):
-            raise ConfigurationError(f"unknown source {name!r}: fiduciary or wallet")
+        if name not in _SOURCES:
+            raise ConfigurationError(f"unknown source {name!r}: {', '.join(_SOURCES)}")
+        if not isinstance(table, Mapping):
+            raise ConfigurationError(f"sources.{name} must be a table")
         options = dict(table)
+        if name == "file" and not isinstance(options.get("path"), str):
+            raise ConfigurationError('sources.file needs path = "events.jsonl" (a JSON lines file)')
         if "path" in options:
             options["path"] = str(base / str(options["path"]))
         sources[name] = options

@@ -89,6 +89,35 @@ def test_attention_run_once_then_decisions(tmp_path: Path, monkeypatch: pytest.M
     assert json.loads(line)["event_type"] == "run_failed_budget"
 
 
+def test_the_scripted_model_judges_offline_without_dead_letters(tmp_path: Path) -> None:
+    """``model = "scripted"`` is the offline judge: a decision per event, no dead letter."""
+    config = tmp_path / "attention.toml"
+    config.write_text(
+        CONFIG.replace('judge = "{module}:make"', 'model = "scripted"').format(module="")
+    )
+    asyncio.run(failed_run(tmp_path / "runs.sqlite3"))
+    result = runner.invoke(app, ["attention", "run", "--config", str(config), "--once"])
+    assert result.exit_code == 0, result.output
+    assert "dead letter" not in result.output
+    listed = runner.invoke(app, ["attention", "decisions", "--config", str(config), "--json"])
+    (line,) = listed.output.splitlines()
+    decision = json.loads(line)
+    assert (decision["kind"], decision["route"], decision["model"]) == (
+        "decision",
+        "notify",
+        "scripted",
+    )
+    assert decision["action"] == "notified"
+
+
+def test_a_file_source_without_a_path_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "attention.toml"
+    config.write_text('model = "scripted"\n[routes.drop]\ndo = "drop"\n[sources.file]\nevery = 1\n')
+    result = runner.invoke(app, ["attention", "run", "--config", str(config)])
+    assert result.exit_code == 2
+    assert result.output == 'error: sources.file needs path = "events.jsonl" (a JSON lines file)\n'
+
+
 def test_a_bad_config_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "attention.toml"
     config.write_text('model = "scripted"\n')
