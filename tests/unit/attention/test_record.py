@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
@@ -91,3 +92,18 @@ async def test_one_decision_per_event_and_the_feed_in_order(record: AttentionRec
     kept = await record.event_of(feed[0])
     assert kept is not None
     assert kept.data == {"i": 1}
+
+
+async def test_an_event_naming_another_source_is_keyed_by_the_source_that_took_it(
+    record: AttentionRecord,
+) -> None:
+    (taken,) = await record.take("s", "c", [replace(incoming(1), source="elsewhere")], now=T0)
+    assert taken.source == "s"
+    (pending,) = await record.pending("s")
+    assert pending.source == "s"
+    made = await record.decide(decision(pending, action="dropped"))
+    assert (made.source, made.event_id) == ("s", "ev-1")
+    assert await record.pending() == []
+    kept = await record.event_of(made)
+    assert kept is not None
+    assert (kept.source, kept.data) == ("s", {"i": 1})
