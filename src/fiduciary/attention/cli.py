@@ -187,6 +187,11 @@ def decisions(
         cfg = load_config(config)
     except ConfigurationError as exc:
         raise _fail(str(exc)) from exc
+    if not cfg.db.is_file():  # a listing creates nothing
+        raise _fail(
+            f"no attention record at {cfg.db} yet: fiduciary attention run --config {config} "
+            "makes it"
+        )
 
     async def read() -> list[DecisionRecord]:
         record = AttentionRecord(str(cfg.db))

@@ -124,3 +124,15 @@ def test_a_bad_config_is_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["attention", "run", "--config", str(config)])
     assert result.exit_code == 2
     assert "needs at least one [routes.NAME] table" in result.output
+
+
+def test_decisions_before_any_run_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "attention.toml"
+    config.write_text(CONFIG.format(module="absent"))
+    result = runner.invoke(app, ["attention", "decisions", "--config", str(config)])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: no attention record at {tmp_path / 'runs.sqlite3'} yet: "
+        f"fiduciary attention run --config {config} makes it\n"
+    )
+    assert list(tmp_path.iterdir()) == [config]
