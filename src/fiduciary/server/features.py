@@ -297,6 +297,10 @@ async def _open_attention(
     for name, options in config.sources.items():
         if name == "fiduciary":
             sources.append(FiduciaryEvents(store, every=float(options.get("every", 5))))
+        elif name == "file":
+            from ..attention.events_file import EventsFile
+
+            sources.append(EventsFile(options["path"], every=float(options.get("every", 5))))
         else:
             from ..wallet.wallet import PaperWallet
 

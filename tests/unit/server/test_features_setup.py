@@ -95,6 +95,35 @@ async def test_an_attention_config_is_served(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_an_attention_config_s_file_source_is_served_as_a_file(tmp_path: Path) -> None:
+    """``[sources.file]`` is an ``EventsFile`` (never opened as anything else)."""
+    from fiduciary.attention.events_file import EventsFile
+
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"id": "e1", "type": "t", "at": "2026-03-02T08:00:00+00:00"}\n')
+    config = tmp_path / "attention.toml"
+    config.write_text(
+        'db = "a.sqlite3"\njudge = "tests.unit.server.test_features_setup:notify_all"\n'
+        '[routes.notify]\ndo = "notify"\n[sources.file]\npath = "events.jsonl"\n'
+    )
+    store = await SQLiteStore.open(tmp_path / "f.sqlite3")
+    try:
+        agent = wallet_agent(store).agent
+        features = await open_features(store, agent, attention=config)
+        assert features is not None
+        assert features.attention is not None
+        try:
+            watcher = features.attention.watcher
+            assert watcher is not None
+            (source,) = [s for s in watcher.sources if s.name == "file"]
+            assert isinstance(source, EventsFile)
+            assert source.path == events
+        finally:
+            await features.stop()
+    finally:
+        await store.close()
+
+
 def notify_all() -> object:
     from fiduciary.attention.testing import RuleJudge
 
