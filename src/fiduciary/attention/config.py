@@ -117,6 +117,9 @@ def load_config(path: Path) -> AttentionConfig:
         if not isinstance(table, Mapping):
             raise ConfigurationError(f"sources.{name} must be a table")
         options = dict(table)
+        every = options.get("every", 1)
+        if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
+            raise ConfigurationError(f"sources.{name}.every must be a number of seconds above 0")
         if name == "file" and not isinstance(options.get("path"), str):
             raise ConfigurationError('sources.file needs path = "events.jsonl" (a JSON lines file)')
         if "path" in options:

@@ -136,3 +136,14 @@ def test_decisions_before_any_run_is_one_line_and_creates_nothing(tmp_path: Path
         f"fiduciary attention run --config {config} makes it\n"
     )
     assert list(tmp_path.iterdir()) == [config]
+
+
+@pytest.mark.parametrize("every", ['"soon"', "0", "true"])
+def test_a_source_polling_at_a_bad_interval_is_one_line(tmp_path: Path, every: str) -> None:
+    config = tmp_path / "attention.toml"
+    config.write_text(
+        f'model = "scripted"\n[routes.drop]\ndo = "drop"\n[sources.fiduciary]\nevery = {every}\n'
+    )
+    result = runner.invoke(app, ["attention", "run", "--config", str(config), "--once"])
+    assert result.exit_code == 2
+    assert result.output == "error: sources.fiduciary.every must be a number of seconds above 0\n"
