@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "attention.md"
 SAMPLE = ROOT / "examples" / "attention"
@@ -41,6 +43,7 @@ def run_block(block: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.timeout(300)  # four starts of the command, on a loaded machine
 def test_the_offline_walk_through_runs_as_written_and_decides_every_event(
     tmp_path: Path,
 ) -> None:
