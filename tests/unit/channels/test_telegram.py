@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 
 from fiduciary import Agent, ManualClock, Principal
 from fiduciary.channels import AgentChat, Inbox
+from fiduciary.channels.links import Linked
 from fiduciary.channels.records import ChannelRecords
 from fiduciary.channels.split import utf16_length
 from fiduciary.channels.telegram import (
@@ -28,9 +29,9 @@ from fiduciary.channels.telegram import (
 from fiduciary.stores.sqlite import SQLiteStore
 
 from . import chat_agent
-from .botapi import BotApi, Sent, serving
+from .botapi import BotApi, Sent
+from .conftest import TOKEN
 
-TOKEN = "123456:AAF-canaryTOKENcanary_0123456789abcdef"
 ALICE, BOB, STRANGER = 111, 222, 999
 
 
@@ -47,16 +48,18 @@ class World:
         return await self.channel.poll_once(wait_seconds=0)
 
 
-@pytest.fixture
-def standin() -> Iterator[tuple[BotApi, str]]:
-    api = BotApi(TOKEN)
-    with serving(api) as url:
-        yield api, url
-
-
 async def _world(
-    db: Path, api: BotApi, url: str, *, token: str = TOKEN
+    db: Path,
+    api: BotApi,
+    url: str,
+    *,
+    token: str = TOKEN,
+    allow: dict[int, str] | None = None,
+    groups: bool = False,
+    linked: dict[str, int] | None = None,
 ) -> tuple[World, SQLiteStore]:
+    """A channel over ``db``; ``linked``: principal → the Telegram user linked for it (by
+    default alice and bob, each the user of their private chat)."""
     store = await SQLiteStore.open(db)
     agent = chat_agent.factory(store)
     clock = ManualClock()
@@ -68,12 +71,16 @@ async def _world(
         agent=agent,
         inbox=inbox,
         target="chat",
-        allow={ALICE: "alice", BOB: "bob"},
+        allow={ALICE: "alice", BOB: "bob"} if allow is None else allow,
         records=records,
+        groups=groups,
         api=url,
         poll_timeout=0,
         clock=clock,
     )
+    for principal, user in ({"alice": ALICE, "bob": BOB} if linked is None else linked).items():
+        code = await channel.links.issue(principal, now=clock.now())
+        assert await channel.links.redeem(code, user, now=clock.now()) == Linked(principal, user)
     return World(api, url, agent, channel, db, clock), store
 
 
