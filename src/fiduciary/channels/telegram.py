@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,6 +56,7 @@ from uuid import UUID
 from .._logs import REDACT_LOGS, logger
 from ..agent import Agent
 from ..clock import Clock, SystemClock
+from ..events import GuardNote, PendingAction
 from ..exceptions import (
     ApprovalError,
     ConfigurationError,
@@ -420,14 +421,22 @@ class TelegramChannel:
                         continue
                 elif card.message_id is not None:
                     continue
+                notes = await self._notes(approval)
                 sent = await self._call(
                     self.bot.send_message(
                         chat_id=chat_id,
-                        text=self.scrub(card_text(approval)),
+                        text=self.scrub(card_text(approval, notes)),
                         reply_markup=_buttons(card.token),
                     )
                 )
                 await self.records.card_sent(card.token, sent.message_id)
+
+    async def _notes(self, approval: ApprovalRecord) -> list[GuardNote]:
+        """The guards' notes its pending action recorded (their sentences for the person)."""
+        for event in await self.agent.store.read_events(approval.run_id):
+            if isinstance(event, PendingAction) and event.approval_id == approval.approval_id:
+                return list(event.guard_notes)
+        return []
 
     async def _press(self, chat: _Chat, query: telegram.CallbackQuery) -> None:
         verb, _, token = (query.data or "").partition(":")
@@ -534,12 +543,14 @@ class TelegramChannel:
         log.warning("telegram chat %s: %s (%s)", chat.chat_id, what, self.scrub(detail))
 
 
-def card_text(approval: ApprovalRecord) -> str:
-    """What a card says: the action, its arguments, the amount, how to approve it."""
+def card_text(approval: ApprovalRecord, notes: Sequence[GuardNote] = ()) -> str:
+    """What a card says: the action, its arguments, the amount, the guards' notes (the
+    sentences written for the person), how to approve it."""
     lines = [f"Approve {approval.capability}?"]
     lines += [f"  {name}: {value}" for name, value in approval.args.items()]
     if approval.amount_usd is not None:
         lines.append(f"Amount: ${approval.amount_usd:,.2f}")
+    lines += [f"{'Warning' if n.verdict == 'warn' else 'Note'}: {n.shown}" for n in notes]
     lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
     if approval.tier == "explicit" and approval.amount_usd is not None:
         lines.append("To approve, press Approve and type the amount.")

@@ -257,7 +257,7 @@ def pending_card(event: PendingAction) -> Panel:
     if event.modifiable_fields:
         table.add_row("editable", ", ".join(event.modifiable_fields))
     for note in event.guard_notes:
-        table.add_row(note.verdict, escape(show_text(f"[{note.guard}] {note.message}").text))
+        table.add_row(note.verdict, escape(show_text(f"[{note.guard}] {note.shown}").text))
     table.add_row("expires", event.expires_at.isoformat(timespec="seconds"))
     table.add_row("approval id", str(event.approval_id))
     return Panel(table, title="[bold]approval needed[/]", border_style="yellow", expand=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from fiduciary.channels.telegram import (
     TelegramError,
     channel_name,
 )
+from fiduciary.stores.base import Store
 from fiduciary.stores.sqlite import SQLiteStore
 
 from . import chat_agent
@@ -57,11 +58,12 @@ async def _world(
     allow: dict[int, str] | None = None,
     groups: bool = False,
     linked: dict[str, int] | None = None,
+    factory: Callable[[Store], Agent] = chat_agent.factory,
 ) -> tuple[World, SQLiteStore]:
     """A channel over ``db``; ``linked``: principal → the Telegram user linked for it (by
     default alice and bob, each the user of their private chat)."""
     store = await SQLiteStore.open(db)
-    agent = chat_agent.factory(store)
+    agent = factory(store)
     clock = ManualClock()
     inbox = Inbox(clock=clock)
     inbox.add("chat", AgentChat(agent, name="telegram"), per="principal")
@@ -316,3 +318,25 @@ async def test_a_failing_target_is_told_and_polling_goes_on(
     assert len(logged) == 2
     assert all(TOKEN.split(":")[1] not in (r.exc_text or "") for r in logged)
     assert all("boom with" in (r.exc_text or "") for r in logged)
+
+
+async def test_a_card_shows_the_guards_sentence_for_the_person(
+    tmp_path: Path, standin: tuple[BotApi, str]
+) -> None:
+    chat_agent.SENT.clear()
+    made, store = await _world(
+        tmp_path / "runs.sqlite3", *standin, factory=chat_agent.guarded_factory
+    )
+    try:
+        await made.channel.start()
+        made.api.push_message(ALICE, "pay bob 50")  # irreversible, and no preview was shown
+        await made.poll()
+        (card,) = made.api.cards(ALICE)
+    finally:
+        await made.channel.close()
+        await store.close()
+    assert (
+        "Note: send cannot be undone, and no preview was shown first: check every detail "
+        "below before you approve." in card.text.splitlines()
+    )
+    assert "state exactly what will happen" not in card.text  # the model's sentence

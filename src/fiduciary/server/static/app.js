@@ -661,7 +661,8 @@
     const actions = el("div", { class: "card-actions" }, approve, client ? null : deny);
     const notes = el("ul", { class: "notes" });
     for (const note of event.guard_notes) {
-      notes.append(el("li", { class: note.verdict, text: shown(`${note.guard}: ${note.message}`).text }));
+      // the sentence the guard wrote for the person (the model's goes to the model)
+      notes.append(el("li", { class: note.verdict, text: shown(`${note.guard}: ${note.for_person || note.message}`).text }));
     }
     const args = shownValue(event.input, 2);
     // the arguments' flags, then the description's not already said
