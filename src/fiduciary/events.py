@@ -222,6 +222,11 @@ class GuardFiredDraft(Draft):
     phase: Literal["pre", "post"]
     verdict: Literal["hint", "warn", "block"]
     message: str
+    for_person: str = ""  # the guard's sentence for the person ("": it wrote none)
+
+    @property
+    def shown(self) -> str:
+        return self.for_person or self.message
 
 
 @final

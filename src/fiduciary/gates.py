@@ -443,6 +443,7 @@ class Gates:
                     phase=phase,
                     verdict="warn" if verdict.kind == "warn" else "hint",
                     message=redact(verdict.message),
+                    for_person=redact(verdict.for_person),
                 )
             )
         if outcome.block is not None:
@@ -455,6 +456,7 @@ class Gates:
                     phase=phase,
                     verdict="block",
                     message=redact(verdict.message),
+                    for_person=redact(verdict.for_person),
                 )
             )
         return outcome

@@ -68,7 +68,7 @@ def describe(event: Event) -> str:
         case ev.ToolCallRejected():
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
         case ev.GuardFired():
-            return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.message)}"
+            return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.shown)}"
         case PendingAction():
             approval = f"approval {_short(event.approval_id)} ({event.tier})"
             return f"{approval}: {show_text(event.description).text}, {_usd(event.amount_usd)}"

@@ -222,7 +222,7 @@ class UIMessageStream:
                             "toolCallId": event.tool_use_id,
                             "guard": event.guard,
                             "verdict": event.verdict,
-                            "message": event.message,
+                            "message": event.shown,  # the sentence for the person
                         },
                     }
                 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from fiduciary.events import PendingAction
+from fiduciary.events import GuardFired, PendingAction
 from fiduciary.server import Server
 
 from .conftest import Keys, all_events, bearer, settle, start_run
@@ -42,3 +42,9 @@ async def test_an_approval_shows_the_guards_sentence_for_the_person(
     (note,) = pending.guard_notes
     assert FOR_MODEL in note.message
     assert note.for_person == FOR_PERSON
+    (fired,) = [e for e in events if isinstance(e, GuardFired)]  # the console's run view
+    assert (fired.guard, fired.for_person, fired.shown) == (
+        "irreversibility",
+        FOR_PERSON,
+        FOR_PERSON,
+    )

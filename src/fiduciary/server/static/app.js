@@ -509,7 +509,7 @@
         break;
       case "guard_fired": {
         const tool = view.tools.get(event.tool_use_id);
-        if (tool) tool.node.append(el("div", { class: "small muted", text: `${event.guard}: ${event.message}` }));
+        if (tool) tool.node.append(el("div", { class: "small muted", text: `${event.guard}: ${event.for_person || event.message}` }));
         break;
       }
       case "pending_action": {
@@ -833,7 +833,7 @@
       case "tool_call_rejected":
         return `${shown(event.name).text}: ${event.reason}`;
       case "guard_fired":
-        return `${event.guard} (${event.verdict}): ${event.message}`;
+        return `${event.guard} (${event.verdict}): ${event.for_person || event.message}`;
       case "pending_action":
         return `${shown(event.description).text} · ${usd(event.amount_usd)} · ${event.tier}`;
       case "action_resolved":
