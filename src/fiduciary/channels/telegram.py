@@ -358,7 +358,8 @@ class TelegramChannel:
     async def _link(self, message: telegram.Message) -> None:
         """``/link CODE``: link the sender's account to the code's principal."""
         now, chat_id = self.clock.now(), message.chat.id
-        code = (message.text or "").partition(" ")[2].strip()
+        words = (message.text or "").split(maxsplit=1)
+        code = words[1].strip() if len(words) > 1 else ""
         if message.chat.type != "private":
             if code:
                 await self.links.burn(code, now=now)

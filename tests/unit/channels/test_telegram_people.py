@@ -112,7 +112,7 @@ async def test_only_the_linked_person_approves_in_a_shared_group(group: World) -
 
 async def test_another_members_messages_start_nothing_and_type_no_amount(group: World) -> None:
     code = await group.channel.links.issue("alice", now=group.clock.now())
-    group.api.push_message(ALICE, f"/link {code}")
+    group.api.push_message(ALICE, f"/link@fiduciary_bot\n{code.lower()}")  # as typed
     await group.poll()
 
     group.api.push_message(GROUP, "pay mallory 90", user_id=MALLORY)
