@@ -8,7 +8,7 @@ union of all of them and ``EVENT_ADAPTER`` (de)serialises it. Types are extended
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -222,6 +222,11 @@ class GuardFiredDraft(Draft):
     phase: Literal["pre", "post"]
     verdict: Literal["hint", "warn", "block"]
     message: str
+    for_person: str = ""  # the guard's sentence for the person ("": it wrote none)
+
+    @property
+    def shown(self) -> str:
+        return self.for_person or self.message
 
 
 @final
@@ -230,11 +235,24 @@ class GuardFired(GuardFiredDraft, EventBase):
 
 
 class GuardNote(BaseModel):
+    """A guard's hint or warning on a pending action: ``message`` goes to the model with the
+    result, ``for_person`` is what the person reads on the card (``shown``)."""
+
     model_config = ConfigDict(frozen=True)
 
     guard: str
     verdict: Literal["hint", "warn"]
     message: str
+    for_person: str = ""  # "": the guard wrote none (or the log predates it); message is shown
+
+    @property
+    def shown(self) -> str:
+        return self.for_person or self.message
+
+    def redacted(self, redact: Callable[[str], str]) -> GuardNote:
+        return self.model_copy(
+            update={"message": redact(self.message), "for_person": redact(self.for_person)}
+        )
 
 
 class PendingActionDraft(Draft):

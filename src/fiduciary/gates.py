@@ -367,7 +367,10 @@ class Gates:
         notes = (
             tuple(
                 GuardNote(
-                    guard=g.name, verdict="warn" if v.kind == "warn" else "hint", message=v.message
+                    guard=g.name,
+                    verdict="warn" if v.kind == "warn" else "hint",
+                    message=v.message,
+                    for_person=v.for_person,
                 )
                 for g, v in outcome.notes
             )
@@ -394,7 +397,12 @@ class Gates:
                 a, "policy_denied", f"{cap.name} is not permitted: {decision.reason}."
             )
         if decision.limited:  # the card says why this call waits for a person
-            notes += (GuardNote(guard="daily_limit", verdict="warn", message=decision.reason),)
+            person = f"This waits for you because {decision.reason}."
+            notes += (
+                GuardNote(
+                    guard="daily_limit", verdict="warn", message=decision.reason, for_person=person
+                ),
+            )
         a.tier, a.amount_usd, a.notes = decision.tier, decision.amount_usd, notes
         return None
 
@@ -435,6 +443,7 @@ class Gates:
                     phase=phase,
                     verdict="warn" if verdict.kind == "warn" else "hint",
                     message=redact(verdict.message),
+                    for_person=redact(verdict.for_person),
                 )
             )
         if outcome.block is not None:
@@ -447,6 +456,7 @@ class Gates:
                     phase=phase,
                     verdict="block",
                     message=redact(verdict.message),
+                    for_person=redact(verdict.for_person),
                 )
             )
         return outcome
@@ -578,10 +588,7 @@ class Gates:
             tier=tier,
             acknowledge="amount" if tier == "explicit" else None,
             modifiable_fields=list(cap.modifiable_fields),
-            guard_notes=[
-                GuardNote(guard=n.guard, verdict=n.verdict, message=redactor.redact_text(n.message))
-                for n in a.notes
-            ],
+            guard_notes=[n.redacted(redactor.redact_text) for n in a.notes],
             expires_at=record.expires_at,
             args_digest=record.args_digest,
             executor=cap.executor.value,

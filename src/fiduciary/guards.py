@@ -3,7 +3,11 @@
 A guard has a name, a tier (safety > financial > ux: the order the runner asks them in) and a
 phase (``pre``: before authorization and policy, ``post``: after execution, hints only). A block
 becomes a tool error the model can act on; hints and warnings go to the model with the result
-and to the person on the pending action. A pre-guard's ``Verdict.confirm`` is a warning that
+and to the person on the pending action. A verdict speaks to both in their own words:
+``message`` is for the model (what to do next: "call balance_check first"), ``for_person`` is
+the sentence a person reads on an approval card (what it means for them: "check every detail
+before approving"). Every shipped guard writes both; a guard that writes no ``for_person``
+shows its ``message`` on the card. A pre-guard's ``Verdict.confirm`` is a warning that
 also makes a write wait for a person: the call's tier is raised to at least ``confirm``,
 whatever its amount (it can never lower a tier, and a read is not held).
 """
@@ -40,29 +44,35 @@ _TIER_ORDER: dict[str, int] = {"safety": 0, "financial": 1, "ux": 2}
 @dataclass(frozen=True, slots=True)
 class Verdict:
     kind: Literal["pass", "hint", "warn", "block"]
-    message: str = ""
+    message: str = ""  # for the model
     needs_person: bool = False  # a write waits for a person's approval, whatever its tier
+    for_person: str = ""  # for the person, on the card ("": the message is shown)
 
     @classmethod
     def ok(cls) -> Verdict:
         return _PASS
 
     @classmethod
-    def hint(cls, message: str) -> Verdict:
-        return cls("hint", message)
+    def hint(cls, message: str, *, for_person: str = "") -> Verdict:
+        return cls("hint", message, for_person=for_person)
 
     @classmethod
-    def warn(cls, message: str) -> Verdict:
-        return cls("warn", message)
+    def warn(cls, message: str, *, for_person: str = "") -> Verdict:
+        return cls("warn", message, for_person=for_person)
 
     @classmethod
-    def block(cls, message: str) -> Verdict:
-        return cls("block", message)
+    def block(cls, message: str, *, for_person: str = "") -> Verdict:
+        return cls("block", message, for_person=for_person)
 
     @classmethod
-    def confirm(cls, message: str) -> Verdict:
+    def confirm(cls, message: str, *, for_person: str = "") -> Verdict:
         """A warning that also holds the write for a person's approval (tier >= confirm)."""
-        return cls("warn", message, needs_person=True)
+        return cls("warn", message, needs_person=True, for_person=for_person)
+
+    @property
+    def shown(self) -> str:
+        """What a person reads: ``for_person``, or the message if the guard wrote none."""
+        return self.for_person or self.message
 
 
 _PASS = Verdict("pass")
@@ -158,7 +168,9 @@ async def run_guards(guards: Sequence[Guard], call: GuardCall, phase: Phase) -> 
             continue
         if verdict.kind == "block":
             if phase == "post":  # after the effect nothing can be blocked; tell the model
-                outcome.notes.append((guard, Verdict.warn(verdict.message)))
+                outcome.notes.append(
+                    (guard, Verdict.warn(verdict.message, for_person=verdict.for_person))
+                )
                 continue
             outcome.block = (guard.name, guard.tier, verdict)
             return outcome
@@ -181,7 +193,9 @@ class RetryProtectionGuard:
                 return Verdict.block(
                     f"{call.capability.name} with these exact arguments already succeeded in this "
                     f"run (call {prior.tool_use_id}); it is irreversible and will not run twice. "
-                    "If the person really wants it again, ask them to say so with new details."
+                    "If the person really wants it again, ask them to say so with new details.",
+                    for_person=f"This exact {call.capability.name} already went through in this "
+                    "conversation, so it was not run a second time.",
                 )
         return Verdict.ok()
 
@@ -201,7 +215,9 @@ class IrreversibilityGuard:
             return Verdict.ok()
         return Verdict.hint(
             f"{call.capability.name} cannot be undone and no preview was shown to the person; "
-            "state exactly what will happen before or with this action."
+            "state exactly what will happen before or with this action.",
+            for_person=f"{call.capability.name} cannot be undone, and no preview was shown "
+            "first: check every detail below before you approve.",
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -104,3 +105,55 @@ def test_approvals_approve_shows_the_arguments_escaped_and_flagged(tmp_path: Pat
     assert "\u202e" not in result.output
     assert "rent⟨U+202E⟩⟨U+200B⟩" in result.output
     assert "look closely: memo: direction-changing character U+202E" in result.output
+
+
+def test_the_terminal_card_shows_the_guards_sentence_for_the_person() -> None:
+    event = PendingAction(
+        run_id=uuid4(),
+        seq=5,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        approval_id=uuid4(),
+        tool_use_id="t1",
+        name="wire",
+        input={"to": "bob"},
+        description="Wire to bob",
+        amount_usd=Decimal("5"),
+        tier="confirm",
+        modifiable_fields=[],
+        guard_notes=[
+            GuardNote(
+                guard="irreversibility",
+                verdict="hint",
+                message="state exactly what will happen",
+                for_person="wire cannot be undone",
+            )
+        ],
+        expires_at=datetime(2026, 1, 1, 1, tzinfo=UTC),
+        args_digest="0" * 64,
+    )
+    out = Console(file=io.StringIO(), width=200, color_system=None)
+    out.print(pending_card(event))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert "[irreversibility] wire cannot be undone" in text
+    assert "state exactly" not in text
+
+
+def test_approvals_list_shows_the_guards_sentences_for_the_person(tmp_path: Path) -> None:
+    db = tmp_path / "notes.sqlite3"
+    approval_id = asyncio.run(_suspend_with_memo(db, "rent"))
+    to = address_of("bob")
+    person = (
+        f"{to} is new to you: not a saved contact and never paid from this wallet. Compare it "
+        "character by character with a source you trust before you approve."
+    )
+    model = "pasted messages are where scams come from"
+    listed = CliRunner().invoke(app, ["approvals", "list", "--json", "--db", str(db)])
+    assert listed.exit_code == 0, listed.output
+    (row,) = [json.loads(line) for line in listed.output.splitlines()]
+    assert row["approval_id"] == str(approval_id)
+    assert {"guard": "new_recipient", "verdict": "warn", "message": person} in row["notes"]
+    assert model not in listed.output
+    table = CliRunner().invoke(app, ["approvals", "list", "--db", str(db)], env={"COLUMNS": "1000"})
+    assert table.exit_code == 0, table.output
+    assert person in table.output
+    assert model not in table.output

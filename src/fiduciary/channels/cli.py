@@ -1,14 +1,18 @@
 """``fiduciary telegram``: a Telegram bot in front of an agent, by long polling.
 
 ```
+fiduciary telegram link --principal alice [--db PATH | --postgres DSN]
 FIDUCIARY_TELEGRAM_TOKEN=123456:ABC... fiduciary telegram --agent module:factory \\
-    --allow 111111=alice --allow 222222=bob [--db PATH | --postgres DSN]
+    --allow 111111=alice --allow 222222=bob [--allow-groups] [--db PATH | --postgres DSN]
 ```
 
-Each allowed chat is its principal's chat with the agent (``AgentChat``): a message continues
-the chat's run; pending actions arrive as cards with Approve / Deny buttons. The bot's offset,
-handled updates, cards and audit rows live in the same SQLite file or PostgreSQL database as
-the runs (``fiduciary.channels.records``). ``register(app)`` adds the command to ``fiduciary``.
+``link`` prints a one-time code; the person sends ``/link CODE`` to the bot from their own
+account, and from then on only that account acts for the principal (``channels.links``). Each
+allowed chat is its principal's chat with the agent (``AgentChat``): a message continues the
+chat's run; pending actions arrive as cards with Approve / Deny buttons. The bot's offset,
+handled updates, cards, links and audit rows live in the same SQLite file or PostgreSQL
+database as the runs (``fiduciary.channels.records``). ``register(app)`` adds the commands to
+``fiduciary``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import signal
 import sqlite3
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -26,10 +31,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..agent_factory import agent_of, load_factory
+from ..clock import SystemClock
 from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.base import Store
 from .agent_chat import AgentChat
 from .inbox import Inbox
+from .links import CODE_TTL, PersonLinks
 from .records import ChannelRecords
 
 __all__ = ["UsageError", "parse_allow", "register"]
@@ -60,17 +67,28 @@ def parse_allow(values: list[str]) -> dict[int, str]:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``telegram`` to the ``fiduciary`` command."""
+    """Add ``telegram`` (and ``telegram link``) to the ``fiduciary`` command."""
+    telegram_app = typer.Typer()
+    app.add_typer(telegram_app, name="telegram")
 
-    @app.command("telegram")
+    @telegram_app.callback(invoke_without_command=True)
     def telegram(
+        ctx: typer.Context,
         agent: Annotated[
-            str, typer.Option(help="The agent factory: module:callable(store) -> Agent.")
-        ],
+            str | None, typer.Option(help="The agent factory: module:callable(store) -> Agent.")
+        ] = None,
         allow: Annotated[
-            list[str],
+            list[str] | None,
             typer.Option(help="CHAT_ID=PRINCIPAL: a chat allowed to talk, as whom (repeat)."),
-        ],
+        ] = None,
+        allow_groups: Annotated[
+            bool,
+            typer.Option(
+                "--allow-groups",
+                help="Allow group chats in --allow (every member can write there; only the "
+                "principal's linked account is obeyed).",
+            ),
+        ] = False,
         db: Annotated[
             Path, typer.Option("--db", envvar="FIDUCIARY_DB", help="The SQLite file.")
         ] = DEFAULT_DB,
@@ -87,9 +105,19 @@ def register(app: typer.Typer) -> None:
         ] = "10/60",
     ) -> None:
         """Answer Telegram chats with an agent; pending actions become Approve / Deny cards.
-        The bot token is read from FIDUCIARY_TELEGRAM_TOKEN."""
+        The bot token is read from FIDUCIARY_TELEGRAM_TOKEN. Link each principal's account
+        first: fiduciary telegram link --principal NAME."""
+        if ctx.invoked_subcommand is not None:
+            return
         try:
-            code = asyncio.run(_serve(agent, allow, db, postgres, api, poll_timeout, rate))
+            if not agent or not allow:
+                raise UsageError(
+                    "fiduciary telegram needs --agent module:factory and "
+                    "--allow CHAT_ID=PRINCIPAL (or: fiduciary telegram link --principal NAME)"
+                )
+            code = asyncio.run(
+                _serve(agent, allow, allow_groups, db, postgres, api, poll_timeout, rate)
+            )
         except KeyboardInterrupt:
             code = 0
         except UsageError as exc:
@@ -97,6 +125,48 @@ def register(app: typer.Typer) -> None:
         except (FiduciaryError, sqlite3.Error, OSError) as exc:
             code = _fail(str(exc), 1)
         raise typer.Exit(code)
+
+    @telegram_app.command("link")
+    def link(
+        principal: Annotated[str, typer.Option(help="The principal the person acts for.")],
+        db: Annotated[
+            Path, typer.Option("--db", envvar="FIDUCIARY_DB", help="The SQLite file.")
+        ] = DEFAULT_DB,
+        postgres: Annotated[
+            str | None,
+            typer.Option(envvar="FIDUCIARY_POSTGRES", help="A PostgreSQL DSN instead of --db."),
+        ] = None,
+        minutes: Annotated[
+            int, typer.Option(help="Minutes the code stays valid.", min=1, max=1440)
+        ] = int(CODE_TTL.total_seconds() // 60),
+    ) -> None:
+        """Print a one-time code that links a person's Telegram account to PRINCIPAL: they
+        send /link CODE to the bot, from their own account, in a private chat."""
+        try:
+            if not principal.strip():
+                raise UsageError("--principal must name someone")
+            code = asyncio.run(_issue(principal.strip(), db, postgres, minutes))
+        except UsageError as exc:
+            raise typer.Exit(_fail(str(exc), 2)) from None
+        except (FiduciaryError, sqlite3.Error, OSError) as exc:
+            raise typer.Exit(_fail(str(exc), 1)) from None
+        out = Console(highlight=False, soft_wrap=True)
+        out.print(
+            f"Link code for {escape(principal.strip())}: {code} "
+            f"(valid {minutes} minutes, once; only its hash is stored)"
+        )
+        out.print("Send this to the bot from your own Telegram account, in a private chat:")
+        out.print(f"/link {code}")
+
+
+async def _issue(principal: str, db: Path, postgres: str | None, minutes: int) -> str:
+    if not postgres:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    links = await PersonLinks.open(sqlite_path=None if postgres else os.fspath(db), dsn=postgres)
+    try:
+        return await links.issue(principal, now=SystemClock().now(), ttl=timedelta(minutes=minutes))
+    finally:
+        await links.close()
 
 
 def _fail(message: str, code: int) -> int:
@@ -108,6 +178,7 @@ def _fail(message: str, code: int) -> int:
 async def _serve(
     agent: str,
     allow: list[str],
+    allow_groups: bool,
     db: Path,
     postgres: str | None,
     api: str,
@@ -126,6 +197,12 @@ async def _serve(
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
     chats = parse_allow(allow)
+    groups = sorted(chat for chat in chats if chat < 0)  # Telegram's group ids are negative
+    if groups and not allow_groups:
+        raise UsageError(
+            f"chat {groups[0]} is a group chat: add --allow-groups to allow group chats "
+            "(every member can write in them; only the principal's linked account is obeyed)"
+        )
     limit, window = _rate(rate)
     factory = _factory(agent)
     store = await _open_store(db, postgres)
@@ -146,6 +223,7 @@ async def _serve(
             target="chat",
             allow=chats,
             records=records,
+            groups=allow_groups,
             api=api,
             poll_timeout=poll_timeout,
             clock=made.clock,

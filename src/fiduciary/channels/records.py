@@ -11,7 +11,10 @@ PostgreSQL database); the store's schema is not touched.
   approval id, the digest of its arguments, the chat and its principal.
 - ``fiduciary_channel_awaiting``: a chat asked to type the amount of an ``explicit`` action.
 - ``fiduciary_channel_audit``: what was refused or ignored (a chat not allowed, a forged or
-  stale button, an interrupted update), with the time.
+  stale button, an interrupted update, a person who is not the principal's), with the time.
+- ``fiduciary_channel_links``: (network, principal) → the chat account that acts for the
+  principal; ``fiduciary_channel_link_codes``: the hashes of one-time codes that link one
+  (``channels.links``; these two rows name the network, ``telegram``, not a bot).
 
 Each row names its channel (``telegram:<bot id>``), so several bots share the tables.
 """
@@ -46,6 +49,12 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS fiduciary_channel_audit (
         n {serial}, channel TEXT NOT NULL, at TEXT NOT NULL, chat_id BIGINT,
         what TEXT NOT NULL, detail TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS fiduciary_channel_links (
+        network TEXT NOT NULL, principal TEXT NOT NULL, user_id BIGINT NOT NULL,
+        at TEXT NOT NULL, PRIMARY KEY (network, principal))""",
+    """CREATE TABLE IF NOT EXISTS fiduciary_channel_link_codes (
+        code_hash TEXT PRIMARY KEY, network TEXT NOT NULL, principal TEXT NOT NULL,
+        expires_at TEXT NOT NULL, used_at TEXT)""",
 )
 SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGSERIAL PRIMARY KEY"}
 
@@ -149,6 +158,11 @@ class ChannelRecords:
     def __init__(self, sql: _Sql, channel: str) -> None:
         self._sql = sql
         self.channel = channel
+
+    @property
+    def sql(self) -> _Sql:
+        """The connection, for the channel's other tables (``channels.links``)."""
+        return self._sql
 
     @classmethod
     async def open(

@@ -12,8 +12,17 @@ memory. Here the offset is ours (``ChannelRecords``):
    update again, and step 1 skips it.
 
 Chats: ``allow`` maps chat ids to principals; any other chat is ignored (no answer) and audited.
-A message from an allowed chat goes to ``inbox.deliver(target, ...)`` (one rate limit, serial
-per target) and its reply is sent back, split at Telegram's 4096-character limit.
+A group chat (any chat that is not private) is refused unless ``groups=True``: its members,
+present and future, all write in it.
+
+People: a chat is not a person. Each principal is linked to one Telegram user id
+(``channels.links``: ``/link CODE`` sent from the person's own account, in a private chat,
+with a code from ``fiduciary telegram link``), and every message and every press in an allowed
+chat is checked against it (``from_user``): anyone else, or anyone while no account is linked,
+is refused with a clear answer and audited, and nothing reaches the agent.
+
+A message from the linked person goes to ``inbox.deliver(target, ...)`` (one rate limit,
+serial per target) and its reply is sent back, split at Telegram's 4096-character limit.
 
 Approvals: each pending action of a chat's principal becomes one card with Approve / Deny
 buttons. ``callback_data`` is at most 64 bytes, so a button carries ``a:<token>`` or
@@ -36,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -47,6 +56,7 @@ from uuid import UUID
 from .._logs import REDACT_LOGS, logger
 from ..agent import Agent
 from ..clock import Clock, SystemClock
+from ..events import GuardNote, PendingAction
 from ..exceptions import (
     ApprovalError,
     ConfigurationError,
@@ -58,6 +68,7 @@ from ..redaction import Redactor
 from ..stores.base import ApprovalRecord
 from .agent_chat import collect
 from .inbox import ChannelError, Inbox, RateLimitError, Reply
+from .links import LinkRefused, PersonLinks
 from .records import Card, ChannelRecords
 from .split import split_message
 
@@ -89,6 +100,26 @@ STALE = "This action changed since this card was sent: nothing was approved."
 TYPE_AMOUNT = "To approve, type the amount of this action in USD (for example 25.00)."
 NOT_AN_AMOUNT = "That is not an amount: type the amount in USD, or press Deny."
 FAILED = "That message could not be handled."
+NOT_THE_PERSON = "Only the person linked to this chat can do this: nothing was done."
+NOT_LINKED = (
+    "Nothing was done: no Telegram account is linked for this chat yet. Get a code with "
+    "`fiduciary telegram link --principal NAME` and send /link CODE to this bot in a private chat."
+)
+GROUP_REFUSED = "This bot does not act in group chats: nothing was done."
+LINKED = (
+    "Linked: your Telegram account (user id {user_id}) now acts for {principal}. "
+    "This chat's id is {chat_id}."
+)
+LINK_USAGE = "Send /link followed by your code, like /link ABCD-EFGH-JKMN."
+LINK_IN_GROUP = (
+    "Send /link to this bot in a private chat. A code sent in a group is seen by others, "
+    "so it no longer works: get a new one."
+)
+LINK_REFUSED = {
+    "unknown": "That link code is not valid: nothing was linked.",
+    "used": "That link code was used already: get a new one.",
+    "expired": "That link code has expired: get a new one.",
+}
 
 RETRY_SECONDS = 1.0
 _LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore")
@@ -142,6 +173,8 @@ class TelegramChannel:
         target: str,
         allow: Mapping[int, str],
         records: ChannelRecords,
+        groups: bool = False,
+        links: PersonLinks | None = None,
         api: str = DEFAULT_API,
         poll_timeout: int = 30,
         clock: Clock | None = None,
@@ -158,7 +191,15 @@ class TelegramChannel:
         self.inbox = inbox
         self.target = target
         self.allow = {int(k): v for k, v in allow.items()}
+        grouped = sorted(chat for chat in self.allow if chat < 0)  # groups' ids are negative
+        if grouped and not groups:
+            raise ConfigurationError(
+                f"chat {grouped[0]} is a group chat: allow group chats explicitly "
+                "(--allow-groups), knowing that every member can write in them"
+            )
+        self.groups = groups
         self.records = records
+        self.links = links or PersonLinks(records.sql)
         self.poll_timeout = poll_timeout
         self.clock: Clock = clock or SystemClock()
         # a test's crash point: after an update is handled, before the offset is committed
@@ -261,6 +302,9 @@ class TelegramChannel:
         chat_id = _chat_id(update)
         if chat_id is None:
             return
+        if update.message is not None and _is_link(update.message.text):
+            await self._link(update.message)
+            return
         principal = self.allow.get(chat_id)
         if principal is None:
             await self.records.audit(
@@ -269,15 +313,74 @@ class TelegramChannel:
                 "ignored",
                 f"update {update.update_id} from a chat that is not allowed",
             )
-            log.warning("telegram: ignored update %s from chat %s", update.update_id, chat_id)
+            log.warning(
+                "telegram: ignored update %s from chat %s (user %s)",
+                update.update_id,
+                chat_id,
+                _user_id(update),
+            )
             if update.callback_query is not None:
                 await self._call(update.callback_query.answer())
             return
         chat = _Chat(chat_id, principal)
+        if not await self._from_the_person(chat, update):
+            return
         if update.callback_query is not None:
             await self._press(chat, update.callback_query)
         elif update.message is not None and update.message.text:
             await self._message(chat, self.scrub(update.message.text))
+
+    # --- people ---------------------------------------------------------------------------------
+    async def _from_the_person(self, chat: _Chat, update: Update) -> bool:
+        """Whether ``update`` comes from the account linked to the chat's principal, in a
+        chat of an allowed kind; if not it is refused, answered and audited."""
+        kind = _chat_type(update)
+        user = _user_id(update)
+        linked = await self.links.user_of(chat.principal)
+        if kind != "private" and not self.groups:
+            what, text = "group_refused", GROUP_REFUSED
+            detail = f"update {update.update_id} from a {kind} chat (user {user})"
+        elif linked is None:
+            what, text = "unlinked", NOT_LINKED
+            detail = f"update {update.update_id} from user {user}: no account linked"
+        elif user != linked:
+            what, text = "not_the_person", NOT_THE_PERSON
+            detail = f"update {update.update_id} from user {user}, not the linked account"
+        else:
+            return True
+        await self._refuse(chat, what, f"{detail} for {chat.principal}")
+        if update.callback_query is not None:
+            await self._call(update.callback_query.answer(text, show_alert=True))
+        else:
+            await self.say(chat.chat_id, text)
+        return False
+
+    async def _link(self, message: telegram.Message) -> None:
+        """``/link CODE``: link the sender's account to the code's principal."""
+        now, chat_id = self.clock.now(), message.chat.id
+        words = (message.text or "").split(maxsplit=1)
+        code = words[1].strip() if len(words) > 1 else ""
+        if message.chat.type != "private":
+            if code:
+                await self.links.burn(code, now=now)
+            await self.records.audit(now, chat_id, "link_refused", "a link code sent in a group")
+            await self.say(chat_id, LINK_IN_GROUP)
+            return
+        if not code or message.from_user is None:
+            await self.say(chat_id, LINK_USAGE)
+            return
+        user = message.from_user.id
+        result = await self.links.redeem(code, user, now=now)
+        if isinstance(result, LinkRefused):
+            await self.records.audit(
+                now, chat_id, "link_refused", f"user {user}: a code {result.reason}"
+            )
+            await self.say(chat_id, LINK_REFUSED[result.reason])
+            return
+        await self.records.audit(now, chat_id, "linked", f"user {user} acts for {result.principal}")
+        await self.say(
+            chat_id, LINKED.format(user_id=user, principal=result.principal, chat_id=chat_id)
+        )
 
     # --- messages -------------------------------------------------------------------------------
     async def _message(self, chat: _Chat, text: str) -> None:
@@ -319,14 +422,22 @@ class TelegramChannel:
                         continue
                 elif card.message_id is not None:
                     continue
+                notes = await self._notes(approval)
                 sent = await self._call(
                     self.bot.send_message(
                         chat_id=chat_id,
-                        text=self.scrub(card_text(approval)),
+                        text=self.scrub(card_text(approval, notes)),
                         reply_markup=_buttons(card.token),
                     )
                 )
                 await self.records.card_sent(card.token, sent.message_id)
+
+    async def _notes(self, approval: ApprovalRecord) -> list[GuardNote]:
+        """The guards' notes its pending action recorded (their sentences for the person)."""
+        for event in await self.agent.store.read_events(approval.run_id):
+            if isinstance(event, PendingAction) and event.approval_id == approval.approval_id:
+                return list(event.guard_notes)
+        return []
 
     async def _press(self, chat: _Chat, query: telegram.CallbackQuery) -> None:
         verb, _, token = (query.data or "").partition(":")
@@ -433,12 +544,14 @@ class TelegramChannel:
         log.warning("telegram chat %s: %s (%s)", chat.chat_id, what, self.scrub(detail))
 
 
-def card_text(approval: ApprovalRecord) -> str:
-    """What a card says: the action, its arguments, the amount, how to approve it."""
+def card_text(approval: ApprovalRecord, notes: Sequence[GuardNote] = ()) -> str:
+    """What a card says: the action, its arguments, the amount, the guards' notes (the
+    sentences written for the person), how to approve it."""
     lines = [f"Approve {approval.capability}?"]
     lines += [f"  {name}: {value}" for name, value in approval.args.items()]
     if approval.amount_usd is not None:
         lines.append(f"Amount: ${approval.amount_usd:,.2f}")
+    lines += [f"{'Warning' if n.verdict == 'warn' else 'Note'}: {n.shown}" for n in notes]
     lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
     if approval.tier == "explicit" and approval.amount_usd is not None:
         lines.append("To approve, press Approve and type the amount.")
@@ -454,6 +567,29 @@ def _buttons(token: str) -> InlineKeyboardMarkup:
             ]
         ]
     )
+
+
+def _is_link(text: str | None) -> bool:
+    """``/link ...`` or ``/link@thisbot ...``."""
+    command = (text or "").split(maxsplit=1)[0] if (text or "").strip() else ""
+    return command.partition("@")[0] == "/link"
+
+
+def _user_id(update: Update) -> int | None:
+    if update.callback_query is not None:
+        return update.callback_query.from_user.id
+    if update.message is not None and update.message.from_user is not None:
+        return update.message.from_user.id
+    return None
+
+
+def _chat_type(update: Update) -> str | None:
+    if update.callback_query is not None:
+        message = update.callback_query.message
+        return None if message is None else str(message.chat.type)
+    if update.message is not None:
+        return str(update.message.chat.type)
+    return None
 
 
 def _chat_id(update: Update) -> int | None:

@@ -23,7 +23,7 @@ from rich.table import Table
 from .. import events as ev
 from ..agent import Agent
 from ..agent_factory import agent_of
-from ..display import show_value
+from ..display import show_text, show_value
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
@@ -151,7 +151,8 @@ async def runs_list(
     return 0
 
 
-def _approvals_table(records: Sequence[ApprovalRecord]) -> Table:
+def _print_approvals(out: Console, records: Sequence[ApprovalRecord], notes: CardNotes) -> None:
+    """The approvals' table, then each one's guard notes (their sentences for the person)."""
     now = datetime.now(UTC)
     table = Table("id", "run", "capability", "amount", "tier", "expires (UTC)", "status")
     for a in records:
@@ -161,7 +162,24 @@ def _approvals_table(records: Sequence[ApprovalRecord]) -> Table:
         ids = (_short(a.approval_id), _short(a.run_id))
         row = (escape(a.capability), _usd(a.amount_usd), a.tier, _when(a.expires_at), status)
         table.add_row(*ids, *row)
-    return table
+    out.print(table)
+    for a in records:
+        for n in notes.get(a.approval_id, ()):
+            said = escape(show_text(f"[{n.guard}] {n.shown}").text)
+            out.print(f"{_short(a.approval_id)} {n.verdict}: {said}", soft_wrap=True)
+
+
+CardNotes = dict[UUID, list[ev.GuardNote]]
+
+
+async def _card_notes(store: Store, records: Sequence[ApprovalRecord]) -> CardNotes:
+    """The guards' notes each approval's card showed (their sentences for the person)."""
+    notes: CardNotes = {}
+    for run_id in dict.fromkeys(r.run_id for r in records):
+        async for event in _all_events(store, run_id):
+            if isinstance(event, ev.PendingAction):
+                notes[event.approval_id] = list(event.guard_notes)
+    return notes
 
 
 @_command(runs_app, "show")
@@ -176,8 +194,11 @@ async def runs_show(
         pending = await store.list_approvals(run_id=record.run_id, status="pending")
         count: Counter[str] = Counter()  # by event type, plus tool errors and tokens
         tail: deque[Event] = deque(maxlen=last)
+        notes: CardNotes = {}
         async for event in _all_events(store, record.run_id):
             count[event.type] += 1
+            if isinstance(event, ev.PendingAction):
+                notes[event.approval_id] = list(event.guard_notes)
             if isinstance(event, ev.ToolCallEnd) and event.is_error:
                 count["errors"] += 1
             elif isinstance(event, ev.Usage):
@@ -204,7 +225,7 @@ async def runs_show(
     out.print(Panel(grid, title=f"[bold]run {record.run_id}[/]", expand=False))
     if pending:
         out.print("[bold]waiting for a decision[/]")
-        out.print(_approvals_table(pending))
+        _print_approvals(out, pending, notes)
         by = escape(record.principal)
         out.print(f"decide with: fiduciary approvals approve ID --by {by}", soft_wrap=True)
     if tail:
@@ -390,11 +411,16 @@ async def approvals_list(
     async with _open(db) as store:
         status: ApprovalStatus | None = None if show_all else "pending"
         records = await store.list_approvals(principal=principal, status=status)
-    if as_json:
+        notes = await _card_notes(store, records)
+    if as_json:  # notes: the guards' sentences for the person, as the card shows them
         for record in records:
-            typer.echo(_jsonable(asdict(record)))
+            shown = [
+                {"guard": n.guard, "verdict": n.verdict, "message": n.shown}
+                for n in notes.get(record.approval_id, ())
+            ]
+            typer.echo(_jsonable({**asdict(record), "notes": shown}))
     elif records:
-        Console().print(_approvals_table(records))
+        _print_approvals(Console(), records, notes)
     else:
         Console().print("[dim]no approvals[/]" if show_all else "[dim]no pending approvals[/]")
     return 0

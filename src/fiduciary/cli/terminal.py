@@ -68,7 +68,7 @@ def describe(event: Event) -> str:
         case ev.ToolCallRejected():
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
         case ev.GuardFired():
-            return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.message)}"
+            return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.shown)}"
         case PendingAction():
             approval = f"approval {_short(event.approval_id)} ({event.tier})"
             return f"{approval}: {show_text(event.description).text}, {_usd(event.amount_usd)}"
@@ -257,7 +257,7 @@ def pending_card(event: PendingAction) -> Panel:
     if event.modifiable_fields:
         table.add_row("editable", ", ".join(event.modifiable_fields))
     for note in event.guard_notes:
-        table.add_row(note.verdict, escape(show_text(f"[{note.guard}] {note.message}").text))
+        table.add_row(note.verdict, escape(show_text(f"[{note.guard}] {note.shown}").text))
     table.add_row("expires", event.expires_at.isoformat(timespec="seconds"))
     table.add_row("approval id", str(event.approval_id))
     return Panel(table, title="[bold]approval needed[/]", border_style="yellow", expand=False)

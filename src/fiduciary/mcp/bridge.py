@@ -216,6 +216,11 @@ def outcome_of(
                 "acknowledge": last.acknowledge,
                 "description": last.description,
                 "amount_usd": None if last.amount_usd is None else str(last.amount_usd),
+                # the guards' notes as the person reads them on the card
+                "notes": [
+                    {"guard": n.guard, "verdict": n.verdict, "message": n.shown}
+                    for n in last.guard_notes
+                ],
                 "expires_at": last.expires_at.isoformat(),
                 "console_url": url,
                 "approve_with": {

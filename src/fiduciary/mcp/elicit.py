@@ -157,8 +157,11 @@ class ApprovalAsker:
             f"Arguments: {shown[:2000]}",
             f"Digest: {details.get('args_digest', '')}",
             f"Tier: {details.get('tier', '')}",
-            f"Expires: {details.get('expires_at', '')}",
         ]
+        for note in details.get("notes") or []:
+            kind = "Warning" if note.get("verdict") == "warn" else "Note"
+            lines.append(f"{kind}: {note.get('message', '')}")
+        lines.append(f"Expires: {details.get('expires_at', '')}")
         if explicit:
             lines.append("Re-type the amount in USD to approve it.")
         return mcp_types.ElicitRequest(

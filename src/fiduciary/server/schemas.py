@@ -22,6 +22,7 @@ __all__ = [
     "ApproveBody",
     "Balances",
     "BalancesOut",
+    "CardNote",
     "CreateRunBody",
     "DenyBody",
     "EventsQuery",
@@ -142,6 +143,15 @@ class RunAccepted(BaseModel):
     events_url: str
 
 
+class CardNote(BaseModel):
+    """A guard's hint or warning as the person reads it on the card: the sentence the guard
+    wrote for the person, not the one for the model."""
+
+    guard: str
+    verdict: Literal["hint", "warn"]
+    message: str
+
+
 class ApprovalOut(BaseModel):
     """A pending (or decided) action. ``args`` are redacted for display; ``args_digest`` binds
     the decision to the exact arguments."""
@@ -162,7 +172,7 @@ class ApprovalOut(BaseModel):
     decided_by: str | None = None
     decided_at: datetime | None = None
     reason: str | None = None
-    guard_notes: list[GuardNote] = Field(default_factory=list)
+    guard_notes: list[CardNote] = Field(default_factory=list)
     description: str = ""
 
     @classmethod
@@ -192,7 +202,10 @@ class ApprovalOut(BaseModel):
             decided_by=record.decided_by,
             decided_at=record.decided_at,
             reason=record.reason,
-            guard_notes=guard_notes or [],
+            guard_notes=[
+                CardNote(guard=n.guard, verdict=n.verdict, message=n.shown)
+                for n in guard_notes or []
+            ],
             description=description,
         )
 

@@ -222,7 +222,7 @@ class UIMessageStream:
                             "toolCallId": event.tool_use_id,
                             "guard": event.guard,
                             "verdict": event.verdict,
-                            "message": event.message,
+                            "message": event.shown,  # the sentence for the person
                         },
                     }
                 )
@@ -320,7 +320,10 @@ def _approval_request(event: PendingAction) -> Part:
         "tier": event.tier,
         "acknowledge": event.acknowledge,
         "modifiableFields": list(event.modifiable_fields),
-        "guardNotes": [n.model_dump(mode="json") for n in event.guard_notes],
+        # the sentences the guards wrote for the person (the model's went to the model)
+        "guardNotes": [
+            {"guard": n.guard, "verdict": n.verdict, "message": n.shown} for n in event.guard_notes
+        ],
         "expiresAt": event.expires_at.isoformat(),
         "executor": event.executor,
         "argsDigest": event.args_digest,

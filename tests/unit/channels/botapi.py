@@ -58,7 +58,11 @@ class BotApi:
         self.cond = threading.Condition()
 
     # --- what the test does --------------------------------------------------------------------
-    def push_message(self, chat_id: int, text: str, *, user_id: int | None = None) -> int:
+    def push_message(
+        self, chat_id: int, text: str, *, user_id: int | None = None, chat_type: str | None = None
+    ) -> int:
+        """A message in ``chat_id`` from ``user_id`` (by default the chat's own user: a
+        private chat's id is its user's id; a negative id is a supergroup)."""
         with self.cond:
             update_id = self.next_update_id
             self.next_update_id += 1
@@ -68,7 +72,7 @@ class BotApi:
                     "message": {
                         "message_id": self._message_id(),
                         "date": int(time.time()),
-                        "chat": {"id": chat_id, "type": "private"},
+                        "chat": _chat(chat_id, chat_type),
                         "from": _user(user_id or chat_id),
                         "text": text,
                     },
@@ -77,7 +81,17 @@ class BotApi:
             self.cond.notify_all()
             return update_id
 
-    def push_press(self, chat_id: int, message_id: int, data: str) -> int:
+    def push_press(
+        self,
+        chat_id: int,
+        message_id: int,
+        data: str,
+        *,
+        user_id: int | None = None,
+        chat_type: str | None = None,
+    ) -> int:
+        """A press on a button of message ``message_id`` in ``chat_id``, by ``user_id``
+        (by default the chat's own user, as ``push_message``)."""
         with self.cond:
             update_id = self.next_update_id
             self.next_update_id += 1
@@ -86,13 +100,13 @@ class BotApi:
                     "update_id": update_id,
                     "callback_query": {
                         "id": f"cq{update_id}",
-                        "from": _user(chat_id),
+                        "from": _user(user_id or chat_id),
                         "chat_instance": f"ci{chat_id}",
                         "data": data,
                         "message": {
                             "message_id": message_id,
                             "date": int(time.time()),
-                            "chat": {"id": chat_id, "type": "private"},
+                            "chat": _chat(chat_id, chat_type),
                             "from": BOT_USER,
                             "text": "a card",
                         },
@@ -174,7 +188,7 @@ class BotApi:
         message: dict[str, Any] = {
             "message_id": message_id,
             "date": int(time.time()),
-            "chat": {"id": chat_id, "type": "private"},
+            "chat": _chat(chat_id, None),
             "from": BOT_USER,
             "text": text,
         }
@@ -195,7 +209,7 @@ class BotApi:
         return {
             "message_id": int(params["message_id"]),
             "date": int(time.time()),
-            "chat": {"id": int(params["chat_id"]), "type": "private"},
+            "chat": _chat(int(params["chat_id"]), None),
             "text": "a card",
         }
 
@@ -203,6 +217,14 @@ class BotApi:
         with self.cond:
             self.closing = True
             self.cond.notify_all()
+
+
+def _chat(chat_id: int, chat_type: str | None) -> dict[str, Any]:
+    kind = chat_type or ("private" if chat_id > 0 else "supergroup")
+    chat: dict[str, Any] = {"id": chat_id, "type": kind}
+    if kind != "private":
+        chat["title"] = f"group {chat_id}"
+    return chat
 
 
 def _user(user_id: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fiduciary import Agent, Policy, capability
 from fiduciary.capabilities import Capability
+from fiduciary.guards import default_guards
 from fiduciary.stores.base import Store
 from fiduciary.testing import Call, Reply, Results, Script, ScriptedModel, ToolCalls, allow_all
 
@@ -54,8 +55,13 @@ def scripts() -> list[Script]:
     ]
 
 
-def capabilities() -> list[Capability]:
-    @capability(kind="execute", operation="send", amount_usd=lambda a, ctx: Decimal(a.amount))
+def capabilities(*, flags: frozenset[str] = frozenset()) -> list[Capability]:
+    @capability(
+        kind="execute",
+        operation="send",
+        amount_usd=lambda a, ctx: Decimal(a.amount),
+        flags=flags,
+    )
     async def send(payee: str, amount: str) -> dict[str, str]:
         """Send money to a payee."""
         SENT.append({"payee": payee, "amount": amount})
@@ -76,5 +82,18 @@ def factory(store: Store) -> Agent:
         store=store,
         policy=Policy(preset="balanced"),
         guards=[],
+        authorize=allow_all,
+    )
+
+
+def guarded_factory(store: Store) -> Agent:
+    """As ``factory``, with ``send`` irreversible and the default guards: its cards carry the
+    irreversibility guard's note."""
+    return Agent(
+        model=ScriptedModel(scripts()),
+        capabilities=capabilities(flags=frozenset({"irreversible"})),
+        store=store,
+        policy=Policy(preset="balanced"),
+        guards=default_guards(),
         authorize=allow_all,
     )

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
 from fiduciary import ManualClock
+from fiduciary.channels.links import Linked, LinkRefused, PersonLinks
 from fiduciary.channels.records import Card, ChannelRecords
 
 
@@ -64,3 +68,32 @@ async def test_cards_awaiting_amounts_and_audit(records: ChannelRecords) -> None
         (7, "ignored", "not allowed"),
         (None, "interrupted", "update 1"),
     ]
+
+
+async def test_a_link_code_links_once_before_it_expires(records: ChannelRecords) -> None:
+    clock = ManualClock()
+    links = PersonLinks(records.sql)
+    assert await links.user_of("alice") is None
+    code = await links.issue("alice", now=clock.now())
+    assert re.fullmatch(r"[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}", code)
+    rows = await records.sql.run("SELECT code_hash FROM fiduciary_channel_link_codes")
+    assert rows == [(hashlib.sha256(code.replace("-", "").encode()).hexdigest(),)]
+    typed = f"  {code.lower().replace('-', ' ')} "  # as a person might type it
+    assert await links.redeem(typed, 5_000_000_001, now=clock.now()) == Linked(
+        "alice", 5_000_000_001
+    )
+    assert await links.redeem(code, 7, now=clock.now()) == LinkRefused("used")
+    assert await links.user_of("alice") == 5_000_000_001
+
+    later = await links.issue("alice", now=clock.now(), ttl=timedelta(minutes=1))
+    clock.advance(60)
+    assert await links.redeem(later, 7, now=clock.now()) == LinkRefused("expired")
+    assert await links.redeem("0000-0000-0000", 7, now=clock.now()) == LinkRefused("unknown")
+    burnt = await links.issue("alice", now=clock.now())
+    await links.burn(burnt, now=clock.now())
+    assert await links.redeem(burnt, 7, now=clock.now()) == LinkRefused("used")
+
+    again = await links.issue("alice", now=clock.now())  # linking again replaces the account
+    assert await links.redeem(again, 8, now=clock.now()) == Linked("alice", 8)
+    assert await links.user_of("alice") == 8
+    assert await PersonLinks(records.sql, "other").user_of("alice") is None

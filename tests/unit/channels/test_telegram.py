@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 
 from fiduciary import Agent, ManualClock, Principal
 from fiduciary.channels import AgentChat, Inbox
+from fiduciary.channels.links import Linked
 from fiduciary.channels.records import ChannelRecords
 from fiduciary.channels.split import utf16_length
 from fiduciary.channels.telegram import (
@@ -25,12 +26,13 @@ from fiduciary.channels.telegram import (
     TelegramError,
     channel_name,
 )
+from fiduciary.stores.base import Store
 from fiduciary.stores.sqlite import SQLiteStore
 
 from . import chat_agent
-from .botapi import BotApi, Sent, serving
+from .botapi import BotApi, Sent
+from .conftest import TOKEN
 
-TOKEN = "123456:AAF-canaryTOKENcanary_0123456789abcdef"
 ALICE, BOB, STRANGER = 111, 222, 999
 
 
@@ -47,18 +49,21 @@ class World:
         return await self.channel.poll_once(wait_seconds=0)
 
 
-@pytest.fixture
-def standin() -> Iterator[tuple[BotApi, str]]:
-    api = BotApi(TOKEN)
-    with serving(api) as url:
-        yield api, url
-
-
 async def _world(
-    db: Path, api: BotApi, url: str, *, token: str = TOKEN
+    db: Path,
+    api: BotApi,
+    url: str,
+    *,
+    token: str = TOKEN,
+    allow: dict[int, str] | None = None,
+    groups: bool = False,
+    linked: dict[str, int] | None = None,
+    factory: Callable[[Store], Agent] = chat_agent.factory,
 ) -> tuple[World, SQLiteStore]:
+    """A channel over ``db``; ``linked``: principal → the Telegram user linked for it (by
+    default alice and bob, each the user of their private chat)."""
     store = await SQLiteStore.open(db)
-    agent = chat_agent.factory(store)
+    agent = factory(store)
     clock = ManualClock()
     inbox = Inbox(clock=clock)
     inbox.add("chat", AgentChat(agent, name="telegram"), per="principal")
@@ -68,12 +73,16 @@ async def _world(
         agent=agent,
         inbox=inbox,
         target="chat",
-        allow={ALICE: "alice", BOB: "bob"},
+        allow={ALICE: "alice", BOB: "bob"} if allow is None else allow,
         records=records,
+        groups=groups,
         api=url,
         poll_timeout=0,
         clock=clock,
     )
+    for principal, user in ({"alice": ALICE, "bob": BOB} if linked is None else linked).items():
+        code = await channel.links.issue(principal, now=clock.now())
+        assert await channel.links.redeem(code, user, now=clock.now()) == Linked(principal, user)
     return World(api, url, agent, channel, db, clock), store
 
 
@@ -309,3 +318,25 @@ async def test_a_failing_target_is_told_and_polling_goes_on(
     assert len(logged) == 2
     assert all(TOKEN.split(":")[1] not in (r.exc_text or "") for r in logged)
     assert all("boom with" in (r.exc_text or "") for r in logged)
+
+
+async def test_a_card_shows_the_guards_sentence_for_the_person(
+    tmp_path: Path, standin: tuple[BotApi, str]
+) -> None:
+    chat_agent.SENT.clear()
+    made, store = await _world(
+        tmp_path / "runs.sqlite3", *standin, factory=chat_agent.guarded_factory
+    )
+    try:
+        await made.channel.start()
+        made.api.push_message(ALICE, "pay bob 50")  # irreversible, and no preview was shown
+        await made.poll()
+        (card,) = made.api.cards(ALICE)
+    finally:
+        await made.channel.close()
+        await store.close()
+    assert (
+        "Note: send cannot be undone, and no preview was shown first: check every detail "
+        "below before you approve." in card.text.splitlines()
+    )
+    assert "state exactly what will happen" not in card.text  # the model's sentence

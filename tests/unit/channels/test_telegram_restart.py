@@ -13,6 +13,8 @@ from pathlib import Path
 
 from fiduciary import Principal
 from fiduciary.channels import AgentChat
+from fiduciary.channels.links import Linked, PersonLinks
+from fiduciary.clock import SystemClock
 from fiduciary.events import UserMessage
 from fiduciary.stores.sqlite import SQLiteStore
 
@@ -34,6 +36,7 @@ def _env() -> dict[str, str]:
 def test_an_update_redelivered_after_a_crash_is_not_handled_again(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
     api = BotApi(TOKEN)
+    asyncio.run(_link_alice(db))
     with serving(api) as url:
         first = api.push_message(111, "first")
         crashed = subprocess.run(
@@ -83,6 +86,16 @@ def test_an_update_redelivered_after_a_crash_is_not_handled_again(tmp_path: Path
     assert api.texts(111) == ["you said: first", "you said: second"]
     assert TOKEN.split(":")[1] not in crashed.stderr + err + out
     assert asyncio.run(_said(db)) == ["first", "second"]
+
+
+async def _link_alice(db: Path) -> None:
+    """Alice's Telegram account is user 111, her private chat's."""
+    links = await PersonLinks.open(sqlite_path=str(db))
+    try:
+        code = await links.issue("alice", now=SystemClock().now())
+        assert await links.redeem(code, 111, now=SystemClock().now()) == Linked("alice", 111)
+    finally:
+        await links.close()
 
 
 async def _said(db: Path) -> list[str]:

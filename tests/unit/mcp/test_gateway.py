@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
-from fiduciary import Agent, ManualClock, Principal
+from fiduciary import Agent, ManualClock, Principal, capability
 from fiduciary.mcp import McpGateway
+from fiduciary.mcp.elicit import ApprovalAsker
 from fiduciary.stores.memory import MemoryStore
 from fiduciary.testing import ScriptedModel, allow_all
 
@@ -39,3 +41,32 @@ async def test_an_unknown_tool_is_refused() -> None:
     outcome = await McpGateway(agent).call(Principal("alice"), "send", {"to": "bob"})
     assert outcome.status == "refused"
     assert outcome.is_error
+
+
+async def test_a_pending_result_carries_the_guards_sentences_for_the_person() -> None:
+    @capability(kind="execute", operation="send", flags={"irreversible"})
+    async def wire(to: str) -> dict[str, str]:
+        """Wire money: cannot be undone."""
+        return {"to": to}
+
+    agent = Agent(
+        model=ScriptedModel([]),
+        capabilities=[wire],
+        store=MemoryStore(),
+        authorize=allow_all,
+        clock=ManualClock(),
+    )
+    gateway = McpGateway(agent)
+    pending = await gateway.call(Principal("alice"), "wire", {"to": "bob"})
+    assert pending.status == "pending_approval"
+    person = (
+        "wire cannot be undone, and no preview was shown first: check every detail below "
+        "before you approve."
+    )
+    assert pending.details["notes"] == [
+        {"guard": "irreversibility", "verdict": "hint", "message": person}
+    ]
+    question = ApprovalAsker(gateway)._question(pending)  # what the MCP client asks the person
+    assert f"Note: {person}" in question.params.message
+    for shown in (json.dumps(pending.details), pending.text, question.params.message):
+        assert "state exactly what will happen" not in shown  # the model's sentence

@@ -102,7 +102,10 @@ async def test_a_run_with_text_reads_a_write_and_its_approval() -> None:
             "tier": "confirm",
             "acknowledge": None,
             "modifiableFields": ["amount", "memo"],
-            "guardNotes": [n.model_dump(mode="json") for n in pending.guard_notes],
+            "guardNotes": [
+                {"guard": n.guard, "verdict": n.verdict, "message": n.for_person}
+                for n in pending.guard_notes
+            ],
             "expiresAt": pending.expires_at.isoformat(),
             "executor": "server",
             "argsDigest": pending.args_digest,

@@ -86,6 +86,9 @@ class Harness:
             )
             verdict = self.guards[guard].check(call)
             assert isinstance(verdict, Verdict)
+            if verdict.kind != "pass":  # every verdict speaks to the person in its own words
+                assert verdict.for_person.strip(), f"{guard}: no sentence for the person"
+                assert verdict.for_person != verdict.message, f"{guard}: the model's sentence"
             return verdict
         finally:
             self.history.calls.pop()

@@ -509,7 +509,7 @@
         break;
       case "guard_fired": {
         const tool = view.tools.get(event.tool_use_id);
-        if (tool) tool.node.append(el("div", { class: "small muted", text: `${event.guard}: ${event.message}` }));
+        if (tool) tool.node.append(el("div", { class: "small muted", text: `${event.guard}: ${event.for_person || event.message}` }));
         break;
       }
       case "pending_action": {
@@ -661,7 +661,8 @@
     const actions = el("div", { class: "card-actions" }, approve, client ? null : deny);
     const notes = el("ul", { class: "notes" });
     for (const note of event.guard_notes) {
-      notes.append(el("li", { class: note.verdict, text: shown(`${note.guard}: ${note.message}`).text }));
+      // the sentence the guard wrote for the person (the model's goes to the model)
+      notes.append(el("li", { class: note.verdict, text: shown(`${note.guard}: ${note.for_person || note.message}`).text }));
     }
     const args = shownValue(event.input, 2);
     // the arguments' flags, then the description's not already said
@@ -832,7 +833,7 @@
       case "tool_call_rejected":
         return `${shown(event.name).text}: ${event.reason}`;
       case "guard_fired":
-        return `${event.guard} (${event.verdict}): ${event.message}`;
+        return `${event.guard} (${event.verdict}): ${event.for_person || event.message}`;
       case "pending_action":
         return `${shown(event.description).text} · ${usd(event.amount_usd)} · ${event.tier}`;
       case "action_resolved":
