@@ -8,6 +8,7 @@ text, signed URLs, secret-looking keys), so nothing that looks like a secret rea
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -17,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..redaction import Redactor
 from ..stores.base import RecordQuery
@@ -24,7 +26,6 @@ from ._common import (
     DEFAULT_DB,
     Db,
     JsonFlag,
-    _clip,
     _command,
     _find_run,
     _jsonable,
@@ -69,8 +70,21 @@ def parse_time(text: str, option: str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def _cell(text: str, width: int = 60) -> str:
-    return escape(_clip(text, width))
+def _table(
+    headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], last: str, texts: Sequence[str]
+) -> Table:
+    """One line per row at any width: every column whole, the ``last`` one (``texts``) taking
+    what is left, cut with an ellipsis (as ``runs list`` does with titles)."""
+    plain = [[Text.from_markup(cell).plain for cell in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in plain)]) for i, h in enumerate(headers)]
+    left = Console().width - sum(widths) - 2 * len(headers)  # two spaces between columns
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    for name in headers:
+        table.add_column(name, no_wrap=True)
+    table.add_column(last, no_wrap=True, overflow="ellipsis", max_width=max(8, left))
+    for row, text in zip(rows, texts, strict=True):
+        table.add_row(*row, escape(" ".join(text.split())))
+    return table
 
 
 def _outcome(outcome: str) -> str:
@@ -105,17 +119,23 @@ def register(app: typer.Typer) -> None:
             for row in rows:
                 typer.echo(_jsonable(redactor.redact(_plain(asdict(row)))))
             return 0
-        table = Table(
-            "at (UTC)", "run", "principal", "capability", "kind", "tier", "amount", "outcome",
-            "input", header_style="bold",
-        )  # fmt: skip
-        for r in rows:
-            shown = json.dumps(redactor.redact(r.input), ensure_ascii=False)
-            table.add_row(
-                _when(r.at), _short(r.run_id), escape(r.principal), escape(r.capability), r.kind,
-                r.tier or "-", _usd(r.amount_usd), _outcome(r.outcome), _cell(shown),
-            )  # fmt: skip
-        Console().print(table if rows else "[dim]no audit rows[/]")
+        cells = [
+            (
+                _when(r.at),
+                _short(r.run_id),
+                escape(r.principal),
+                escape(r.capability),
+                r.tier or "-",
+                "-" if r.amount_usd is None else _usd(r.amount_usd),
+                _outcome(r.outcome),
+            )
+            for r in rows
+        ]
+        inputs = [json.dumps(redactor.redact(r.input), ensure_ascii=False) for r in rows]
+        headers = ("at (UTC)", "run", "principal", "capability", "tier", "amount", "outcome")
+        Console().print(
+            _table(headers, cells, "input", inputs) if rows else "[dim]no audit rows[/]"
+        )
         return 0
 
     @_command(app, "ledger")
@@ -141,21 +161,26 @@ def register(app: typer.Typer) -> None:
                 line = {"principal": row.principal, **_plain(asdict(row.entry))}
                 typer.echo(_jsonable(redactor.redact(line)))
             return 0
-        table = Table(
-            "started (UTC)", "run", "principal", "capability", "status", "finished (UTC)",
-            "result", header_style="bold",
-        )  # fmt: skip
-        for row in rows:
-            e = row.entry
-            if e.error is not None:
-                shown = redactor.redact_text(e.error)
-            else:
-                shown = json.dumps(redactor.redact(e.result), ensure_ascii=False)
-            table.add_row(
-                _when(e.started_at), _short(e.run_id), escape(row.principal),
-                escape(e.capability), _outcome(e.status), _when(e.finished_at), _cell(shown),
-            )  # fmt: skip
-        Console().print(table if rows else "[dim]no ledger rows[/]")
+        cells = [
+            (
+                _when(row.entry.started_at),
+                _short(row.entry.run_id),
+                escape(row.principal),
+                escape(row.entry.capability),
+                _outcome(row.entry.status),
+                _when(row.entry.finished_at),
+            )
+            for row in rows
+        ]
+        results = [
+            redactor.redact_text(row.entry.error)
+            if row.entry.error is not None
+            else json.dumps(redactor.redact(row.entry.result), ensure_ascii=False)
+            for row in rows
+        ]
+        headers = ("started (UTC)", "run", "principal", "capability", "status", "finished (UTC)")
+        shown = _table(headers, cells, "result", results) if rows else "[dim]no ledger rows[/]"
+        Console().print(shown)
         return 0
 
 
