@@ -1,6 +1,7 @@
 """The console's audit view in a real browser (Debian's Chromium via Playwright): the signed-in
 principal's decisions and ledger rows (never another principal's), filtered, a row's run opened
-in the chat, and the page fitting a phone and a desktop."""
+in the chat, the page fitting a phone and a desktop; an admin key reads everyone's rows, or one
+principal's."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ async def test_the_audit_view_shows_the_callers_decisions_and_ledger(tmp_path: P
     assert {r.principal for r in bobs} == {"bob"}  # rows the view must never show
     keys = MemoryKeyStore()
     key, _ = await keys.create(DEMO_PRINCIPAL, ["runs:write", "runs:read", "approvals:decide"])
+    admin, _ = await keys.create("ops", ["admin"])
     app = create_app(agent, keys=keys, heartbeat_seconds=5)
     try:
         async with signed_in(app, key) as shown:
@@ -103,10 +105,33 @@ async def test_the_audit_view_shows_the_callers_decisions_and_ledger(tmp_path: P
             await page.get_by_test_id("audit-row").first.wait_for()
             assert await page.get_by_test_id("audit-error").text_content() == ""
 
+            assert not await page.get_by_test_id("audit-principal").is_visible()
+
             # a row opens its run in the chat
             await page.locator(".audit-run").first.click()
             await page.locator("#chat").wait_for()
             await page.locator("#run-meta").get_by_text(str(paid)).wait_for()
             assert not await page.get_by_test_id("audit").is_visible()
+
+            # an admin key reads everyone's rows, or one principal's
+            await page.locator("#sign-out").click()
+            await page.get_by_test_id("api-key").fill(admin)
+            await page.get_by_test_id("sign-in").click()
+            await page.get_by_test_id("principal").get_by_text("ops").wait_for()
+            await page.get_by_test_id("show-audit").click()
+            await page.get_by_test_id("audit-principal").wait_for()
+            await page.wait_for_function(
+                "runs => { const seen = new Set([...document.querySelectorAll("
+                "'[data-testid=audit-row]')].map(r => r.dataset.run));"
+                " return runs.every(r => seen.has(r)); }",
+                arg=[str(paid), str(others)],
+            )
+            await page.get_by_test_id("audit-principal").fill("bob")
+            await page.get_by_test_id("audit-refresh").click()
+            await page.wait_for_function(
+                "run => { const rows = [...document.querySelectorAll('[data-testid=audit-row]')];"
+                " return rows.length > 0 && rows.every(r => r.dataset.run === run); }",
+                arg=str(others),
+            )
     finally:
         await store.close()

@@ -3,7 +3,8 @@
 // "decisions" reads GET /audit (every call the gates decided: its tier, amount, outcome, input
 // and output, redacted by the server); "ledger" reads GET /ledger (the writes executed at most
 // once, with their recorded results). Both are the signed-in principal's rows (an admin key:
-// everyone's), filtered by run, capability and days. A row's run opens in the chat.
+// everyone's, or one principal's), filtered by run, capability and days. A row's run opens in
+// the chat.
 // Nothing from the server is parsed as HTML: every string goes in as text (console.el).
 "use strict";
 
@@ -15,13 +16,27 @@
   const TONE = { ok: "completed", ledger: "completed", done: "completed", pending: "awaiting_approval", started: "running" };
   let loading = 0; // the latest load: an older answer arriving late is dropped
 
-  function showAudit() {
+  async function showAudit() {
     if (!$("everything").hidden) $("show-everything").click(); // views.js closes its stream
     $("chat").hidden = true;
     $("audit").hidden = false;
     $("app").classList.add("audit-open");
     $("show-audit").classList.add("active");
+    await adminFilter();
     load();
+  }
+
+  // an admin key reads every principal's rows: it may narrow them to one principal's
+  async function adminFilter() {
+    const field = $("audit-filters").elements.principal;
+    try {
+      const response = await fetch("/me", { headers: { authorization: `Bearer ${fc.key()}` } });
+      const me = response.ok ? await response.json() : { scopes: [] };
+      field.hidden = !me.scopes.includes("admin");
+    } catch (_) {
+      field.hidden = true;
+    }
+    if (field.hidden) field.value = "";
   }
 
   function hideAudit() {
@@ -47,6 +62,7 @@
     const run = value("run_id");
     if (run && !UUID.test(run)) return { error: "A run id has 36 characters, as shown in the chat (8-4-4-4-12)." };
     if (run) params.set("run_id", run.toLowerCase());
+    if (value("principal")) params.set("principal", value("principal"));
     if (value("capability")) params.set("capability", value("capability"));
     if (value("since")) params.set("since", midnight(value("since"), 0));
     if (value("until")) params.set("until", midnight(value("until"), 1)); // the whole day
@@ -155,5 +171,8 @@
     hideAudit();
     $("chat").hidden = false;
   });
-  document.addEventListener("fiduciary:signout", hideAudit);
+  document.addEventListener("fiduciary:signout", () => {
+    hideAudit();
+    $("audit-filters").reset(); // the next key starts from everything it may read
+  });
 })();
