@@ -24,6 +24,7 @@ from ..redaction import Redactor
 from ..stores.base import RecordQuery
 from ._common import (
     DEFAULT_DB,
+    CliError,
     Db,
     JsonFlag,
     _command,
@@ -34,7 +35,6 @@ from ._common import (
     _usd,
     _when,
 )
-from ._common import CliError as CliError
 
 __all__ = ["parse_time", "register"]
 
@@ -56,18 +56,23 @@ SinceOption = Annotated[
     ),
 ]
 UntilOption = Annotated[str | None, typer.Option(help="Rows before this time (as --since).")]
-LimitOption = Annotated[int, typer.Option(min=1, help="At most this many (newest first).")]
+LimitOption = Annotated[
+    int, typer.Option(min=1, max=100_000, help="At most this many (newest first).")
+]
 
 
 def parse_time(text: str, option: str) -> datetime:
-    """An ISO 8601 date or time; without a zone it is UTC. A bad one is a usage error."""
+    """An ISO 8601 date or time, in UTC (without a zone it is UTC). A bad one is a usage
+    error, as is one whose UTC falls outside the years 1 to 9999."""
     try:
         value = datetime.fromisoformat(text.strip())
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except ValueError:
         raise CliError(
             f"{option} {text!r} is not a time: give ISO 8601, e.g. 2026-03-01 or 2026-03-01T09:30Z"
         ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    except OverflowError:
+        raise CliError(f"{option} {text!r} is out of range in UTC") from None
 
 
 def _table(

@@ -135,6 +135,14 @@ def test_a_bad_option_is_one_line_and_changes_nothing(
         "error: --since 'yesterday' is not a time: give ISO 8601, e.g. 2026-03-01 or "
         "2026-03-01T09:30Z"
     )
+    far = CliRunner().invoke(app, [command, "--db", str(db), "--until", "9999-12-31T23:00-05:00"])
+    assert (far.exit_code, far.stderr.strip()) == (
+        2,
+        "error: --until '9999-12-31T23:00-05:00' is out of range in UTC",
+    )
+    huge = CliRunner().invoke(app, [command, "--db", str(db), "--limit", str(2**64)])
+    assert huge.exit_code == 2
+    assert "Traceback" not in huge.output
     unknown = CliRunner().invoke(app, [command, "--db", str(db), "--run", "abcdef12"])
     assert (unknown.exit_code, unknown.stderr.strip()) == (2, "error: no run matches 'abcdef12'")
     missing = CliRunner().invoke(app, [command, "--db", str(tmp_path / "none.sqlite3")])
