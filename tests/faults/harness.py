@@ -35,7 +35,9 @@ from fiduciary.stores.base import (
     AuditRecord,
     GlobalPage,
     LedgerEntry,
+    LedgerRow,
     LedgerStatus,
+    RecordQuery,
     RunRecord,
     RunStatus,
     Store,
@@ -194,6 +196,12 @@ class FaultyStore:
 
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]:
         return await self.inner.audit_records(run_id)
+
+    async def find_audit(self, query: RecordQuery) -> list[AuditRecord]:
+        return await self.inner.find_audit(query)
+
+    async def find_ledger(self, query: RecordQuery) -> list[LedgerRow]:
+        return await self.inner.find_ledger(query)
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         return await self.inner.autonomous_spend(principal, since=since)

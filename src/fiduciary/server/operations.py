@@ -7,7 +7,7 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, bus, runs, timetravel, traces
+from . import account, approvals, auth, bus, records, runs, timetravel, traces
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -174,6 +174,23 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         response=ApprovalOut,
         problems=("not_found", "already_decided", "expired", "not_client_executed", "invalid_edit"),
         tags=("approvals",),
+    ),
+    Operation(
+        "GET", "/audit", "listAudit", "Audit rows: every gate decision and outcome, newest first",
+        records.list_audit, scope=auth.RUNS_READ, query=records.RecordsQuery,
+        response=records.AuditList, problems=("insufficient_scope",), tags=("audit",),
+        description="The caller's principal's rows (an admin key: everyone's, or one "
+        "principal's with `principal`), filtered by run, capability and time "
+        "(`since` included, `until` excluded). Inputs and outputs are redacted.",
+    ),
+    Operation(
+        "GET", "/ledger", "listLedger", "Ledger rows: the writes executed at most once",
+        records.list_ledger, scope=auth.RUNS_READ, query=records.RecordsQuery,
+        response=records.LedgerList, problems=("insufficient_scope",), tags=("audit",),
+        description="The idempotency ledger's rows of the caller's principal's runs (an admin "
+        "key: everyone's), newest first by start time, with the same filters as `/audit`: "
+        "`started` (its outcome may be unknown), `done` with its recorded result (redacted), "
+        "or `failed`.",
     ),
     Operation(
         "GET", "/me", "whoAmI", "The principal and scopes of the key", account.who_am_i,

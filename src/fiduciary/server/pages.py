@@ -52,7 +52,7 @@ async def console(request: Request) -> Response:
 async def static(request: Request) -> Response:
     name = str(request.path_params["name"])
     media = _STATIC_TYPES.get(Path(name).suffix)
-    if media is None or name not in ("app.js", "views.js", "style.css"):
+    if media is None or name not in ("app.js", "views.js", "audit.js", "style.css"):
         return problem_response("not_found", "no such file")
     return _static(name, media)
 

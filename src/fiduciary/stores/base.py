@@ -58,9 +58,11 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "LedgerFinish",
+    "LedgerRow",
     "LedgerStatus",
     "LiveEvents",
     "PrincipalLocking",
+    "RecordQuery",
     "RunLog",
     "RunRecord",
     "RunStatus",
@@ -183,6 +185,48 @@ class AuditRecord:
             self.tier == "auto"
             and self.outcome in ("ok", "unknown")
             and self.amount_usd is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """A ledger row as ``Ledger.find_ledger`` reads it: with the principal of its run."""
+
+    principal: str
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordQuery:
+    """Which audit or ledger rows to read (``Audit.find_audit``, ``Ledger.find_ledger``).
+
+    Every filter that is not None applies: the run, its principal, the capability, and a time
+    range — ``since`` included, ``until`` excluded — over an audit row's ``at`` or a ledger
+    row's ``started_at``. Rows come newest first, at most ``limit`` of them.
+    """
+
+    run_id: UUID | None = None
+    principal: str | None = None
+    capability: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 100
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError("limit must be at least 1")
+        for name, value in (("since", self.since), ("until", self.until)):
+            if value is not None and value.tzinfo is None:
+                raise ValueError(f"{name} must be timezone-aware")
+
+    def matches(self, run_id: UUID, principal: str, capability: str, at: datetime) -> bool:
+        """Whether a row of these values passes every filter (what the SQL's WHERE says)."""
+        return (
+            (self.run_id is None or run_id == self.run_id)
+            and (self.principal is None or principal == self.principal)
+            and (self.capability is None or capability == self.capability)
+            and (self.since is None or at >= self.since)
+            and (self.until is None or at < self.until)
         )
 
 
@@ -317,11 +361,19 @@ class Ledger(Protocol):
 
     async def ledger_get(self, key: str) -> LedgerEntry | None: ...
 
+    async def find_ledger(self, query: RecordQuery) -> list[LedgerRow]:
+        """The ledger rows ``query`` selects (by their ``started_at``), newest first, each with
+        its run's principal: what ``fiduciary ledger`` and ``GET /ledger`` show."""
+
 
 class Audit(Protocol):
     """The audit trail (written by ``RunLog.commit``) and the autonomous spend it counts."""
 
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]: ...
+
+    async def find_audit(self, query: RecordQuery) -> list[AuditRecord]:
+        """The audit rows ``query`` selects, newest first (by ``at``, then by the order they
+        were written): what ``fiduciary audit`` and ``GET /audit`` show."""
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         """USD auto-executed for a principal since a time: audit rows of tier auto, outcome ok

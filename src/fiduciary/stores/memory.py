@@ -24,7 +24,9 @@ from .base import (
     GlobalEvent,
     GlobalPage,
     LedgerEntry,
+    LedgerRow,
     LedgerStatus,
+    RecordQuery,
     RunRecord,
     RunStatus,
 )
@@ -279,10 +281,30 @@ class MemoryStore:
         self._check_open()
         return self._ledger.get(key)
 
+    async def find_ledger(self, query: RecordQuery) -> list[LedgerRow]:
+        self._check_open()
+        rows = [
+            LedgerRow(self._runs[e.run_id].principal, e)
+            for e in self._ledger.values()
+            if query.matches(e.run_id, self._runs[e.run_id].principal, e.capability, e.started_at)
+        ]
+        rows.sort(key=lambda r: (r.entry.started_at, r.entry.key), reverse=True)
+        return rows[: query.limit]
+
     # --- audit and spend ------------------------------------------------------------------
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]:
         self._check_open()
         return [a for a in self._audit if a.run_id == run_id]
+
+    async def find_audit(self, query: RecordQuery) -> list[AuditRecord]:
+        self._check_open()
+        found = [
+            (a.at, i, a)
+            for i, a in enumerate(self._audit)
+            if query.matches(a.run_id, a.principal, a.capability, a.at)
+        ]
+        found.sort(key=lambda f: (f[0], f[1]), reverse=True)
+        return [a for _, _, a in found[: query.limit]]
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         self._check_open()

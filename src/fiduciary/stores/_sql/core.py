@@ -39,7 +39,9 @@ from ..base import (
     GlobalEvent,
     GlobalPage,
     LedgerEntry,
+    LedgerRow,
     LedgerStatus,
+    RecordQuery,
     RunRecord,
     RunStatus,
 )
@@ -362,11 +364,59 @@ class SQLStore:
         rows = await self._fetch(d.queries.get_ledger, {"key": key})
         return d.codec.ledger_from_row(rows[0]) if rows else None
 
+    async def find_ledger(self, query: RecordQuery) -> list[LedgerRow]:
+        d = self.dialect
+        where, params = self._filter(
+            query, run_id="l.run_id", principal="r.principal", capability="l.capability",
+            at="l.started_at",
+        )  # fmt: skip
+        rows = await self._fetch(
+            f"{d.queries.select_ledger} {where} "
+            f"ORDER BY l.started_at DESC, l.key DESC LIMIT {d.param('limit')}",
+            params,
+        )
+        return [LedgerRow(row[9], d.codec.ledger_from_row(row)) for row in rows]
+
     # --- audit and spend ------------------------------------------------------------------
     async def audit_records(self, run_id: UUID) -> list[AuditRecord]:
         d = self.dialect
         rows = await self._fetch(d.queries.audit_records, {"run_id": d.codec.uuid(run_id)})
         return [d.codec.audit_from_row(row) for row in rows]
+
+    async def find_audit(self, query: RecordQuery) -> list[AuditRecord]:
+        d = self.dialect
+        where, params = self._filter(
+            query, run_id="run_id", principal="principal", capability="capability", at="at"
+        )
+        rows = await self._fetch(
+            f"{d.queries.select_audit} {where} ORDER BY at DESC, id DESC LIMIT {d.param('limit')}",
+            params,
+        )
+        return [d.codec.audit_from_row(row) for row in rows]
+
+    def _filter(
+        self, query: RecordQuery, *, run_id: str, principal: str, capability: str, at: str
+    ) -> tuple[str, Named]:
+        """The WHERE of a ``RecordQuery`` over these columns (only its filters that are set),
+        and its parameters, ``limit`` included."""
+        d, codec = self.dialect, self.dialect.codec
+        params: Named = {"limit": query.limit}
+        tests: list[str] = []
+        for column, name, value in (
+            (run_id, "run_id", None if query.run_id is None else codec.uuid(query.run_id)),
+            (principal, "principal", query.principal),
+            (capability, "capability", query.capability),
+        ):
+            if value is not None:
+                tests.append(f"{column} = {d.param(name)}")
+                params[name] = value
+        if query.since is not None:
+            tests.append(f"{at} >= {d.param('since')}")
+            params["since"] = codec.time(query.since)
+        if query.until is not None:
+            tests.append(f"{at} < {d.param('until')}")
+            params["until"] = codec.time(query.until)
+        return ("WHERE " + " AND ".join(tests) if tests else ""), params
 
     async def autonomous_spend(self, principal: str, *, since: datetime) -> Decimal:
         d = self.dialect

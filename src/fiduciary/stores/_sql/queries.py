@@ -74,6 +74,8 @@ class SharedQueries:
     read_global: LiteralString
     get_ledger: LiteralString
     audit_records: LiteralString
+    select_audit: LiteralString
+    select_ledger: LiteralString
     autonomous_spend: LiteralString
     runs_to_resume: LiteralString
     acquire: LiteralString

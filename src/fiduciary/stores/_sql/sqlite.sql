@@ -39,6 +39,18 @@ SELECT run_id, at, principal, capability, kind, tool_use_id, outcome, tier, amou
     output, idempotency_key, duration_ms
 FROM audit WHERE run_id = :run_id ORDER BY id
 
+-- name: select_audit
+-- Audit rows for Audit.find_audit: the core adds the WHERE of its filters and the order.
+SELECT run_id, at, principal, capability, kind, tool_use_id, outcome, tier, amount_usd, input,
+    output, idempotency_key, duration_ms
+FROM audit
+
+-- name: select_ledger
+-- Ledger rows with their run's principal, for Ledger.find_ledger (the core adds the rest).
+SELECT l.key, l.run_id, l.tool_use_id, l.capability, l.status, l.started_at, l.finished_at,
+    l.result, l.error, r.principal
+FROM ledger AS l JOIN runs AS r ON r.run_id = l.run_id
+
 -- name: autonomous_spend
 -- The amounts of a principal's autonomous spend since a time: audit rows that count, then
 -- reservations whose call has no such row yet. Summed as Decimal in Python (TEXT in SQL).
