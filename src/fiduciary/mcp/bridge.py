@@ -7,7 +7,8 @@ policy, approval), the ledger and the audit, as any model's call would.
 A write's run id is derived from principal + tool + argument digest: asking again for the same
 call continues *that* run instead of starting another. Pending → the same pending result;
 approved meanwhile → the run is resumed here and executes once; done → the recorded outcome.
-Reads get a run of their own each time (they answer fresh).
+Reads get a run of their own each time (they answer fresh). A write's guards also see the
+principal's recent MCP calls, and that the call is relayed (``recent``).
 
 The runs belong to this private model: the agent's own model (an LLM) never continues them. The
 HTTP server's resume after an approval refuses them (``agent_mismatch``, logged once); the next
@@ -42,6 +43,7 @@ from ..models.base import (
     ToolResultsMessage,
 )
 from ..stores.base import RunRecord
+from .recent import RelayedGuards
 
 __all__ = ["MODEL_NAME", "CallOutcome", "McpGateway", "ProposeCall", "call_run_id"]
 
@@ -119,10 +121,15 @@ class McpGateway:
     def capability(self, name: str) -> Capability | None:
         return self.agent.gates.get(name)
 
-    def _proxy(self, tool: str, arguments: Mapping[str, Any]) -> Agent:
-        # the same store, gates, policy, locks and clock; only the model differs
+    def _proxy(self, tool: str, arguments: Mapping[str, Any], *, relayed: bool) -> Agent:
+        # the same store, gates, policy, locks and clock; only the model differs, and for a
+        # write what its guards see: the principal's recent MCP calls (``recent``)
         proxy = copy.copy(self.agent)
         proxy.model = ProposeCall(tool, arguments)
+        if relayed:
+            gates = copy.copy(self.agent.gates)
+            gates.guards = RelayedGuards(self.agent, model=MODEL_NAME).wrap(gates.guards)
+            proxy.gates = gates
         return proxy
 
     async def call(
@@ -136,7 +143,7 @@ class McpGateway:
                 uuid4(),
                 {"reason": "not_allowed"},
             )
-        proxy = self._proxy(tool, arguments)
+        proxy = self._proxy(tool, arguments, relayed=cap.is_write)
         message = f"MCP call: {tool}"
         if not cap.is_write:  # a read answers fresh, in a run of its own
             run_id = uuid4()
