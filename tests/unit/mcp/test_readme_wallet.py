@@ -29,6 +29,7 @@ from mcp.types import CallToolResult
 
 from fiduciary import Agent, ManualClock, Principal
 from fiduciary.events import PendingAction, ToolCallRejected
+from fiduciary.exceptions import ApprovalError
 from fiduciary.mcp import McpGateway
 from fiduciary.server.served import wallet_agent
 from fiduciary.stores.memory import MemoryStore
@@ -170,6 +171,27 @@ async def test_an_mcp_read_counts_for_five_minutes_and_a_write_since_it_needs_an
         assert (
             await gateway.call(other, "save_deposit", {"asset": "USDC", "amount": "13"})
         ).status == "refused"
+    finally:
+        wallet.close()
+        await agent.store.close()
+
+
+async def test_an_edit_while_approving_an_mcp_write_is_refused_and_it_stays_pending() -> None:
+    clock = ManualClock()
+    agent, gateway, wallet = wallet_over_mcp(clock)
+    me = Principal("ann")
+    try:
+        assert (await gateway.call(me, "balance_check", {})).status == "done"
+        pending = await gateway.call(me, "send_transfer", SEND)
+        assert pending.status == "pending_approval"
+        approval_id = UUID(pending.details["approval_id"])
+        with pytest.raises(ApprovalError) as refused:
+            await agent.approve(approval_id, by="ann", edits={"amount": "4"})
+        assert refused.value.code == "invalid_edit"
+        (waiting,) = await agent.pending_approvals(principal="ann")
+        assert waiting.approval_id == approval_id
+        await agent.approve(approval_id, by="ann", args_digest=pending.details["args_digest"])
+        assert (await gateway.call(me, "send_transfer", SEND)).status == "done"
     finally:
         wallet.close()
         await agent.store.close()
