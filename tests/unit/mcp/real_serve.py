@@ -24,10 +24,17 @@ class RealServe:
     db: Path
 
 
-def _env(db: Path) -> dict[str, str]:
+def offline_env() -> dict[str, str]:
+    """This environment without fiduciary's settings and model keys (the wallet's offline model)."""
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "TERM": "dumb"}
-    for name in ("FIDUCIARY_POSTGRES", "FIDUCIARY_MODEL", "FIDUCIARY_PUBLIC_URL"):
-        env.pop(name, None)
+    for name in list(env):
+        if name.startswith("FIDUCIARY_") or name.endswith("_API_KEY"):
+            del env[name]
+    return env
+
+
+def _env(db: Path) -> dict[str, str]:
+    env = offline_env()
     env["FIDUCIARY_DB"] = str(db)
     return env
 

@@ -27,7 +27,7 @@ import pytest
 
 from .conformance_bridge import KeyProxy, StdioBridge
 from .conftest import ROOT
-from .real_serve import real_serve
+from .real_serve import offline_env, real_serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -125,8 +125,7 @@ def over_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     command = [sys.executable, "-m", "fiduciary", "mcp", "--agent"]
     command += ["fiduciary.server.served:wallet_agent", "--principal", "demo-user"]
     command += ["--db", str(folder / "fiduciary.sqlite3")]
-    env = {k: v for k, v in os.environ.items() if k != "FIDUCIARY_MODEL"}
-    bridge = StdioBridge(command, cwd=str(folder), env=env)
+    bridge = StdioBridge(command, cwd=str(folder), env=offline_env())
     try:
         yield bridge.url
     finally:
