@@ -4,8 +4,11 @@ a pending result links to the console at the address actually served (or the pub
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -17,7 +20,7 @@ from fiduciary.server.app import create_app
 from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.memory import MemoryStore
 
-from .real_serve import real_serve
+from .real_serve import offline_env, real_serve
 from .served_agent import make_agent
 from .serving import Served, result, served
 
@@ -141,7 +144,7 @@ async def test_a_public_url_is_where_pending_results_link() -> None:
     assert pending["console_url"] == "https://fid.example.com/base/"
 
 
-async def test_serve_on_another_port_links_pending_results_to_that_port(tmp_path: Any) -> None:
+async def test_serve_on_another_port_links_pending_results_to_that_port(tmp_path: Path) -> None:
     with real_serve(tmp_path) as serve:
         assert not serve.url.endswith(":8000/")
         async with (
@@ -160,3 +163,17 @@ async def test_serve_on_another_port_links_pending_results_to_that_port(tmp_path
     assert pending["console_url"] == serve.url
     (text,) = [c.text for c in answer.content if c.type == "text"]
     assert serve.url in text
+
+
+def test_serve_refuses_an_origin_that_is_not_one_and_starts_nothing(tmp_path: Path) -> None:
+    env = {**offline_env(), "FIDUCIARY_DB": str(tmp_path / "serve.sqlite3")}
+    refused = subprocess.run(
+        [sys.executable, "-m", "fiduciary", "serve", "--port", "0", "--allow-origin", "evil"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr == "error: 'evil' is not an http(s) origin (scheme://host[:port])\n"
+    assert not (tmp_path / "serve.sqlite3").exists()
