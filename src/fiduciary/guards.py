@@ -94,10 +94,14 @@ class CallRecord:
 
 @dataclass(slots=True)
 class RunHistory:
-    """What guards may know of the run so far: the person's messages and the calls made."""
+    """What guards may know of the run so far: the person's messages and the calls made.
+
+    ``relayed_by``: a client relaying calls for the person (``"mcp"``), whose conversation
+    with them this run does not hold; ``None``: the run is the conversation."""
 
     user_messages: list[str] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
+    relayed_by: str | None = None
 
     def succeeded(self) -> Iterable[CallRecord]:
         return (c for c in self.calls if c.ok)
@@ -110,6 +114,13 @@ class RunHistory:
     def add_user_message(self, text: str) -> None:
         self.user_messages.append(text)
         self._turn_start = len(self.calls)
+
+    def relayed(self, by: str, earlier: Sequence[CallRecord]) -> RunHistory:
+        """This history as a relaying client's call sees it: ``earlier`` (the calls the same
+        principal made through ``by`` in other runs, oldest first) come before this run's."""
+        seen = RunHistory(list(self.user_messages), [*earlier, *self.calls], relayed_by=by)
+        seen._turn_start = self._turn_start + len(earlier)
+        return seen
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ policy, approval), the ledger and the audit, as any model's call would.
 A write's run id is derived from principal + tool + argument digest: asking again for the same
 call continues *that* run instead of starting another. Pending → the same pending result;
 approved meanwhile → the run is resumed here and executes once; done → the recorded outcome.
-Reads get a run of their own each time (they answer fresh).
+Reads get a run of their own each time (they answer fresh). A write's guards also see the
+principal's recent MCP calls, and that the call is relayed (``recent``).
 
 The runs belong to this private model: the agent's own model (an LLM) never continues them. The
 HTTP server's resume after an approval refuses them (``agent_mismatch``, logged once); the next
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from uuid import UUID, uuid4, uuid5
 
+from .._text import NOTES_MARKER
 from ..agent import Agent
 from ..capabilities import Capability, Principal, args_digest, canonical_json
 from ..events import (
@@ -42,6 +44,7 @@ from ..models.base import (
     ToolResultsMessage,
 )
 from ..stores.base import RunRecord
+from .recent import RelayedGuards
 
 __all__ = ["MODEL_NAME", "CallOutcome", "McpGateway", "ProposeCall", "call_run_id"]
 
@@ -119,15 +122,28 @@ class McpGateway:
     def capability(self, name: str) -> Capability | None:
         return self.agent.gates.get(name)
 
-    def _proxy(self, tool: str, arguments: Mapping[str, Any]) -> Agent:
-        # the same store, gates, policy, locks and clock; only the model differs
+    def _proxy(self, tool: str, arguments: Mapping[str, Any], *, relayed: bool) -> Agent:
+        # the same store, gates, policy, locks and clock; only the model differs, and for a
+        # write what its guards see: the principal's recent MCP calls (``recent``)
         proxy = copy.copy(self.agent)
         proxy.model = ProposeCall(tool, arguments)
+        if relayed:
+            gates = copy.copy(self.agent.gates)
+            gates.guards = RelayedGuards(self.agent, model=MODEL_NAME).wrap(gates.guards)
+            proxy.gates = gates
         return proxy
 
     async def call(
-        self, principal: Principal, tool: str, arguments: Mapping[str, Any]
+        self,
+        principal: Principal,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        console_url: str | None = None,
     ) -> CallOutcome:
+        """The call's outcome; ``console_url``: where its pending result's links point (this
+        request's; else the gateway's own)."""
+        console = console_url or self.console_url
         cap = self.capability(tool)
         if cap is None:
             return CallOutcome(
@@ -136,14 +152,14 @@ class McpGateway:
                 uuid4(),
                 {"reason": "not_allowed"},
             )
-        proxy = self._proxy(tool, arguments)
+        proxy = self._proxy(tool, arguments, relayed=cap.is_write)
         message = f"MCP call: {tool}"
         if not cap.is_write:  # a read answers fresh, in a run of its own
             run_id = uuid4()
             await _drain(
                 proxy.run(message, principal=principal, run_id=run_id, capabilities=[tool])
             )
-            return await self._outcome(run_id, principal)
+            return await self._outcome(run_id, principal, console)
         run_id, run = await self._current_run(principal, tool, arguments)
         try:
             if run is None:
@@ -167,7 +183,7 @@ class McpGateway:
                 "This call is being run right now; ask again for its outcome.",
                 run_id,
             )
-        return await self._outcome(run_id, principal)
+        return await self._outcome(run_id, principal, console)
 
     async def _current_run(
         self, principal: Principal, tool: str, arguments: Mapping[str, Any]
@@ -179,14 +195,14 @@ class McpGateway:
             run = await self.agent.store.get_run(run_id)
             if run is None or run.status not in ("completed", "failed", "cancelled"):
                 return run_id, run
-            outcome = await self._outcome(run_id, principal)
+            outcome = await self._outcome(run_id, principal, self.console_url)
             if outcome.details.get("reason") not in _ASK_AGAIN:
                 return run_id, run
         raise RunError("invalid", f"{tool} was asked and declined too many times")
 
-    async def _outcome(self, run_id: UUID, principal: Principal) -> CallOutcome:
+    async def _outcome(self, run_id: UUID, principal: Principal, console_url: str) -> CallOutcome:
         events = [e async for e in self.agent.events(run_id, follow=False)]
-        return outcome_of(events, run_id, console_url=self.console_url, principal=principal)
+        return outcome_of(events, run_id, console_url=console_url, principal=principal)
 
 
 def outcome_of(
@@ -201,7 +217,7 @@ def outcome_of(
     match last:
         case ToolCallEnd(output=output, is_error=is_error, recovery=recovery, error_code=code):
             if not is_error:
-                return CallOutcome("done", output, run_id, _parsed(output))
+                return CallOutcome("done", _plain(output), run_id, _parsed(output))
             status: Status = "unknown" if recovery == "unknown" or "unknown" in output else "error"
             return CallOutcome(status, output, run_id, {"error": code})
         case ToolCallRejected(reason=reason, message=message):
@@ -240,6 +256,22 @@ def outcome_of(
         case RunFailed(message=message):
             return CallOutcome("error", message, run_id, {})
     return CallOutcome("in_progress", "The call has not finished; ask again.", run_id)
+
+
+def _plain(output: str) -> str:
+    """The text a client shows: a result that is a string, as the string (not JSON-quoted),
+    followed by the guards' notes if any; anything else as the model saw it."""
+    try:
+        value, end = _DECODER.raw_decode(output)
+    except ValueError:
+        return output
+    rest = output[end:]
+    if isinstance(value, str) and (not rest or rest.startswith(NOTES_MARKER)):
+        return value + rest
+    return output
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _parsed(output: str) -> dict[str, Any]:

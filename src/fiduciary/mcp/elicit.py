@@ -128,9 +128,21 @@ class ApprovalAsker:
                     approval_id, by=principal.actor_id, reason="declined at the MCP client"
                 )
         except ApprovalError as exc:  # e.g. decided in the console meanwhile: its outcome
-            now = await self.gateway.call(principal, params.name, dict(params.arguments or {}))
+            now = await self._again(principal, params, pending)
             return _not_decided(now, exc) if now.status == "pending_approval" else now
-        return await self.gateway.call(principal, params.name, dict(params.arguments or {}))
+        return await self._again(principal, params, pending)
+
+    async def _again(
+        self, principal: Principal, params: mcp_types.CallToolRequestParams, pending: CallOutcome
+    ) -> CallOutcome:
+        """The call asked again, its links to the console where the pending answer's were."""
+        console = pending.details.get("console_url")
+        return await self.gateway.call(
+            principal,
+            params.name,
+            dict(params.arguments or {}),
+            console_url=console if isinstance(console, str) else None,
+        )
 
     def _question(self, pending: CallOutcome) -> mcp_types.ElicitRequest:
         details = pending.details

@@ -29,6 +29,7 @@ from ..exceptions import FiduciaryError
 from ._sdk import MCPError, mcp_types
 from .bridge import CallOutcome, McpGateway
 from .elicit import ApprovalAsker, elicits_forms
+from .origins import Origins, forbidden_origin, origin_of, served_url
 
 __all__ = [
     "INSTRUCTIONS",
@@ -45,9 +46,24 @@ RUNS_READ = "runs:read"
 RUNS_WRITE = "runs:write"
 APPROVALS_DECIDE = "approvals:decide"
 _KEY_SCOPE = "fiduciary.mcp.key"
+_CONSOLE_SCOPE = "fiduciary.mcp.console_url"
 _INVALID_PARAMS = -32602
 _RUN = "fiduciary://runs/"
 _APPROVAL = "fiduciary://approvals/"
+_TEMPLATES = (
+    mcp_types.ResourceTemplate(
+        uri_template=_RUN + "{run_id}",
+        name="run",
+        description="A run of yours: its status, title and events.",
+        mime_type="application/json",
+    ),
+    mcp_types.ResourceTemplate(
+        uri_template=_APPROVAL + "{approval_id}",
+        name="approval",
+        description="An approval of yours: the action, its arguments and digest, its status.",
+        mime_type="application/json",
+    ),
+)
 
 
 INSTRUCTIONS = (
@@ -58,11 +74,19 @@ INSTRUCTIONS = (
 
 
 class Caller:
-    """Who a request acts for, and what its key allows (stdio: everything, as the flag says)."""
+    """Who a request acts for, and what its key allows (stdio: everything, as the flag says);
+    ``console_url``: where this caller's links to the console point (None: the gateway's)."""
 
-    def __init__(self, principal: Principal, scopes: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        principal: Principal,
+        scopes: frozenset[str] | None = None,
+        *,
+        console_url: str | None = None,
+    ) -> None:
         self.principal = principal
         self.scopes = scopes
+        self.console_url = console_url
 
     def allows(self, scope: str) -> bool:
         return self.scopes is None or scope in self.scopes or "admin" in self.scopes
@@ -113,7 +137,9 @@ class GatewayTools:
         who = caller.principal
         answer: CallOutcome | mcp_types.InputRequiredResult
         try:
-            answer = await self.gateway.call(who, params.name, dict(params.arguments or {}))
+            answer = await self.gateway.call(
+                who, params.name, dict(params.arguments or {}), console_url=caller.console_url
+            )
             if (
                 answer.status == "pending_approval"
                 and caller.allows(APPROVALS_DECIDE)
@@ -156,10 +182,15 @@ def build_server(
         if principal is not None:
             return Caller(principal)
         request = getattr(ctx, "request", None)
-        key = None if request is None else request.scope.get(_KEY_SCOPE)
+        scope = {} if request is None else request.scope
+        key = scope.get(_KEY_SCOPE)
         if key is None:  # the ASGI layer lets no request through without one
             raise MCPError(_INVALID_PARAMS, "unauthenticated")
-        return Caller(Principal(key.principal, frozenset(key.scopes)), frozenset(key.scopes))
+        return Caller(
+            Principal(key.principal, frozenset(key.scopes)),
+            frozenset(key.scopes),
+            console_url=scope.get(_CONSOLE_SCOPE),
+        )
 
     async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
         return mcp_types.ListToolsResult(tools=tools.listed())
@@ -193,6 +224,11 @@ def build_server(
             for r in await gateway.agent.list_runs(principal=actor, limit=50)
         ]
         return mcp_types.ListResourcesResult(resources=resources)
+
+    async def list_resource_templates(
+        ctx: Any, params: Any
+    ) -> mcp_types.ListResourceTemplatesResult:
+        return mcp_types.ListResourceTemplatesResult(resource_templates=list(_TEMPLATES))
 
     async def read_resource(
         ctx: Any, params: mcp_types.ReadResourceRequestParams
@@ -236,6 +272,7 @@ def build_server(
         on_call_tool=call_tool,
         on_list_resources=list_resources if gateway is not None else None,
         on_read_resource=read_resource if gateway is not None else None,
+        on_list_resource_templates=list_resource_templates if gateway is not None else None,
         on_list_prompts=list_prompts if given or gateway is not None else None,
         on_get_prompt=get_prompt if given or gateway is not None else None,
     )
@@ -317,14 +354,29 @@ class McpHttpApp:
     """The MCP endpoint as an ASGI app (streamable HTTP, stateless, JSON answers), behind the
     server's API keys: mount it at ``/mcp`` of ``fiduciary serve``, or serve it alone.
 
+    A request with an ``Origin`` that is not allowed (``origins``) is refused with 403 before
+    its key is looked at. Links to the console point to ``public_url``, else to the address the
+    request reached.
+
     Its session manager starts with the first request (a mounted app gets no lifespan of its
     own) or in ``lifespan()``; ``aclose()`` stops it."""
 
-    def __init__(self, gateway: McpGateway, keys: Any, *, skills: Sequence[Skill] = ()) -> None:
+    def __init__(
+        self,
+        gateway: McpGateway,
+        keys: Any,
+        *,
+        skills: Sequence[Skill] = (),
+        public_url: str | None = None,
+        allowed_origins: Sequence[str] = (),
+    ) -> None:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
         self.gateway = gateway
         self.keys = keys
+        self.public_url = None if public_url is None else public_url.rstrip("/") + "/"
+        mine = [] if public_url is None else [origin_of(public_url)]
+        self.origins = Origins([*mine, *allowed_origins])
         self.manager = StreamableHTTPSessionManager(
             app=build_server(gateway, skills=skills), json_response=True, stateless=True
         )
@@ -350,6 +402,9 @@ class McpHttpApp:
             return
         if scope["type"] != "http":
             return
+        if not self.origins.allows(scope):
+            await forbidden_origin(send)
+            return
         key = await self._authenticate(scope)
         if key is None:
             await _unauthenticated(send)
@@ -357,6 +412,7 @@ class McpHttpApp:
         await self.start()
         scope = dict(scope)
         scope[_KEY_SCOPE] = key
+        scope[_CONSOLE_SCOPE] = self.public_url or served_url(scope)
         await self.manager.handle_request(scope, receive, send)
 
     async def _authenticate(self, scope: Any) -> Any:
@@ -422,9 +478,19 @@ async def _unauthenticated(send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def mcp_route(agent: Any, keys: Any, *, path: str = "/mcp", console_url: str | None = None) -> Any:
-    """The route ``fiduciary serve`` mounts: the MCP endpoint at ``path``, behind ``keys``."""
+def mcp_route(
+    agent: Any,
+    keys: Any,
+    *,
+    path: str = "/mcp",
+    public_url: str | None = None,
+    allowed_origins: Sequence[str] = (),
+) -> Any:
+    """The route ``fiduciary serve`` mounts: the MCP endpoint at ``path``, behind ``keys``;
+    console links to ``public_url`` (else the address each request reached)."""
     from starlette.routing import Route
 
-    gateway = McpGateway(agent, console_url=console_url or "http://127.0.0.1:8000/")
-    return Route(path, McpHttpApp(gateway, keys), methods=["GET", "POST", "DELETE"])
+    app = McpHttpApp(
+        McpGateway(agent), keys, public_url=public_url, allowed_origins=allowed_origins
+    )
+    return Route(path, app, methods=["GET", "POST", "DELETE"])

@@ -57,6 +57,8 @@ def create_app(
     drive: bool = True,
     sweep_seconds: float = SWEEP_SECONDS,
     features: Features | None = None,
+    public_url: str | None = None,
+    allowed_origins: Sequence[str] = (),
 ) -> Starlette:
     """The ASGI app serving ``agent``: the API, live events, webhooks and the console.
 
@@ -74,6 +76,10 @@ def create_app(
 
     ``features`` (``features.py``): apps, one inbox for every channel, attention — their routes
     are mounted first, their background work runs while the app does.
+
+    ``public_url``: where links to the console point (behind a proxy); else the address each
+    request reached. ``allowed_origins``: browser origins besides the server's own that may use
+    ``/mcp`` (``fiduciary.mcp.origins``).
     """
     if sweep_seconds <= 0:
         raise ConfigurationError("sweep_seconds must be positive")
@@ -109,7 +115,9 @@ def create_app(
     with suppress(ImportError):  # the agent's capabilities over MCP at /mcp (the mcp extra)
         from ..mcp.server import mcp_route
 
-        routes.append(mcp_route(agent, keys))
+        routes.append(
+            mcp_route(agent, keys, public_url=public_url, allowed_origins=allowed_origins)
+        )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -11,7 +11,7 @@ import asyncio
 import os
 import socket
 import tomllib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import FrameType
@@ -205,6 +205,19 @@ class ServerConfig(_Config):
         ]
 
 
+def _origins(public_url: str | None, allowed: list[str]) -> list[str]:
+    """``--allow-origin`` entries, each checked (as ``--public-url``): a ValueError names one."""
+    try:
+        from ..mcp.origins import origin_of
+    except ImportError:  # no mcp extra: no /mcp, nothing they apply to
+        return allowed
+    if public_url is not None:
+        origin_of(public_url)
+    for entry in allowed:
+        origin_of(entry.removesuffix(":*"))
+    return allowed
+
+
 def _secret(inline: str | None, env: str | None, what: str) -> str:
     if env:
         value = os.environ.get(env)
@@ -263,6 +276,21 @@ def serve(
         typer.Option(help="An attention TOML file: serve its decision feed and run its watcher."),
     ] = None,
     mcp_config: McpConfig = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FIDUCIARY_PUBLIC_URL",
+            help="Where people reach this server (behind a proxy): links to the console use "
+            "it. Default: the address each request reached.",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A browser origin allowed to use /mcp besides the server's own "
+            "(scheme://host[:port], or scheme://host:* for any port); repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API, live events and the web console (SQLite or PostgreSQL)."""
     if not drive and postgres is None:
@@ -273,6 +301,7 @@ def serve(
         settings = ServerConfig.load(config)
         limit = RateLimit.parse(rate_limit or settings.rate_limit)
         channels, targets = settings.inbound(), settings.targets()
+        origins = _origins(public_url, allow_origin or [])
         if apps is not None or apps_engine is not None:
             settings.apps = settings.apps or AppsSettings()
             settings.apps.dir = apps or settings.apps.dir
@@ -300,6 +329,8 @@ def serve(
                 sweep_seconds,
                 attention=attention,
                 mcp_files=mcp_config or [],
+                public_url=public_url,
+                origins=origins,
             )
         )
     except KeyboardInterrupt:
@@ -353,6 +384,8 @@ async def _serve(
     *,
     attention: Path | None = None,
     mcp_files: list[Path] | None = None,
+    public_url: str | None = None,
+    origins: Sequence[str] = (),
 ) -> int:
     import uvicorn
 
@@ -419,6 +452,8 @@ async def _serve(
             drive=drive,
             sweep_seconds=sweep_seconds,
             features=features,
+            public_url=public_url,
+            allowed_origins=origins,
         )
         if not await keys.list():
             console.print(

@@ -7,6 +7,7 @@ the order the runner asks them within a tier. Tiers follow the core: safety > fi
 | guard | tier | fires on | verdict |
 | --- | --- | --- | --- |
 | address_source | safety | a recipient not a contact, own account or the person's words | block |
+| | | the same in a call an MCP client relays (the person's words are not seen) | confirm |
 | new_recipient | safety | paying (or saving) an address never paid and not saved | confirm |
 | preflight | safety | a write the wallet would refuse (funds, asset, quote, limits) | block |
 | balance_freshness | financial | spending with no balance read, or a write since it | block |
@@ -211,6 +212,14 @@ class AddressSourceGuard(_FinanceGuard):
             return Verdict.ok()
         if any(c.address == address for c in self.wallet.contacts(who)):
             return Verdict.ok()
+        relay = call.history.relayed_by
+        if relay is not None:  # the person's words are with the client: they check it here
+            return Verdict.confirm(
+                f"the address {shown} was given by the {relay} client: fiduciary does not see "
+                "the person's conversation there, and it is not a saved contact or one of "
+                "their own accounts. The person must check it character by character before "
+                "it is paid."
+            )
         recent = call.history.user_messages[-self.config.recent_messages :]
         if any(address in given_addresses(message) for message in recent):
             return Verdict.ok()

@@ -1,4 +1,5 @@
-"""The agent ``fiduciary mcp`` serves in the tests: a read, a priced write, an auto write.
+"""The agent ``fiduciary mcp`` serves in the tests: reads (one answering plain text), a priced
+write, an auto write.
 
 Each executed ``send`` appends a line to ``$FID_MCP_EFFECTS``: the count of real effects, seen
 from the test process.
@@ -28,6 +29,12 @@ def _effect(line: str) -> None:
 def balance(account: str = "main") -> dict[str, str]:
     """The balance of an account, in USD."""
     return {"account": account, "usd": "250.00"}
+
+
+@capability(kind="read")
+def greeting(name: str = "world") -> str:
+    """A greeting: a result that is plain text."""
+    return f"hello, {name}"
 
 
 def _amount(args: Any, ctx: CallContext) -> Decimal:
@@ -62,7 +69,7 @@ async def slow_send(to: str) -> dict[str, str]:
 def make_agent(store: Store) -> Agent:
     return Agent(
         model=ScriptedModel([]),
-        capabilities=[balance, send, note, slow_send],
+        capabilities=[balance, send, note, slow_send, greeting],
         store=store,
         authorize=allow_all,
         lease_seconds=2.0,  # a killed server's run is taken over soon

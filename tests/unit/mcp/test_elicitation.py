@@ -124,6 +124,8 @@ async def test_an_explicit_action_needs_its_amount_retyped(served: Served) -> No
         refused = result(await client.call_tool("send", {"to": "bob", "amount": 250}))
     assert refused["status"] == "pending_approval"  # the answer decided nothing
     assert refused["not_decided"] == "acknowledgement_required"
+    served_at = "http://testserver/" if served.transport == "http" else "http://127.0.0.1:8000/"
+    assert refused["console_url"] == served_at  # (stdio: --console-url's default)
     assert wrong.asked[0].requested_schema["required"] == ["approve", "amount"]
     right = Person(approve=True, amount="$250.00")
     async with served.connect("alice", elicitation_callback=right) as client:

@@ -31,7 +31,7 @@ async def test_tools_are_the_whitelist_and_a_read_answers(served: Served) -> Non
     async with served.connect("alice") as client:
         listed = (await client.list_tools()).tools
         answer = await client.call_tool("balance", {"account": "main"})
-    assert sorted(t.name for t in listed) == ["balance", "note", "send", "slow_send"]
+    assert sorted(t.name for t in listed) == ["balance", "greeting", "note", "send", "slow_send"]
     by_name = {t.name: t for t in listed}
     assert by_name["send"].input_schema["required"] == ["to", "amount"]
     assert by_name["balance"].annotations is not None
