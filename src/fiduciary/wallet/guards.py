@@ -218,7 +218,10 @@ class AddressSourceGuard(_FinanceGuard):
                 f"the address {shown} was given by the {relay} client: fiduciary does not see "
                 "the person's conversation there, and it is not a saved contact or one of "
                 "their own accounts. The person must check it character by character before "
-                "it is paid."
+                "it is paid.",
+                for_person=f"The address {shown} came from your {relay} client; it is not a "
+                "saved contact or one of your own accounts. Check it character by character "
+                "before you approve.",
             )
         recent = call.history.user_messages[-self.config.recent_messages :]
         if any(address in given_addresses(message) for message in recent):
