@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -50,7 +51,9 @@ from ._common import (
     _styled,
     _usd,
     _when,
+    db_option,
     load_agent_factory,
+    program,
     resume_command,
     with_mcp,
 )
@@ -205,8 +208,8 @@ async def runs_show(
     if pending:
         out.print("[bold]waiting for a decision[/]")
         out.print(_approvals_table(pending))
-        by = escape(record.principal)
-        out.print(f"decide with: fiduciary approvals approve ID --by {by}", soft_wrap=True)
+        hint = f"{program()} approvals approve ID --by {shlex.quote(record.principal)}"
+        out.print(f"decide with: {hint}{db_option(db)}", markup=False, soft_wrap=True)
     if tail:
         out.print(f"[bold]last {len(tail)} events[/]")
         events = Table("seq", "at (UTC)", "type", "what", box=None)
@@ -315,6 +318,9 @@ async def runs_resume(
     lacks the run's capabilities, or has another model (unless --any-model), is refused and
     the run is left as it was. Pending actions are asked about at the terminal, or approved
     with --yes.
+
+    Resuming finishes what the run was last asked; it says nothing new to the agent (a demo
+    run's remaining steps are played by fiduciary demo, which offers the run first).
     """
     out = Console()
     async with _open(db) as store:

@@ -246,7 +246,7 @@ async def run_demo(
                 if status != "completed":
                     break
         except PromptInterruptedError as exc:
-            raise PromptInterruptedError(exc.run_id, db) from None
+            raise PromptInterruptedError(exc.run_id, db, demo=True) from None
         if status != "completed":
             out.print(f"[red]the run is {status}; the demo stops here[/]")
         out.print()
