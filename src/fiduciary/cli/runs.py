@@ -68,10 +68,16 @@ approvals_app = typer.Typer(help="List and decide pending actions.", no_args_is_
 # --- the run's agent ---
 
 
+Check = Callable[[Agent], Awaitable[None]]
+
+
 @asynccontextmanager
-async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
+async def _wallet_agent(
+    store: SQLiteStore, model: str | None = None, check: Check | None = None
+) -> AsyncIterator[Agent]:
     """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
-    scripted demo's by default)."""
+    scripted demo's by default). ``check`` refuses it before its books are made in the file:
+    it is given the same agent over books in memory (a refusal changes nothing)."""
     from ..wallet import PaperWallet
     from ..wallet.demo import build_wallet_agent, load_model, require_key, wallet_memory
 
@@ -82,6 +88,9 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
             require_key(model, os.environ)
         except ConfigurationError as exc:
             raise CliError(f"{exc} (the run's model)") from exc
+    if check is not None:
+        with PaperWallet() as probe:  # the capabilities and the model, no table in the file
+            await check(build_wallet_agent(store, probe, model=chosen))
     memory = wallet_memory(store)
     with PaperWallet(store.path) as wallet:
         agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
@@ -95,11 +104,12 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
 
 @asynccontextmanager
 async def _agent(
-    store: SQLiteStore, spec: str | None, *, model: str | None = None
+    store: SQLiteStore, spec: str | None, *, model: str | None = None, check: Check | None = None
 ) -> AsyncIterator[Agent]:
-    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
+    """The agent ``--agent`` names, else the paper-wallet agent running ``model``; ``check``
+    (which may refuse it) is passed before it is used."""
     if spec is None:
-        async with _wallet_agent(store, model) as wallet_agent:
+        async with _wallet_agent(store, model, check) as wallet_agent:
             yield wallet_agent
         return
     factory = load_agent_factory(spec)
@@ -111,6 +121,8 @@ async def _agent(
         agent = agent_of(made, spec)
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
+    if check is not None:
+        await check(agent)
     # the external MCP servers the agent's server and workers are given (its runs may call them)
     async with with_mcp(agent, [], os.environ.get("FIDUCIARY_MCP_CONFIG", "").split()):
         yield agent
@@ -329,8 +341,11 @@ async def runs_resume(
             out.print(f"run {record.run_id} is already {record.status}: nothing to resume")
             return 0
         model = await _recorded_model(store, record.run_id)
-        async with _agent(store, agent_spec, model=model) as agent:
+
+        async def check(agent: Agent) -> None:
             await _check_agent(agent, record.run_id, agent_spec, any_model=any_model)
+
+        async with _agent(store, agent_spec, model=model, check=check) as agent:
             try:
                 await resume_with_approvals(
                     agent,
@@ -460,8 +475,11 @@ async def _decide(
         raise CliError("--by must name who decides")
     async with _open(db) as store:
         record = await _find_approval(store, ref)
-        async with _agent(store, spec) as agent:
+
+        async def check(agent: Agent) -> None:
             await _check_agent(agent, record.run_id, spec, any_model=None)
+
+        async with _agent(store, spec, check=check) as agent:
             try:
                 decided = await decision(agent, record)
             except ApprovalError as exc:
