@@ -44,7 +44,7 @@ from .scripted import CAN_DO
 from .views import BalanceReport
 from .wallet import PaperWallet
 
-__all__ = ["balances_table", "reset_database", "run_chat", "run_demo"]
+__all__ = ["balances_table", "run_chat", "run_demo"]
 
 _BOOKS = ("available", "savings", "debt", "rewards")
 
@@ -114,17 +114,6 @@ async def _where(
     if run_id is not None:
         out.print(f"Event log: [bold]{where}[/] (table events, run_id {run_id}).")
     out.print(f"Ledger:    [bold]{where}[/] (tables wallet_transactions, wallet_postings).")
-
-
-def reset_database(db: Path, out: Console) -> None:
-    """Delete the demo's SQLite file (and its journal files): runs and books start afresh."""
-    removed = False
-    for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-        if path.exists():
-            path.unlink()
-            removed = True
-    where = escape(_location(db))
-    out.print(f"{'Deleted' if removed else 'Nothing to delete at'} {where}: a fresh start.")
 
 
 def choose_model(name: str | None, env: Mapping[str, str], out: Console) -> Model:
