@@ -92,11 +92,15 @@ curl() {
 # The day's autonomous limit used up by demos (each saves and swaps on its own): a save went to a
 # person, so the walk-through's run may hold other approvals than the transfer.
 USED_LIMIT = """
-.venv/bin/fiduciary demo --yes > /dev/null
-.venv/bin/fiduciary demo --yes > /dev/null
-SAVES=$(.venv/bin/fiduciary approvals list --all --json |
-        jq -s 'map(select(.capability == "save_deposit")) | length')
-[ "$SAVES" -ge 1 ] || {
+__saves() {
+  .venv/bin/fiduciary approvals list --all --json |
+    jq -s 'map(select(.capability == "save_deposit")) | length'
+}
+for _ in 1 2 3 4 5; do
+  [ "$(__saves)" -ge 1 ] && break
+  .venv/bin/fiduciary demo --yes > /dev/null
+done
+[ "$(__saves)" -ge 1 ] || {
   echo "fresh clone: the demos did not use the daily autonomous limit" >&2; exit 1
 }
 """
@@ -109,9 +113,9 @@ def test_fresh_clone_runs_the_readme(tmp_path: Path) -> None:
 
     Changed on the way, and only this: ``make test`` is left out (this test is part of it),
     the server listens on a free port instead of 8000 and logs to a file, and the answers to
-    the demo's prompts come from stdin. Added: two more demos before serving, so that the
-    walk-through runs on a database whose daily autonomous limit is used (a third demo's save
-    waits for a person: checked), as a person who tried the demo a few times has.
+    the demo's prompts come from stdin. Added: more demos before serving, until one's save waited
+    for a person, so that the walk-through runs on a database whose daily autonomous limit is
+    used, as a person who tried the demo a few times has.
     """
     clone = tmp_path / "fiduciary"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=120)
