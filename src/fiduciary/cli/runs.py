@@ -29,6 +29,7 @@ from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
 from ..stores.sqlite import SQLiteStore
+from ._app_decisions import app_engine, continue_apps, is_app_run
 from ._common import (
     _FINISHED,
     DEFAULT_DB,
@@ -470,21 +471,30 @@ async def _decide(
     decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
 ) -> int:
     """Resolve an approval, decide it durably under the rules of the run's agent (``spec``, else
-    the paper-wallet agent), say what happened."""
+    the apps engine's for a run it started, else the paper-wallet agent), say what happened."""
     if not by.strip():
         raise CliError("--by must name who decides")
+    continued: list[str] | None = None  # an app's: what the engine continued
     async with _open(db) as store:
         record = await _find_approval(store, ref)
+
+        async def decided_by(agent: Agent) -> ApprovalRecord:
+            try:
+                return await decision(agent, record)
+            except ApprovalError as exc:
+                current = await store.get_approval(record.approval_id) or record
+                raise CliError(_refusal(exc, current, by, agent), 1) from exc
 
         async def check(agent: Agent) -> None:
             await _check_agent(agent, record.run_id, spec, any_model=None)
 
-        async with _agent(store, spec, check=check) as agent:
-            try:
-                decided = await decision(agent, record)
-            except ApprovalError as exc:
-                current = await store.get_approval(record.approval_id) or record
-                raise CliError(_refusal(exc, current, by, agent), 1) from exc
+        if spec is None and await is_app_run(store, record.run_id):
+            async with app_engine(db, record.principal) as engine:
+                decided = await decided_by(engine.decider())
+                continued = await continue_apps(engine)
+        else:
+            async with _agent(store, spec, check=check) as agent:
+                decided = await decided_by(agent)
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
     shown = show_value(decided.approved_args or decided.args)
     args = shown.text
@@ -498,6 +508,10 @@ async def _decide(
     )
     if shown.warning:
         out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
+    if continued is not None:
+        for line in continued or ["the apps engine had nothing waiting to continue"]:
+            out.print(f"app {line}", soft_wrap=True, markup=False, highlight=False)
+        return 0
     hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
     out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0
