@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from uuid import UUID
@@ -31,7 +30,7 @@ from ..memory.base import Memory
 from ..models.base import Model
 from ..stores.base import RunRecord
 from ..stores.sqlite import SQLiteStore
-from .assets import ASSETS, get_asset, usd
+from .assets import ASSETS, get_asset
 from .demo import (
     DEMO_CONVERSATION,
     DEMO_PRINCIPAL,
@@ -41,12 +40,12 @@ from .demo import (
     require_key,
     wallet_memory,
 )
-from .lending import Accrual
+from .posted import accrued_line, posted_balances
 from .scripted import CAN_DO
-from .views import BalanceReport, Holding
+from .views import BalanceReport
 from .wallet import PaperWallet
 
-__all__ = ["accrued_line", "balances_table", "posted_balances", "run_chat", "run_demo"]
+__all__ = ["balances_table", "run_chat", "run_demo"]
 
 _BOOKS = ("available", "savings", "debt", "rewards")
 
@@ -92,63 +91,6 @@ def balances_table(
     table.caption = f"total ${report.total_usd:,.2f} · address {report.address}"
     table.caption_justify = "left"
     return table
-
-
-def posted_balances(
-    wallet: PaperWallet, principal: str, at: datetime | None = None
-) -> tuple[BalanceReport, Accrual]:
-    """The balances as the ledger's postings hold them, and apart from them what accrued since
-    the last posting (``balances`` counts it in: interest in savings and debt, rewards); the
-    USD values and the total are of the posted amounts."""
-    when = at or wallet.clock.now()
-    report = wallet.balances(principal, at=when)
-    accrual = wallet.positions(principal, at=when).accrual
-
-    def less(holdings: list[Holding], accrued: Mapping[str, Decimal]) -> list[Holding]:
-        kept = []
-        for h in holdings:
-            amount = h.amount - accrued.get(h.asset, Decimal(0))
-            if amount:
-                kept.append(
-                    Holding(
-                        asset=h.asset, amount=amount, usd=wallet.usd_value(h.asset, amount, when)
-                    )
-                )
-        return kept
-
-    savings = less(report.savings, accrual.interest)
-    debt = less(report.debt, accrual.debt_interest)
-    rewards = less(report.rewards, {wallet.lending.reward_asset: accrual.rewards})
-    total = sum((h.usd for h in [*report.available, *savings, *rewards]), Decimal(0))
-    total -= sum((h.usd for h in debt), Decimal(0))
-    posted = report.model_copy(
-        update={"savings": savings, "debt": debt, "rewards": rewards, "total_usd": usd(total)}
-    )
-    return posted, accrual
-
-
-def accrued_line(wallet: PaperWallet, accrual: Accrual) -> str | None:
-    """What accrued and is not posted yet, in words (None: nothing)."""
-    parts = [
-        *(
-            f"{get_asset(a).format(v)} {a} of interest on savings"
-            for a, v in accrual.interest.items()
-        ),
-        *(
-            f"{get_asset(a).format(v)} {a} of interest on debt"
-            for a, v in accrual.debt_interest.items()
-        ),
-    ]
-    if accrual.rewards:
-        symbol = wallet.lending.reward_asset
-        parts.append(f"{get_asset(symbol).format(accrual.rewards)} {symbol} of rewards")
-    if not parts:
-        return None
-    return (
-        "Accrued since the last posting, not in the ledger yet (posted by the next write): "
-        + ", ".join(parts)
-        + "."
-    )
 
 
 def _show_balances(

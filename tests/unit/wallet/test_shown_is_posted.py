@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from fiduciary.server.schemas import Balances
+from fiduciary.server.served import wallet_agent
+from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.wallet import PaperWallet
 from fiduciary.wallet.assets import ASSETS
 from fiduciary.wallet.demo import DEMO_PRINCIPAL
@@ -60,16 +63,21 @@ def accrued_rewards(db: Path) -> Decimal:
         return wallet.positions(DEMO_PRINCIPAL).accrual.rewards
 
 
+def wait_for_accrued_rewards(db: Path) -> None:
+    """Until some rewards accrued on the savings since the last write (unposted): a condition,
+    polled, bounded."""
+    deadline = time.monotonic() + 60
+    while accrued_rewards(db) == 0:
+        assert time.monotonic() < deadline, "no rewards accrued in 60 s"
+        time.sleep(0.05)
+
+
 def test_the_demos_tables_show_the_ledger_and_the_accrual_apart(tmp_path: Path) -> None:
     db = tmp_path / "demo.sqlite3"
     first = fiduciary("demo", "--yes", "--db", db, columns=200)
     assert first.returncode == 0, first.stderr
     assert shown(first.stdout, "Balances after") == posted(db)
-    # rewards accrue on the savings by the second: wait until some have, unposted
-    deadline = time.monotonic() + 60
-    while accrued_rewards(db) == 0:
-        assert time.monotonic() < deadline, "no rewards accrued in 60 s"
-        time.sleep(0.05)
+    wait_for_accrued_rewards(db)
     before = posted(db)
 
     again = fiduciary("demo", "--yes", "--db", db, columns=200)
@@ -79,3 +87,26 @@ def test_the_demos_tables_show_the_ledger_and_the_accrual_apart(tmp_path: Path) 
     said = " ".join(again.stdout.split())
     assert re.search(r"not in the ledger yet \(posted by the next write\): [\d.]+ SUI", said)
     assert shown(again.stdout, "Balances after") == posted(db)
+
+
+async def test_the_web_consoles_balances_are_the_ledgers_and_the_accrual_apart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "demo.sqlite3"
+    assert fiduciary("demo", "--yes", "--db", db).returncode == 0
+    wait_for_accrued_rewards(db)
+    store = SQLiteStore(db)
+    try:
+        hook = wallet_agent(store).balances
+        assert hook is not None
+        shown_now = hook(DEMO_PRINCIPAL)
+    finally:
+        await store.close()
+    assert isinstance(shown_now, Balances)
+    books = {
+        (key.split(" ")[0], key.split(" ")[1] if " " in key else "available"): amount
+        for key, amount in shown_now.balances.items()
+        if "accrued" not in key
+    }
+    assert books == posted(db)
+    assert shown_now.balances["SUI rewards accrued (not posted)"] > 0
