@@ -466,9 +466,12 @@ def test_approvals_list_shows_what_waits(suspended: tuple[Path, UUID, UUID]) -> 
     assert [json.loads(line)["approval_id"] for line in lines] == [str(approval_id)]
     others = cli("approvals", "list", "--principal", "someone-else", "--db", db)
     assert "no pending approvals" in others.output
-    shown = cli("runs", "show", str(run_id), "--db", db)
+    shown = cli("runs", "show", str(run_id), "--db", db, env={"COLUMNS": "400"})
     assert "waiting for a decision" in shown.output
     assert str(approval_id)[:8] in shown.output
+    # the hint names the program as it runs when pasted, and the file
+    hint = f"decide with: {program()} approvals approve ID --by {DEMO_PRINCIPAL} --db {db}"
+    assert hint in shown.output
 
 
 def test_approve_then_resume_pays_the_rent(suspended: tuple[Path, UUID, UUID]) -> None:
