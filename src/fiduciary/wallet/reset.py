@@ -24,6 +24,16 @@ def _saved_keys(db: Path) -> tuple[list[str], list[tuple[Any, ...]]]:
     """The keys table's schema (table and indexes) and its rows; nothing without the table."""
     if not db.is_file():
         return [], []
+    try:
+        return _read_keys(db)
+    except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
+        raise CliError(
+            f"cannot read the API keys kept in {db} ({exc}), so nothing was deleted; "
+            "--reset-keys deletes the file, keys and all"
+        ) from None
+
+
+def _read_keys(db: Path) -> tuple[list[str], list[tuple[Any, ...]]]:
     connection = sqlite3.connect(db)
     try:
         schema = [

@@ -97,3 +97,16 @@ def test_the_help_lists_what_reset_deletes_and_keeps() -> None:
         "With --reset: delete the API keys too.",
     ):
         assert said in shown, said
+
+
+def test_a_file_whose_keys_cannot_be_read_is_kept_unless_the_keys_go_too(tmp_path: Path) -> None:
+    db = tmp_path / "demo.sqlite3"
+    db.write_bytes(b"not a database, but someone's file" * 200)
+
+    kept = fiduciary("demo", "--reset", "--yes", "--db", db)
+
+    assert kept.returncode == 2
+    assert kept.stderr.startswith(f"error: cannot read the API keys kept in {db} (")
+    assert db.read_bytes().startswith(b"not a database")
+    gone = fiduciary("demo", "--reset", "--reset-keys", "--yes", "--db", db)
+    assert gone.returncode == 0, gone.stderr
