@@ -16,7 +16,7 @@ from fiduciary.server.served import DEFAULT_AGENT
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-DECIDE = re.compile(r"fiduciary approvals (?:approve|deny) (\S+)")
+DECIDE = re.compile(r"fiduciary approvals (?:approve|deny)(?: \| deny)? (\S+)")
 
 
 def _text(page: Path) -> str:
