@@ -122,10 +122,10 @@ async def _agent(
         agent = agent_of(made, spec)
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
-    if check is not None:
-        await check(agent)
     # the external MCP servers the agent's server and workers are given (its runs may call them)
     async with with_mcp(agent, [], os.environ.get("FIDUCIARY_MCP_CONFIG", "").split()):
+        if check is not None:
+            await check(agent)  # with the servers' tools: the run may have called them
         yield agent
 
 
