@@ -1,7 +1,8 @@
 """Who has a SQLite file open: the processes that use one for their lifetime (``serve``,
-``demo``, ``chat``) hold a shared lock on a sidecar file, ``<db>.lock``, and write a line there
-saying who they are; ``demo --reset`` deletes the file only under the exclusive lock, so never
-under a live process (which would go on writing to a file nobody can open again).
+``demo``, ``chat``, ``mcp``) hold a shared lock on a sidecar file, ``<db>.lock``, and write a
+line there saying who they are; ``demo --reset`` deletes the file only under the exclusive
+lock, so never under a live process (which would go on writing to a file nobody can open
+again).
 
 ``flock`` locks belong to the open file: the system releases them when their process ends,
 however it ends, so a crash leaves no stale lock (only a stale line, which is skipped: its pid

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
                 "runs and their events, approvals, the audit and the idempotency ledger, "
                 "memory, apps' and channels' state, and the paper wallet's books (the "
                 "balances are the opening ones again). Its API keys are kept. Refused while "
-                "another process (fiduciary serve, chat, demo) has the file open.",
+                "another process (fiduciary serve, chat, demo, mcp) has the file open.",
             ),
         ] = False,
         reset_keys: Annotated[

@@ -7,6 +7,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -86,13 +87,44 @@ def test_reset_refuses_a_served_database_and_keeps_the_keys(tmp_path: Path) -> N
     assert key_ids(db) == []
 
 
+def test_reset_refuses_a_database_an_mcp_client_holds(tmp_path: Path) -> None:
+    """``fiduciary mcp --db`` (a desktop app's server) holds the file while its client is on."""
+    db = tmp_path / "demo.sqlite3"
+    served = subprocess.Popen(
+        argv(
+            "mcp", "--agent", "fiduciary.server.served:wallet_agent",
+            "--principal", "demo-user", "--db", db,
+        ),
+        env=environment(200),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    lock = db.with_name(db.name + ".lock")
+    try:
+        deadline = time.monotonic() + 60
+        while f"{served.pid} fiduciary mcp" not in (lock.read_text() if lock.exists() else ""):
+            assert served.poll() is None, served.communicate()[1]
+            assert time.monotonic() < deadline, "fiduciary mcp never held the file"
+            time.sleep(0.05)
+
+        refused = fiduciary("demo", "--reset", "--yes", "--db", db)
+
+        assert refused.returncode == 2
+        assert f"(pid {served.pid}: fiduciary mcp)" in refused.stderr
+    finally:
+        served.communicate("", timeout=60)  # the client goes away: the server ends
+    assert fiduciary("demo", "--reset", "--yes", "--db", db).returncode == 0
+
+
 def test_the_help_lists_what_reset_deletes_and_keeps() -> None:
     shown = " ".join(fiduciary("demo", "--help", columns=200).stdout.replace("│", " ").split())
     for said in (
         "runs and their events, approvals, the audit and the idempotency ledger, memory",
         "the paper wallet's books",
         "Its API keys are kept.",
-        "Refused while another process (fiduciary serve, chat, demo) has the file open.",
+        "Refused while another process (fiduciary serve, chat, demo, mcp) has the file open.",
         "--reset-keys",
         "With --reset: delete the API keys too.",
     ):
