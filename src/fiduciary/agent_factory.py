@@ -2,12 +2,15 @@
 
 The attribute is a factory ``(store) -> Agent``, or an object holding the agent as ``.agent``
 (the server's ``ServedAgent``, which adds the balances its console shows). ``fiduciary serve``,
-``worker``, ``runs resume`` and ``approvals approve | deny`` load theirs with ``load_factory``.
+``worker``, ``runs resume`` and ``approvals approve | deny`` load theirs with ``load_factory``;
+the current directory is on the import path, as for uvicorn's ``module:app``.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 
 from .agent import Agent
@@ -22,6 +25,11 @@ def load_factory(spec: str) -> Callable[[Store], object]:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ConfigurationError(f"--agent must be module:attribute, not {spec!r}")
+    # as uvicorn does: a module beside the person (`--agent mymodule:make`) is found without
+    # PYTHONPATH=.
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

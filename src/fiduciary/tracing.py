@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from .exceptions import ConfigurationError
+
 if TYPE_CHECKING:
     from .events import Event
     from .redaction import Redactor
@@ -94,6 +96,13 @@ def tracer_from_env(environ: Mapping[str, str] | None = None) -> RunTracer:
     exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporter == "none" or (not exporter and not any(env.get(k) for k in _ASKING)):
         return NO_TRACER
-    observability = importlib.import_module("fiduciary.observability.otel")
-    tracer: RunTracer = observability.tracer_from_env()
+    try:
+        observability = importlib.import_module("fiduciary.observability.otel")
+        tracer: RunTracer = observability.tracer_from_env()
+    except ImportError:
+        asked = next((k for k in _ASKING if env.get(k)), "OTEL_TRACES_EXPORTER")
+        raise ConfigurationError(
+            f"{asked} is set: tracing needs the 'observability' extra: "
+            "pip install 'fiduciary[observability]' (or unset it)"
+        ) from None
     return tracer

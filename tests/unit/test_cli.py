@@ -15,6 +15,7 @@ from uuid import UUID
 import pytest
 from typer.testing import CliRunner, Result
 
+from fiduciary.cli._common import program
 from fiduciary.cli.app import app
 from fiduciary.cli.terminal import follow_events
 from fiduciary.events import (
@@ -465,9 +466,12 @@ def test_approvals_list_shows_what_waits(suspended: tuple[Path, UUID, UUID]) -> 
     assert [json.loads(line)["approval_id"] for line in lines] == [str(approval_id)]
     others = cli("approvals", "list", "--principal", "someone-else", "--db", db)
     assert "no pending approvals" in others.output
-    shown = cli("runs", "show", str(run_id), "--db", db)
+    shown = cli("runs", "show", str(run_id), "--db", db, env={"COLUMNS": "400"})
     assert "waiting for a decision" in shown.output
     assert str(approval_id)[:8] in shown.output
+    # the hint names the program as it runs when pasted, and the file
+    hint = f"decide with: {program()} approvals approve ID --by {DEMO_PRINCIPAL} --db {db}"
+    assert hint in shown.output
 
 
 def test_approve_then_resume_pays_the_rent(suspended: tuple[Path, UUID, UUID]) -> None:
@@ -475,7 +479,8 @@ def test_approve_then_resume_pays_the_rent(suspended: tuple[Path, UUID, UUID]) -
     approved = cli("approvals", "approve", str(approval_id)[:8], "--by", DEMO_PRINCIPAL, "--db", db)
     assert approved.exit_code == 0, approved.output
     assert "approved" in approved.output
-    assert f"resume the run with: fiduciary runs resume {run_id} --db {db}" in approved.output
+    resume = f"{program()} runs resume {run_id} --db {db}"  # as it runs when pasted
+    assert f"resume the run with: {resume}" in approved.output
     record = approval(db, approval_id)
     assert (record.status, record.decided_by) == ("approved", DEMO_PRINCIPAL)
     assert "no pending approvals" in cli("approvals", "list", "--db", db).output

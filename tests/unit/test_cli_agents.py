@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -215,3 +216,33 @@ def test_a_bad_agent_is_one_line_of_error(
     assert result.returncode == 2, result.stderr
     assert says in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def tables(db: Path) -> list[str]:
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall()
+    connection.close()
+    return [name for (name,) in rows]
+
+
+@pytest.mark.parametrize("command", ["approve", "deny", "resume"])
+def test_a_refused_agent_changes_nothing_in_the_file(
+    tmp_path: Path, billing: ModuleType, command: str
+) -> None:
+    """The wallet agent (the default) refused for another agent's run makes none of its books
+    in the person's own database."""
+    db = tmp_path / "runs.sqlite3"
+    run_id, approval_id = suspended(db, billing)
+    before = tables(db)
+    assert not [name for name in before if name.startswith("wallet_")]
+    args = (
+        ("runs", "resume", run_id)
+        if command == "resume"
+        else ("approvals", command, approval_id, "--by", "alice")
+    )
+
+    refused = fiduciary(tmp_path, *args, "--db", db)
+
+    assert refused.returncode == 1, refused.stderr
+    assert "(agent_mismatch)" in refused.stderr
+    assert tables(db) == before

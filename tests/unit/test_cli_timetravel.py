@@ -7,6 +7,7 @@ from uuid import UUID
 
 import pytest
 
+from fiduciary.cli._common import program
 from fiduciary.events import PendingAction, RunStarted, ToolCallStart
 
 from .test_cli import cli, completed, ledger_figures, stored_events, with_store
@@ -36,6 +37,8 @@ def test_replay_executes_nothing_and_diff_names_the_divergence(
     assert stored_events(db, run_id) == before
     runs = with_store(db, lambda s: s.list_runs())
     (replay,) = [r for r in runs if r.run_id != run_id]
+    compare = f"{program()} runs diff {str(run_id)[:8]} {str(replay.run_id)[:8]} --db {db}"
+    assert f"Compare them with: {compare}" in " ".join(result.output.split())  # as pasted
     started = stored_events(db, replay.run_id)[0]
     assert isinstance(started, RunStarted)
     assert started.replay_of == run_id

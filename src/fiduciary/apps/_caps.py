@@ -9,7 +9,7 @@ grant use that let a call through (``Watched``). ``app_enable``, ``app_approve_i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -25,6 +25,7 @@ __all__ = [
     "Watched",
     "bounded",
     "engine_capabilities",
+    "intent_pricer",
     "state_capability",
 ]
 
@@ -89,13 +90,46 @@ def state_capability(read: Callable[[str], Awaitable[dict[str, Any]]]) -> Capabi
     return app_state
 
 
+IntentAmount = Callable[[str, dict[str, Any], CallContext], Awaitable[Decimal | None]]
+
+
+def intent_pricer(capabilities: Callable[[], Mapping[str, Capability]]) -> IntentAmount:
+    """What an intent moves, in USD, as its capability prices it (None: unknown)."""
+
+    async def price(name: str, args: dict[str, Any], ctx: CallContext) -> Decimal | None:
+        cap = capabilities().get(name)
+        if cap is None:
+            return None
+        try:
+            model = cap.input_model.model_validate(args)
+        except ValueError:
+            return None  # refused when it runs; until then its amount is unknown
+        return await cap.amount(model, ctx)
+
+    return price
+
+
 def engine_capabilities(
     *,
     enabled: Callable[[str, str], Awaitable[None]],
     granted: Callable[[dict[str, Any], CallContext], Awaitable[str]],
+    intent_amount: IntentAmount | None = None,
 ) -> list[Capability]:
     """``app_enable``, ``app_approve_intents``, ``app_grant``; their handlers run only after a
-    person approved the exact arguments (tier fixed at ``confirm``)."""
+    person approved the exact arguments (tier fixed at ``confirm``). ``intent_amount`` prices
+    one intent (its capability's own USD amount); a batch's amount is their sum, unknown when
+    one of them is."""
+
+    async def batch_amount(args: Any, ctx: CallContext) -> Decimal | None:
+        if intent_amount is None:
+            return None
+        total = Decimal(0)
+        for item in args.intents:
+            amount = await intent_amount(item.capability, item.args, ctx)
+            if amount is None:
+                return None
+            total += amount
+        return total
 
     def describe_enable(args: Any) -> str:
         limits = ", ".join(f"{k} up to ${v}" for k, v in sorted(args.limits_usd.items()))
@@ -121,7 +155,7 @@ def engine_capabilities(
         lines = "; ".join(f"{i + 1}. {item.summary}" for i, item in enumerate(args.intents))
         return f"App {args.app_id} proposes {len(args.intents)} action(s): {lines}"
 
-    @capability(kind=Kind.PROPOSE, tier="confirm", describe=describe_batch)
+    @capability(kind=Kind.PROPOSE, tier="confirm", describe=describe_batch, amount_usd=batch_amount)
     async def app_approve_intents(app_id: str, intents: list[IntentItem]) -> dict[str, int]:
         """Approve, as one, the listed intents of an app (one digest over the list)."""
         return {"approved": len(intents)}

@@ -41,7 +41,13 @@ from ..policy import Policy, Threshold
 from ..redaction import Redactor
 from ..stores.base import ApprovalRecord, Store
 from . import runs
-from ._caps import HOOK_TOOL_CALLS, bounded, engine_capabilities, state_capability
+from ._caps import (
+    HOOK_TOOL_CALLS,
+    bounded,
+    engine_capabilities,
+    intent_pricer,
+    state_capability,
+)
 from .grants import GrantPolicy, LiveGrant
 from .manifest import TIER_SECONDS, Manifest
 from .tables import (
@@ -153,7 +159,11 @@ class AppEngine:
         self.manifests: dict[str, Manifest] = {}
         for manifest in manifests:
             self.add(manifest)
-        self._own = engine_capabilities(enabled=self._enabled, granted=self._granted)
+        self._own = engine_capabilities(
+            enabled=self._enabled,
+            granted=self._granted,
+            intent_amount=intent_pricer(lambda: {**self.paper, **(self.live or {})}),
+        )
         self._state_cap = state_capability(self._state_of)
         self._running: dict[str, asyncio.Task[TickResult]] = {}
 

@@ -9,6 +9,8 @@ import functools
 import json
 import os
 import re
+import shlex
+import shutil
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -95,13 +97,27 @@ class PromptInterruptedError(Exception):
     """Ctrl-C while the person was asked about a pending action of ``run_id``: the run waits,
     and can be resumed; ``db`` names its file for the command that resumes it."""
 
-    def __init__(self, run_id: UUID, db: Path | None = None, agent: str | None = None) -> None:
+    def __init__(
+        self,
+        run_id: UUID,
+        db: Path | None = None,
+        agent: str | None = None,
+        *,
+        demo: bool = False,
+    ) -> None:
         super().__init__(f"interrupted at run {run_id}")
         self.run_id = run_id
         self.db = db
         self.agent = agent
+        self.demo = demo  # the demo's run: the demo, not `runs resume`, plays its other steps
 
     def advice(self) -> str:
+        if self.demo:
+            return (
+                f"interrupted: run {self.run_id} waits for your decision. Continue the demo "
+                f"with: {program()} demo{db_option(self.db)} (it offers this run first, then "
+                "plays the demo's remaining steps)"
+            )
         return (
             f"interrupted: run {self.run_id} waits for your decision. Continue it with: "
             f"{resume_command(self.run_id, self.db, self.agent)}"
@@ -109,9 +125,28 @@ class PromptInterruptedError(Exception):
 
 
 def resume_command(run_id: UUID, db: Path | None = None, agent: str | None = None) -> str:
-    """The command that resumes a run, with the options it needs."""
-    where = "" if db is None or db == DEFAULT_DB else f" --db {db}"
-    return f"fiduciary runs resume {run_id}{where}" + (f" --agent {agent}" if agent else "")
+    """The command that resumes a run, with the options it needs, as it runs when pasted."""
+    with_agent = f" --agent {shlex.quote(agent)}" if agent else ""
+    return f"{program()} runs resume {run_id}{db_option(db)}{with_agent}"
+
+
+def db_option(db: Path | None) -> str:
+    """`` --db PATH`` for a hint, or nothing for the default file."""
+    return "" if db is None or db == DEFAULT_DB else f" --db {shlex.quote(str(db))}"
+
+
+def program() -> str:
+    """This ``fiduciary`` as a hint must name it to run when pasted in the same directory:
+    ``fiduciary`` when that name on PATH is this program, else the absolute path of the script
+    that runs (``make demo`` does not put ``.venv/bin`` on PATH), else this Python ``-m
+    fiduciary`` (started some other way)."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is None or script.name != "fiduciary" or not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m fiduciary"
+    found = shutil.which("fiduciary")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "fiduciary"
+    return shlex.quote(str(script.absolute()))
 
 
 _TYPES = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
 from ..stores.sqlite import SQLiteStore
+from ._app_decisions import app_engine, continue_apps, is_app_run
 from ._common import (
     _FINISHED,
     DEFAULT_DB,
@@ -50,7 +52,9 @@ from ._common import (
     _styled,
     _usd,
     _when,
+    db_option,
     load_agent_factory,
+    program,
     resume_command,
     with_mcp,
 )
@@ -65,10 +69,16 @@ approvals_app = typer.Typer(help="List and decide pending actions.", no_args_is_
 # --- the run's agent ---
 
 
+Check = Callable[[Agent], Awaitable[None]]
+
+
 @asynccontextmanager
-async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIterator[Agent]:
+async def _wallet_agent(
+    store: SQLiteStore, model: str | None = None, check: Check | None = None
+) -> AsyncIterator[Agent]:
     """The paper-wallet agent, its ledger in the store's file; ``model`` names its model (the
-    scripted demo's by default)."""
+    scripted demo's by default). ``check`` refuses it before its books are made in the file:
+    it is given the same agent over books in memory (a refusal changes nothing)."""
     from ..wallet import PaperWallet
     from ..wallet.demo import build_wallet_agent, load_model, require_key, wallet_memory
 
@@ -79,6 +89,9 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
             require_key(model, os.environ)
         except ConfigurationError as exc:
             raise CliError(f"{exc} (the run's model)") from exc
+    if check is not None:
+        with PaperWallet() as probe:  # the capabilities and the model, no table in the file
+            await check(build_wallet_agent(store, probe, model=chosen))
     memory = wallet_memory(store)
     with PaperWallet(store.path) as wallet:
         agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
@@ -92,11 +105,12 @@ async def _wallet_agent(store: SQLiteStore, model: str | None = None) -> AsyncIt
 
 @asynccontextmanager
 async def _agent(
-    store: SQLiteStore, spec: str | None, *, model: str | None = None
+    store: SQLiteStore, spec: str | None, *, model: str | None = None, check: Check | None = None
 ) -> AsyncIterator[Agent]:
-    """The agent ``--agent`` names, else the paper-wallet agent running ``model``."""
+    """The agent ``--agent`` names, else the paper-wallet agent running ``model``; ``check``
+    (which may refuse it) is passed before it is used."""
     if spec is None:
-        async with _wallet_agent(store, model) as wallet_agent:
+        async with _wallet_agent(store, model, check) as wallet_agent:
             yield wallet_agent
         return
     factory = load_agent_factory(spec)
@@ -110,6 +124,8 @@ async def _agent(
         raise CliError(str(exc)) from exc
     # the external MCP servers the agent's server and workers are given (its runs may call them)
     async with with_mcp(agent, [], os.environ.get("FIDUCIARY_MCP_CONFIG", "").split()):
+        if check is not None:
+            await check(agent)  # with the servers' tools: the run may have called them
         yield agent
 
 
@@ -226,8 +242,8 @@ async def runs_show(
     if pending:
         out.print("[bold]waiting for a decision[/]")
         _print_approvals(out, pending, notes)
-        by = escape(record.principal)
-        out.print(f"decide with: fiduciary approvals approve ID --by {by}", soft_wrap=True)
+        hint = f"{program()} approvals approve ID --by {shlex.quote(record.principal)}"
+        out.print(f"decide with: {hint}{db_option(db)}", markup=False, soft_wrap=True)
     if tail:
         out.print(f"[bold]last {len(tail)} events[/]")
         events = Table("seq", "at (UTC)", "type", "what", box=None)
@@ -336,6 +352,9 @@ async def runs_resume(
     lacks the run's capabilities, or has another model (unless --any-model), is refused and
     the run is left as it was. Pending actions are asked about at the terminal, or approved
     with --yes.
+
+    Resuming finishes what the run was last asked; it says nothing new to the agent (a demo
+    run's remaining steps are played by fiduciary demo, which offers the run first).
     """
     out = Console()
     async with _open(db) as store:
@@ -344,8 +363,11 @@ async def runs_resume(
             out.print(f"run {record.run_id} is already {record.status}: nothing to resume")
             return 0
         model = await _recorded_model(store, record.run_id)
-        async with _agent(store, agent_spec, model=model) as agent:
+
+        async def check(agent: Agent) -> None:
             await _check_agent(agent, record.run_id, agent_spec, any_model=any_model)
+
+        async with _agent(store, agent_spec, model=model, check=check) as agent:
             try:
                 await resume_with_approvals(
                     agent,
@@ -475,18 +497,30 @@ async def _decide(
     decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
 ) -> int:
     """Resolve an approval, decide it durably under the rules of the run's agent (``spec``, else
-    the paper-wallet agent), say what happened."""
+    the apps engine's for a run it started, else the paper-wallet agent), say what happened."""
     if not by.strip():
         raise CliError("--by must name who decides")
+    continued: list[str] | None = None  # an app's: what the engine continued
     async with _open(db) as store:
         record = await _find_approval(store, ref)
-        async with _agent(store, spec) as agent:
-            await _check_agent(agent, record.run_id, spec, any_model=None)
+
+        async def decided_by(agent: Agent) -> ApprovalRecord:
             try:
-                decided = await decision(agent, record)
+                return await decision(agent, record)
             except ApprovalError as exc:
                 current = await store.get_approval(record.approval_id) or record
                 raise CliError(_refusal(exc, current, by, agent), 1) from exc
+
+        async def check(agent: Agent) -> None:
+            await _check_agent(agent, record.run_id, spec, any_model=None)
+
+        if spec is None and await is_app_run(store, record.run_id):
+            async with app_engine(db, record.principal) as engine:
+                decided = await decided_by(engine.decider())
+                continued = await continue_apps(engine)
+        else:
+            async with _agent(store, spec, check=check) as agent:
+                decided = await decided_by(agent)
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
     shown = show_value(decided.approved_args or decided.args)
     args = shown.text
@@ -500,6 +534,10 @@ async def _decide(
     )
     if shown.warning:
         out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
+    if continued is not None:
+        for line in continued or ["the apps engine had nothing waiting to continue"]:
+            out.print(f"app {line}", soft_wrap=True, markup=False, highlight=False)
+        return 0
     hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
     out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0

@@ -14,7 +14,18 @@ from ..models.base import Model
 from ..observability.diff import diff, render_diff
 from ..observability.fork import fork, parse_decide
 from ..observability.replay import replay
-from ._common import DEFAULT_DB, AgentSpec, CliError, Db, JsonFlag, RunRef, _command, _find_run
+from ._common import (
+    DEFAULT_DB,
+    AgentSpec,
+    CliError,
+    Db,
+    JsonFlag,
+    RunRef,
+    _command,
+    _find_run,
+    db_option,
+    program,
+)
 from ._common import _open as open_store
 from ._common import _styled as styled
 from .runs import _agent, _recorded_model, _wallet_agent
@@ -59,9 +70,10 @@ def register(runs_app: typer.Typer) -> None:
                 final = await agent.get_run(rid)
         out.print(
             f"replay [bold]{rid}[/] of run {record.run_id} is {styled(final.status)} after "
-            f"{final.last_seq} events; nothing was executed. Compare them with: fiduciary runs "
-            f"diff {str(record.run_id)[:8]} {str(rid)[:8]}",
+            f"{final.last_seq} events; nothing was executed. Compare them with: {program()} runs "
+            f"diff {str(record.run_id)[:8]} {str(rid)[:8]}{db_option(db)}",
             soft_wrap=True,
+            highlight=False,
         )
         return 0
 

@@ -25,6 +25,7 @@ from rich.markup import escape
 from ..agent_factory import agent_of, load_factory
 from ..capabilities import Principal
 from ..cli._common import McpConfig, with_mcp
+from ..cli._holding import holding
 from ..exceptions import FiduciaryError
 
 __all__ = ["mcp_command", "register"]
@@ -54,7 +55,8 @@ def mcp_command(
 ) -> None:
     """Serve the agent's capabilities over MCP (stdio): reads answer; writes pass the gates."""
     try:
-        asyncio.run(_serve(agent, principal, db, skills, console_url, mcp_config or []))
+        with holding(db, "fiduciary mcp"):  # demo --reset refuses to delete it under the client
+            asyncio.run(_serve(agent, principal, db, skills, console_url, mcp_config or []))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except (FiduciaryError, OSError, ValueError) as exc:

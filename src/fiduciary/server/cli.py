@@ -8,6 +8,7 @@ code, as in the rest of the CLI: 0 done, 1 refused, 2 could not start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tomllib
@@ -26,6 +27,7 @@ from rich.table import Table
 from .._gc import for_many_runs
 from .._sweep import SWEEP_SECONDS
 from ..cli._common import McpConfig, plain_errors, with_mcp
+from ..cli._holding import holding
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
 from .auth import (
@@ -314,25 +316,28 @@ def serve(
             "that drives a run, and with --no-drive this one drives none"
         )
     where = _Where(db, postgres)
+    # a SQLite file is held while it is served: demo --reset refuses to delete it under us
+    held = contextlib.nullcontext() if postgres else holding(db, "fiduciary serve")
     try:
-        code = asyncio.run(
-            _serve(
-                where,
-                host,
-                port,
-                agent,
-                drive,
-                settings,
-                limit,
-                channels,
-                targets,
-                sweep_seconds,
-                attention=attention,
-                mcp_files=mcp_config or [],
-                public_url=public_url,
-                origins=origins,
+        with held:
+            code = asyncio.run(
+                _serve(
+                    where,
+                    host,
+                    port,
+                    agent,
+                    drive,
+                    settings,
+                    limit,
+                    channels,
+                    targets,
+                    sweep_seconds,
+                    attention=attention,
+                    mcp_files=mcp_config or [],
+                    public_url=public_url,
+                    origins=origins,
+                )
             )
-        )
     except KeyboardInterrupt:
         code = 130
     raise typer.Exit(code)

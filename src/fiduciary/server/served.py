@@ -65,6 +65,7 @@ def wallet_agent(store: Store) -> ServedAgent:
     from ..stores.sqlite import SQLiteStore
     from ..wallet import PaperWallet, build_wallet_agent
     from ..wallet.demo import default_model_name, load_model, wallet_memory
+    from ..wallet.posted import posted_balances
 
     if not isinstance(store, SQLiteStore | MemoryStore):
         raise ConfigurationError(
@@ -77,7 +78,8 @@ def wallet_agent(store: Store) -> ServedAgent:
     model = load_model(name)  # offline: the wallet's scripted model, which does what is asked
 
     def balances(principal: str) -> Balances:
-        report = wallet.balances(principal)
+        # the ledger's figures; what accrued since its last posting on rows of its own
+        report, accrual = posted_balances(wallet, principal)
         amounts: dict[str, Decimal] = {}
         usd: dict[str, Decimal] = {}
         for book, holdings in (
@@ -89,6 +91,16 @@ def wallet_agent(store: Store) -> ServedAgent:
             for holding in holdings:
                 amounts[f"{holding.asset}{book}"] = holding.amount
                 usd[f"{holding.asset}{book}"] = holding.usd
+        accrued = {
+            **{f"{a} interest accrued (not posted)": v for a, v in accrual.interest.items()},
+            **{
+                f"{a} debt interest accrued (not posted)": v
+                for a, v in accrual.debt_interest.items()
+            },
+        }
+        if accrual.rewards:
+            accrued[f"{wallet.lending.reward_asset} rewards accrued (not posted)"] = accrual.rewards
+        amounts.update(accrued)
         return Balances(balances=amounts, usd=usd, total_usd=report.total_usd)
 
     agent = build_wallet_agent(store, wallet, model=model, memory=wallet_memory(store))

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from ..cli._common import DEFAULT_DB, CliError, Db, Yes, _command
+from ..cli._holding import holding
 from ..exceptions import ConfigurationError
 
 __all__ = ["register"]
@@ -43,9 +44,16 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--reset",
-                help="Start afresh: delete the database file first (its runs, approvals and "
-                "the paper wallet's books), so the balances are the opening ones.",
+                help="Start afresh: delete the database file first, and everything in it: "
+                "runs and their events, approvals, the audit and the idempotency ledger, "
+                "memory, apps' and channels' state, and the paper wallet's books (the "
+                "balances are the opening ones again). Its API keys are kept. Refused while "
+                "another process (fiduciary serve, chat, demo, mcp) has the file open.",
             ),
+        ] = False,
+        reset_keys: Annotated[
+            bool,
+            typer.Option("--reset-keys", help="With --reset: delete the API keys too."),
         ] = False,
     ) -> int:
         """The paper-wallet demo: two reads in parallel, a small save, a send that waits for
@@ -54,13 +62,17 @@ def register(app: typer.Typer) -> None:
 
         The paper wallet carries over from one demo to the next, in the database file; --reset
         starts from the opening balances."""
-        from .console import reset_database, run_demo
+        from .console import run_demo
+        from .reset import reset_database
 
+        if reset_keys and not reset:
+            raise CliError("--reset-keys goes with --reset")
         out = Console()
         if reset:
-            reset_database(db, out)
+            reset_database(db, out, keep_keys=not reset_keys)
         try:
-            return await run_demo(db, yes=yes, out=out, env=_environment(), model=model)
+            with holding(db, "fiduciary demo"):
+                return await run_demo(db, yes=yes, out=out, env=_environment(), model=model)
         except ConfigurationError as exc:
             raise CliError(str(exc)) from exc
 
@@ -77,8 +89,9 @@ def register(app: typer.Typer) -> None:
         if not principal.strip():
             raise CliError("--principal must name someone")
         try:
-            return await run_chat(
-                db, principal=principal, yes=yes, out=Console(), env=_environment(), model=model
-            )
+            with holding(db, "fiduciary chat"):
+                return await run_chat(
+                    db, principal=principal, yes=yes, out=Console(), env=_environment(), model=model
+                )
         except ConfigurationError as exc:
             raise CliError(str(exc)) from exc

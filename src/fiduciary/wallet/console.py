@@ -40,11 +40,12 @@ from .demo import (
     require_key,
     wallet_memory,
 )
+from .posted import accrued_line, posted_balances
 from .scripted import CAN_DO
 from .views import BalanceReport
 from .wallet import PaperWallet
 
-__all__ = ["balances_table", "reset_database", "run_chat", "run_demo"]
+__all__ = ["balances_table", "run_chat", "run_demo"]
 
 _BOOKS = ("available", "savings", "debt", "rewards")
 
@@ -92,6 +93,23 @@ def balances_table(
     return table
 
 
+def _show_balances(
+    out: Console,
+    wallet: PaperWallet,
+    principal: str,
+    *,
+    title: str,
+    before: BalanceReport | None = None,
+) -> BalanceReport:
+    """The posted balances as a table (changes since ``before``), and the accrual apart."""
+    posted, accrual = posted_balances(wallet, principal)
+    out.print(balances_table(posted, title=title, before=before))
+    line = accrued_line(wallet, accrual)
+    if line is not None:
+        out.print(f"[dim]{escape(line)}[/]")
+    return posted
+
+
 def _location(db: Path) -> str:
     return os.path.abspath(db)
 
@@ -114,17 +132,6 @@ async def _where(
     if run_id is not None:
         out.print(f"Event log: [bold]{where}[/] (table events, run_id {run_id}).")
     out.print(f"Ledger:    [bold]{where}[/] (tables wallet_transactions, wallet_postings).")
-
-
-def reset_database(db: Path, out: Console) -> None:
-    """Delete the demo's SQLite file (and its journal files): runs and books start afresh."""
-    removed = False
-    for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-        if path.exists():
-            path.unlink()
-            removed = True
-    where = escape(_location(db))
-    out.print(f"{'Deleted' if removed else 'Nothing to delete at'} {where}: a fresh start.")
 
 
 def choose_model(name: str | None, env: Mapping[str, str], out: Console) -> Model:
@@ -220,7 +227,7 @@ async def run_demo(
     agent: Agent | None = None
     try:
         agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
-        start = wallet.balances(DEMO_PRINCIPAL)
+        start = wallet.balances(DEMO_PRINCIPAL)  # opens the wallet; shown as posted below
         out.print(
             Panel(
                 "A paper wallet: real bookkeeping, simulated market. "
@@ -230,7 +237,7 @@ async def run_demo(
                 expand=False,
             )
         )
-        out.print(balances_table(start, title="Balances before"))
+        start = _show_balances(out, wallet, DEMO_PRINCIPAL, title="Balances before")
         try:
             run_id, said = await _take_up(agent, await _waiting_demo_runs(agent), yes=yes, out=out)
             if run_id is not None:
@@ -246,12 +253,11 @@ async def run_demo(
                 if status != "completed":
                     break
         except PromptInterruptedError as exc:
-            raise PromptInterruptedError(exc.run_id, db) from None
+            raise PromptInterruptedError(exc.run_id, db, demo=True) from None
         if status != "completed":
             out.print(f"[red]the run is {status}; the demo stops here[/]")
         out.print()
-        end = wallet.balances(DEMO_PRINCIPAL)
-        out.print(balances_table(end, title="Balances after", before=start))
+        _show_balances(out, wallet, DEMO_PRINCIPAL, title="Balances after", before=start)
         await _where(out, db, agent, run_id, wallet)
     finally:
         await _settle(agent, memory)
@@ -299,7 +305,7 @@ async def run_chat(
                 out.print(_CHAT_HELP)
                 continue
             if text == "/balances":
-                out.print(balances_table(wallet.balances(principal), title="Balances"))
+                _show_balances(out, wallet, principal, title="Balances")
                 continue
             if text == "/new":
                 run_id = None

@@ -55,3 +55,19 @@ def test_make_demo_installs_the_server_extra() -> None:
     demo = next(i for i, line in enumerate(plan) if line.endswith("fiduciary demo "))
     assert plan[install].endswith("-e '.[server]'")
     assert install < demo
+
+
+def test_an_otlp_endpoint_without_the_observability_extra_is_one_line(tmp_path: Path) -> None:
+    result = fiduciary(
+        "demo",
+        "--yes",
+        "--db",
+        tmp_path / "demo.sqlite3",
+        without=("opentelemetry",),
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "error: OTEL_EXPORTER_OTLP_ENDPOINT is set: tracing needs the 'observability' extra: "
+        "pip install 'fiduciary[observability]' (or unset it)\n"
+    )

@@ -8,6 +8,7 @@ import asyncio
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from uuid import UUID
 
@@ -72,9 +73,10 @@ def interrupted(tmp_path: Path) -> tuple[Path, UUID]:
     assert result.returncode == 130, result.stderr
     (run,) = runs_and_rent(db)[0]
     assert run.status == "awaiting_approval"
-    assert result.stderr == (
-        f"interrupted: run {run.run_id} waits for your decision. Continue it with: "
-        f"fiduciary runs resume {run.run_id} --db {db}\n"
+    assert result.stderr == (  # started as python -c: the same Python runs it again
+        f"interrupted: run {run.run_id} waits for your decision. Continue the demo with: "
+        f"{sys.executable} -m fiduciary demo --db {db} (it offers this run first, then plays "
+        "the demo's remaining steps)\n"
     )
     assert "Traceback" not in result.stdout
     return db, run.run_id

@@ -44,7 +44,8 @@ async def test_the_documented_client_configuration_serves_the_wallet(tmp_path: P
     config = _servers()["fiduciary"]
     args = [str(a) for a in config["args"]]
     args[args.index("--db") + 1] = str(tmp_path / "fiduciary.sqlite3")
-    command = shutil.which(str(config["command"]), path=str(Path(sys.executable).parent))
+    # the documented absolute path is the reader's venv: the same program in this venv
+    command = shutil.which(Path(config["command"]).name, path=str(Path(sys.executable).parent))
     assert command is not None
     params = StdioServerParameters(command=command, args=args, cwd=str(tmp_path))
     async with Client(params, cache=None) as client:
