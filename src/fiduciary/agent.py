@@ -25,7 +25,7 @@ from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._loop.folds import KeptFolds
 from ._loop.relay import Relay
-from ._sweep import SWEEP_SECONDS, sweep_forever
+from ._sweep import SWEEP_SECONDS, resume_once, sweep_forever
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
 from .context.compaction import Summarizer
@@ -467,19 +467,15 @@ class Agent:
     async def resume_all(self) -> list[UUID]:
         """Resume, once, every run that can make progress and that nobody drives (left
         ``running`` by a dead process, or suspended with a decision or an expired approval);
-        returns the ids of those driven to their next stop. A run whose store failed is left
-        for a later attempt (logged). A run this agent may not drive (``check_resumable``) is
-        left as it is, for an agent that may; it is logged once. To keep doing it, use
-        ``keep_runs_moving``."""
-        runs = await self.store.runs_to_resume(now=self.clock.now())
-        done: list[UUID] = []
-
-        async def one(rid: UUID) -> None:
-            if await self._resume_quietly(rid):
-                done.append(rid)
-
-        await asyncio.gather(*(one(r.run_id) for r in runs))
-        return done
+        returns the ids of those driven to their next stop (``[]``: nothing to do). A run this
+        agent may not drive (``check_resumable``) or that another process drives is left as it
+        is. Raises ``StoreUnavailableError`` when the store failed — listing the runs, or for
+        some of them (its ``failed``; the others were driven, its ``resumed``): those are left
+        for a later attempt. To keep doing it, use ``keep_runs_moving``."""
+        return await resume_once(
+            lambda: self.store.runs_to_resume(now=self.clock.now()),
+            partial(self._resume_quietly, reraise=True),
+        )
 
     def leaves_alone(self, run_id: UUID) -> bool:
         """Whether this agent refused to drive the run (another agent's: ``check_resumable``);
@@ -558,9 +554,9 @@ class Agent:
                 task.cancel()
             await asyncio.gather(*drives.values(), return_exceptions=True)
 
-    async def _resume_quietly(self, run_id: UUID) -> bool:
+    async def _resume_quietly(self, run_id: UUID, *, reraise: bool = False) -> bool:
         """Drive the run to its next stop; False if it could not be (busy, or the store
-        failed: logged, and left for a later sweep)."""
+        failed: logged, and left for a later sweep; raised too with ``reraise``)."""
         try:
             async for _ in self.resume(run_id):
                 pass
@@ -568,6 +564,8 @@ class Agent:
             return False
         except StoreError as exc:
             log.warning("run %s could not be resumed (%s); it will be tried again", run_id, exc)
+            if reraise:
+                raise
             return False
         return True
 

@@ -8,7 +8,8 @@ FiduciaryError
 ├── RunError                  a run cannot be started, continued or found (``code`` says why)
 ├── StoreError                the store failed; driver errors are translated into this
 │   ├── StaleEpochError       an append from a worker whose lease was taken over (fencing)
-│   └── ConflictError         a uniqueness rule held (a seq already written, a key already used)
+│   ├── ConflictError         a uniqueness rule held (a seq already written, a key already used)
+│   └── StoreUnavailableError ``Agent.resume_all``: the store failed for runs it had to move
 └── ModelError                the model could not be reached or answered something unusable
                               (``code`` says why; ``retryable`` and ``retry_after`` guide retries)
 ```
@@ -18,6 +19,8 @@ A run suspended for approval is not an error: ``Agent.run`` simply ends after th
 """
 
 from __future__ import annotations
+
+from uuid import UUID
 
 __all__ = [
     "ApprovalError",
@@ -29,6 +32,7 @@ __all__ = [
     "RunError",
     "StaleEpochError",
     "StoreError",
+    "StoreUnavailableError",
 ]
 
 
@@ -91,6 +95,21 @@ class StaleEpochError(StoreError):
 
 class ConflictError(StoreError):
     """A uniqueness rule of the store held: the write was refused and nothing changed."""
+
+
+class StoreUnavailableError(StoreError):
+    """``Agent.resume_all`` could not move every run it had to: listing the runnable runs failed
+    (``failed`` is empty), or the store failed while resuming the runs in ``failed``.
+    ``resumed``: the runs that were driven to their next stop all the same. Nothing was lost:
+    each failed run is left as it was, for a later attempt (``keep_runs_moving`` retries)."""
+
+    def __init__(
+        self, message: str, *, resumed: tuple[UUID, ...] = (), failed: tuple[UUID, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.resumed = resumed
+        self.failed = failed
 
 
 class ModelError(FiduciaryError):
