@@ -194,6 +194,10 @@ class ToolCallEndDraft(Draft):
     recovery: Recovery | None = None
     truncated: bool = False
     hints: list[str] = Field(default_factory=list)
+    # a write's tier and USD amount, as the policy decided them (auto included); None for
+    # reads and previews, and in logs written before they were recorded
+    tier: str | None = None
+    amount_usd: Decimal | None = None
 
 
 @final

@@ -213,6 +213,9 @@ class Outcome:
 
     @property
     def draft(self) -> ToolCallEndDraft:
+        # a write's tier and amount are its audit row's: the log says what the audit says
+        audit = self.audit
+        write = audit is not None and audit.kind not in _NO_EFFECT
         return ToolCallEndDraft(
             tool_use_id=self.call.tool_use_id,
             name=self.call.name,
@@ -222,6 +225,8 @@ class Outcome:
             recovery=self.recovery,
             truncated=self.truncated,
             hints=self.hints,
+            tier=audit.tier if write and audit is not None else None,
+            amount_usd=audit.amount_usd if write and audit is not None else None,
         )
 
 
@@ -777,6 +782,7 @@ class Gates:
 _ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
 _READS = PolicyDecision("auto", "reads and previews run on their own", None)
 _AUTHORIZED = frozenset({Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE})  # (enum lookups, once)
+_NO_EFFECT = frozenset({Kind.READ.value, Kind.PREVIEW.value})
 
 
 def _retryable(entry: LedgerEntry) -> bool:
