@@ -23,7 +23,7 @@ from ._logs import logger
 from .exceptions import FiduciaryError, StoreError, StoreUnavailableError
 from .stores.base import RunRecord
 
-__all__ = ["SWEEP_SECONDS", "resume_once", "sweep_forever"]
+__all__ = ["SWEEP_SECONDS", "keep_moving", "resume_once", "sweep_forever"]
 
 SWEEP_SECONDS = 5.0
 """The default period of the sweep (``Agent.keep_runs_moving``, ``fiduciary serve``)."""
@@ -81,3 +81,36 @@ async def resume_once(
             failed=tuple(failed),
         )
     return done
+
+
+async def keep_moving(
+    find: Callable[[], Awaitable[list[RunRecord]]],
+    resume: Callable[[UUID], Awaitable[bool]],
+    leaves_alone: Callable[[UUID], bool],
+    *,
+    every: float,
+) -> None:
+    """``Agent.keep_runs_moving``: drive each run ``find`` lists in a task of its own (unless
+    one drives it already, or the agent ``leaves_alone`` it), every ``every`` seconds, until
+    cancelled; then the drives started here stop, releasing their leases."""
+    drives: dict[UUID, asyncio.Task[None]] = {}
+
+    async def drive(run_id: UUID) -> None:
+        try:
+            await resume(run_id)
+        except Exception:  # never the sweep's end: the run is tried again later
+            log.exception("run %s: resuming it failed", run_id)
+
+    def start(run: RunRecord) -> None:
+        if run.run_id in drives or leaves_alone(run.run_id):
+            return
+        task = asyncio.create_task(drive(run.run_id))
+        drives[run.run_id] = task
+        task.add_done_callback(lambda _: drives.pop(run.run_id, None))
+
+    try:
+        await sweep_forever(find, start, every=every)
+    finally:
+        for task in list(drives.values()):
+            task.cancel()
+        await asyncio.gather(*drives.values(), return_exceptions=True)
