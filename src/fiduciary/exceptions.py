@@ -118,7 +118,9 @@ class ModelError(FiduciaryError):
     Provider errors (SDK exceptions, HTTP statuses, broken streams) are translated into this at the
     provider's boundary. ``code`` is one of: ``rate_limited``, ``overloaded``, ``server_error``,
     ``connection``, ``timeout``, ``stream_cut``, ``auth``, ``bad_request``, ``not_found``,
-    ``quota``, ``unavailable`` (a CLI binary is missing), ``invalid_output`` or ``error``.
+    ``quota``, ``unavailable`` (a CLI binary is missing), ``unsafe_tools`` (a CLI agent whose own
+    tools cannot be switched off, offered capabilities with effects), ``invalid_output`` or
+    ``error``.
     ``retryable`` says whether asking again may succeed; ``retry_after`` is the wait in seconds
     the provider asked for, when it did.
     """

@@ -290,7 +290,7 @@ class Gates:
             spec = self._specs.get(name)
             if spec is None:
                 cap = self._caps[name]
-                spec = ToolSpec(cap.name, cap.description, cap.input_schema())
+                spec = ToolSpec(cap.name, cap.description, cap.input_schema(), cap.kind.value)
                 self._specs[name] = spec
             specs.append(spec)
         return tuple(specs)
