@@ -28,6 +28,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from ..channels.agent_chat import OUTSIDE_CHANNELS
 from ..events import Origin
 from . import runs
 from .grants import DEFAULT_GRANT_TTL
@@ -259,6 +260,15 @@ async def _callback(
     follow = answer.get("intents") or []
     if isinstance(follow, list):
         await _level(engine, manifest, rid, follow, depth + 1, state)
+
+
+def message_origin(engine: AppEngine, app_id: str, channel: str) -> Origin | None:
+    """A message to an app from an outside channel (a signed webhook, a Telegram group) is not
+    the principal in person: recorded with the app's budget, like a tick's intents."""
+    if channel not in OUTSIDE_CHANNELS:
+        return None
+    budget = tick_origin(engine, engine.manifest(app_id)).budget
+    return Origin(source=f"app:{app_id}:{channel}", budget=budget)
 
 
 def tick_origin(engine: AppEngine, manifest: Manifest) -> Origin:

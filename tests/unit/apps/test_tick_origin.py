@@ -4,6 +4,8 @@ limits) allows it."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from fiduciary import ManualClock
 from fiduciary.events import RunStarted, UserMessage
 
@@ -57,3 +59,35 @@ async def test_an_app_runs_on_its_own_within_the_budget_a_person_enabled_and_no_
     await eng.enable("saver")
     await eng.step()
     assert book.calls == [("save", {"usd": "2"})]
+
+
+CHAT = """---
+id: chat
+hooks: [message]
+tier: standard
+capabilities: [balance, save]
+permissions: [save]
+limits: {save: 3}
+---
+Answer questions.
+"""
+
+
+async def test_a_message_from_a_webhook_is_an_outside_event_with_the_apps_budget() -> None:
+    clock, hooks = ManualClock(), Hooks()
+    hooks.on("chat", "message", lambda ctx: {"reply": "ok"})
+    eng = engine(CHAT, book=Book(), hooks=hooks, clock=clock)
+    await eng.enable("chat")
+    for approval in await eng.pending("chat"):  # the enabling approval
+        await eng.approve(approval.approval_id, by="alice")
+    await eng.enable("chat")
+    signed = await eng.message("chat", "hello", channel="webhook")
+    started = (await eng.store.read_events(signed.run_id))[0]
+    assert isinstance(started, RunStarted)
+    assert started.origin is not None
+    assert started.origin.source == "app:chat:webhook"
+    assert started.origin.budget == {"save": Decimal("3")}
+    console = await eng.message("chat", "hello", channel="console")
+    started = (await eng.store.read_events(console.run_id))[0]
+    assert isinstance(started, RunStarted)
+    assert started.origin is None  # the person in the console
