@@ -405,8 +405,9 @@ class Gates:
             return self.refuse(
                 a, "policy_denied", f"{cap.name} is not permitted: {decision.reason}."
             )
-        if decision.limited:  # the card says why this call waits for a person
-            notes += (GuardNote(guard="daily_limit", verdict="warn", message=decision.reason),)
+        if decision.limited or decision.outside:  # the card says why it waits for a person
+            why = "daily_limit" if decision.limited else "outside_event"
+            notes += (GuardNote(guard=why, verdict="warn", message=decision.reason),)
         a.tier, a.amount_usd, a.notes = decision.tier, decision.amount_usd, notes
         return None
 

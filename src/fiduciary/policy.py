@@ -196,6 +196,7 @@ class PolicyDecision:
     reason: str
     amount_usd: Decimal | None
     limited: bool = False  # the daily autonomous limit sent it to a person
+    outside: bool = False  # an outside event's write beyond its budget: sent to a person
 
     def at_least(self, other: TierName) -> bool:
         return _ORDER[self.tier] >= _ORDER[other]
@@ -308,7 +309,7 @@ class Policy:
             and origin is not None
             and not origin.allows(cap.operation, amount_usd)
         ):
-            return PolicyDecision("confirm", _outside(origin), amount_usd)
+            return PolicyDecision("confirm", _outside(origin), amount_usd, outside=True)
         limit = self.daily_autonomous_limit_usd
         over = limit is not None and amount_usd is not None and spent_today + amount_usd > limit
         if decision.tier == "auto" and over:

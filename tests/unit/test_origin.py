@@ -117,7 +117,7 @@ def test_a_budget_is_money_never_a_float() -> None:
     assert parsed.budget == {"save": Decimal("2.50")}
 
 
-async def test_an_approval_card_of_an_outside_write_is_the_usual_one() -> None:
+async def test_the_card_of_an_outside_write_says_why_a_person_is_asked() -> None:
     done: list[str] = []
     script = Script("save", [ToolCalls([Call("save_money", {"usd": "1"})]), Reply("ok")])
     agent = Agent(
@@ -128,3 +128,6 @@ async def test_an_approval_card_of_an_outside_write_is_the_usual_one() -> None:
     events = await collect(agent.run("save", principal="a", origin=Origin(source="tick")))
     (pending,) = [e for e in events if isinstance(e, PendingAction)]
     assert (pending.tier, pending.amount_usd) == ("confirm", Decimal("1"))
+    (note,) = pending.guard_notes  # the card says why the person is asked
+    assert (note.guard, note.verdict) == ("outside_event", "warn")
+    assert note.message == "started by tick, with no autonomous budget: a person approves writes"
