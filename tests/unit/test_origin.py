@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from pydantic import ValidationError
 
-from fiduciary import Agent, Capability, ManualClock, Policy, capability
+from fiduciary import Agent, Capability, ManualClock, Policy, capability, run_sync
 from fiduciary.events import Origin, PendingAction, RunStarted, UserMessage
 from fiduciary.policy import PRESETS
 from fiduciary.testing import (
@@ -131,3 +131,16 @@ async def test_the_card_of_an_outside_write_says_why_a_person_is_asked() -> None
     (note,) = pending.guard_notes  # the card says why the person is asked
     assert (note.guard, note.verdict) == ("outside_event", "warn")
     assert note.message == "started by tick, with no autonomous budget: a person approves writes"
+
+
+def test_the_blocking_api_records_an_origin_too() -> None:
+    done: list[str] = []
+    script = Script("save", [ToolCalls([Call("save_money", {"usd": "1"})]), Reply("ok")])
+    agent = Agent(
+        model=ScriptedModel([script]),
+        capabilities=[saving("execute", done)],
+        authorize=allow_all,
+    )
+    result = run_sync(agent, "save", principal="a", origin=Origin(source="cron:nightly"))
+    assert (result.status, done) == ("awaiting_approval", [])
+    assert [p.name for p in result.pending] == ["save_money"]
