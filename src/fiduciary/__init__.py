@@ -42,6 +42,7 @@ from .exceptions import (
     ModelError,
     RunError,
     StoreError,
+    StoreUnavailableError,
 )
 from .gates import AuthorizationRequest
 from .guards import Guard, GuardCall, Verdict
@@ -90,6 +91,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreUnavailableError",
     "SystemClock",
     "TextDelta",
     "Threshold",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from .capabilities import Principal
-from .events import Event, PendingAction, TextDelta, TurnRetracted
+from .events import Event, Origin, PendingAction, TextDelta, TurnRetracted
 from .exceptions import RunError
 from .stores.base import ApprovalRecord, RunStatus
 
@@ -161,6 +161,7 @@ def run_sync(
     run_id: UUID | None = None,
     capabilities: Iterable[str] | None = None,
     plan_first: bool = False,
+    origin: Origin | None = None,
 ) -> RunResult:
     """``agent.run``, blocking: start a run (or continue an idle one) and drive it to its next
     stop: completed, failed, or waiting for a person (then ``result.pending`` holds the cards).
@@ -171,6 +172,7 @@ def run_sync(
         run_id=run_id,
         capabilities=capabilities,
         plan_first=plan_first,
+        origin=origin,
     )
     return _PORTAL.call(_settle(agent, run_id, stream))
 

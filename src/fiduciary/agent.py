@@ -25,14 +25,14 @@ from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._loop.folds import KeptFolds
 from ._loop.relay import Relay
-from ._sweep import SWEEP_SECONDS, sweep_forever
+from ._sweep import SWEEP_SECONDS, keep_moving, resume_once
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
 from .context.compaction import Summarizer
 from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
 from .context.skills import Skill, chosen_skill, skill_table, with_skills
-from .events import Event, RunStarted, UserMessage, UserMessageDraft
+from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
 from .guards import Guard, default_guards
@@ -190,8 +190,14 @@ class Agent:
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
         skill: str | None = None,
+        origin: Origin | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
+
+        ``origin``: the outside event this message comes from (an attention decision, a
+        webhook, an app's tick, a chat that is not the principal's), recorded with it; a write
+        proposed in answer to it waits for a person unless its autonomous budget allows it.
+        None (the default): the principal in person.
 
         The run is recorded durably before the first event is yielded. The stream ends when the
         run completes, fails, or waits for a person (status ``awaiting_approval``). If the store
@@ -199,7 +205,7 @@ class Agent:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
         return self._stream(
-            partial(self._open, message, principal, run_id, capabilities, plan_first, skill)
+            partial(self._open, message, principal, run_id, capabilities, plan_first, skill, origin)
         )
 
     async def _open(
@@ -210,6 +216,7 @@ class Agent:
         capabilities: Iterable[str] | None,
         plan_first: bool,
         skill: str | None,
+        origin: Origin | None = None,
     ) -> tuple[Driver, list[Event]]:
         """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
         commit, with its first events), the events to yield before the drive's."""
@@ -219,7 +226,7 @@ class Agent:
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # created by the drive's first commit, with its first events
             run, transcript, first, plan = await self._create(
-                message, who, run_id, capabilities, plan_first, skill=skill, record=False
+                message, who, run_id, capabilities, plan_first, skill, origin, record=False
             )
             driver = Driver(self._runtime(), run, transcript, unrecorded=first)
             if transcript.user_text == message:  # the first turn's plan is the run_started's
@@ -227,7 +234,7 @@ class Agent:
             return driver, []
         run, transcript = await self._continue(existing, who)
         driver = Driver(self._runtime(), run, transcript)
-        return driver, await self._emit_first(driver, message, skill)
+        return driver, await self._emit_first(driver, message, skill, origin)
 
     async def _create(
         self,
@@ -236,9 +243,10 @@ class Agent:
         run_id: UUID | None,
         capabilities: Iterable[str] | None,
         plan_first: bool,
+        skill: str | None = None,
+        origin: Origin | None = None,
         *,
         leased: bool = True,
-        skill: str | None = None,
         record: bool = True,
     ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
         """A new run (leased by this process unless ``leased`` is false), recorded unless
@@ -284,8 +292,9 @@ class Agent:
                 allowed_kinds=kinds,
                 tier=plan.tier,
                 effort=plan.effort,
+                origin=origin,
             ),
-            UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill),
+            UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill, origin=origin),
         ]
         if record:
             await self.store.create_run(run, first)
@@ -312,10 +321,13 @@ class Agent:
             raise RunError("busy", "the run is still running")
         return run, transcript
 
-    async def _emit_first(self, driver: Driver, message: str, skill: str | None) -> list[Event]:
+    async def _emit_first(
+        self, driver: Driver, message: str, skill: str | None, origin: Origin | None
+    ) -> list[Event]:
         """The ``user_message`` that continues an idle run, committed."""
         try:
-            draft = UserMessageDraft(text=self.redactor.redact_text(message), skill=skill)
+            text = self.redactor.redact_text(message)
+            draft = UserMessageDraft(text=text, skill=skill, origin=origin)
             built = driver.emit(draft, status="running")
             await driver.barrier()
             return built
@@ -373,6 +385,7 @@ class Agent:
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
         skill: str | None = None,
+        origin: Origin | None = None,
     ) -> RunRecord:
         """Record a run's message for workers to drive (``fiduciary.worker``), not driving it here.
 
@@ -388,12 +401,12 @@ class Agent:
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # one insert, never leased: claimable once committed
             run, _, _, _ = await self._create(
-                message, who, run_id, capabilities, plan_first, leased=False, skill=skill
+                message, who, run_id, capabilities, plan_first, skill, origin, leased=False
             )
             return run
         run, transcript = await self._continue(existing, who)
         driver = Driver(self._runtime(), run, transcript)
-        first = await self._emit_first(driver, message, skill)
+        first = await self._emit_first(driver, message, skill, origin)
         await self.store.release(run.run_id, epoch=run.epoch)
         return run.with_(
             status="running", last_seq=first[-1].seq, lease_owner=None, lease_until=None
@@ -467,19 +480,15 @@ class Agent:
     async def resume_all(self) -> list[UUID]:
         """Resume, once, every run that can make progress and that nobody drives (left
         ``running`` by a dead process, or suspended with a decision or an expired approval);
-        returns the ids of those driven to their next stop. A run whose store failed is left
-        for a later attempt (logged). A run this agent may not drive (``check_resumable``) is
-        left as it is, for an agent that may; it is logged once. To keep doing it, use
-        ``keep_runs_moving``."""
-        runs = await self.store.runs_to_resume(now=self.clock.now())
-        done: list[UUID] = []
-
-        async def one(rid: UUID) -> None:
-            if await self._resume_quietly(rid):
-                done.append(rid)
-
-        await asyncio.gather(*(one(r.run_id) for r in runs))
-        return done
+        returns the ids of those driven to their next stop (``[]``: nothing to do). A run this
+        agent may not drive (``check_resumable``) or that another process drives is left as it
+        is. Raises ``StoreUnavailableError`` when the store failed — listing the runs, or for
+        some of them (its ``failed``; the others were driven, its ``resumed``): those are left
+        for a later attempt. To keep doing it, use ``keep_runs_moving``."""
+        return await resume_once(
+            lambda: self.store.runs_to_resume(now=self.clock.now()),
+            partial(self._resume_quietly, reraise=True),
+        )
 
     def leaves_alone(self, run_id: UUID) -> bool:
         """Whether this agent refused to drive the run (another agent's: ``check_resumable``);
@@ -533,34 +542,16 @@ class Agent:
         leases and are never taken."""
         if every <= 0:
             raise ConfigurationError("every must be positive")
-        drives: dict[UUID, asyncio.Task[None]] = {}
+        await keep_moving(
+            lambda: self.store.runs_to_resume(now=self.clock.now()),
+            self._resume_quietly,
+            self.leaves_alone,
+            every=every,
+        )
 
-        async def drive(run_id: UUID) -> None:
-            try:
-                await self._resume_quietly(run_id)
-            except Exception:  # never the sweep's end: the run is tried again later
-                log.exception("run %s: resuming it failed", run_id)
-
-        def start(run: RunRecord) -> None:
-            if run.run_id in drives or self.leaves_alone(run.run_id):
-                return
-            task = asyncio.create_task(drive(run.run_id))
-            drives[run.run_id] = task
-            task.add_done_callback(lambda _: drives.pop(run.run_id, None))
-
-        async def find() -> list[RunRecord]:
-            return await self.store.runs_to_resume(now=self.clock.now())
-
-        try:
-            await sweep_forever(find, start, every=every)
-        finally:
-            for task in list(drives.values()):
-                task.cancel()
-            await asyncio.gather(*drives.values(), return_exceptions=True)
-
-    async def _resume_quietly(self, run_id: UUID) -> bool:
+    async def _resume_quietly(self, run_id: UUID, *, reraise: bool = False) -> bool:
         """Drive the run to its next stop; False if it could not be (busy, or the store
-        failed: logged, and left for a later sweep)."""
+        failed: logged, and left for a later sweep; raised too with ``reraise``)."""
         try:
             async for _ in self.resume(run_id):
                 pass
@@ -568,6 +559,8 @@ class Agent:
             return False
         except StoreError as exc:
             log.warning("run %s could not be resumed (%s); it will be tried again", run_id, exc)
+            if reraise:
+                raise
             return False
         return True
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from functools import partial
 from typing import Annotated, Any, Literal, final, get_args
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 __all__ = [
     "EVENT_ADAPTER",
@@ -31,6 +31,7 @@ __all__ = [
     "GuardFired",
     "GuardFiredDraft",
     "GuardNote",
+    "Origin",
     "PendingAction",
     "PendingActionDraft",
     "RunCompleted",
@@ -108,6 +109,43 @@ class Draft(BaseModel):
     type: str
 
 
+class Origin(BaseModel):
+    """Where a run's message came from when it is not its principal in person: an attention
+    route, a webhook, an app's tick, a chat that is not the principal's own (``source`` says
+    which, e.g. ``"attention:refund-requests"``). A write proposed in answer to such a message
+    never runs on its own: a person approves it, unless its *autonomous budget* allows it —
+    ``budget`` maps an operation to the most USD one call of it may move without a person
+    (the call still counts toward, and is held by, the daily autonomous limit). Empty by
+    default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(min_length=1, max_length=200)
+    budget: dict[str, Decimal] = Field(default_factory=dict)
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _no_float(cls, value: object) -> object:
+        if isinstance(value, dict):
+            for op, usd in value.items():
+                if isinstance(usd, float | bool):  # money is never a binary float
+                    raise ValueError(f"budget[{op!r}] must be a Decimal, an int or a string")
+                try:
+                    amount = Decimal(usd) if isinstance(usd, Decimal | int | str) else None
+                except InvalidOperation:
+                    amount = None
+                if amount is None or not amount.is_finite() or amount < 0:
+                    raise ValueError(f"budget[{op!r}] must be an amount >= 0")
+        return value
+
+    def allows(self, operation: str | None, amount_usd: Decimal | None) -> bool:
+        """Whether the budget lets an automatic write of ``operation`` run on its own."""
+        cap = None if operation is None else self.budget.get(operation)
+        if cap is None:
+            return False
+        return amount_usd is None or Decimal(0) <= amount_usd <= cap
+
+
 class RunStartedDraft(Draft):
     type: Literal["run_started"] = "run_started"
     principal: str
@@ -120,6 +158,8 @@ class RunStartedDraft(Draft):
     replay_of: UUID | None = None
     fork_of: UUID | None = None
     fork_at: int | None = None
+    # the run was started by an outside event (None: by its principal in person)
+    origin: Origin | None = None
 
 
 @final
@@ -131,6 +171,7 @@ class UserMessageDraft(Draft):
     type: Literal["user_message"] = "user_message"
     text: str
     skill: str | None = None  # the skill the person chose from this message on (its name)
+    origin: Origin | None = None  # an outside event's message (None: the principal's own)
 
 
 @final
@@ -194,6 +235,10 @@ class ToolCallEndDraft(Draft):
     recovery: Recovery | None = None
     truncated: bool = False
     hints: list[str] = Field(default_factory=list)
+    # a write's tier and USD amount, as the policy decided them (auto included); None for
+    # reads and previews, and in logs written before they were recorded
+    tier: str | None = None
+    amount_usd: Decimal | None = None
 
 
 @final

@@ -8,7 +8,8 @@ FiduciaryError
 ├── RunError                  a run cannot be started, continued or found (``code`` says why)
 ├── StoreError                the store failed; driver errors are translated into this
 │   ├── StaleEpochError       an append from a worker whose lease was taken over (fencing)
-│   └── ConflictError         a uniqueness rule held (a seq already written, a key already used)
+│   ├── ConflictError         a uniqueness rule held (a seq already written, a key already used)
+│   └── StoreUnavailableError ``Agent.resume_all``: the store failed for runs it had to move
 └── ModelError                the model could not be reached or answered something unusable
                               (``code`` says why; ``retryable`` and ``retry_after`` guide retries)
 ```
@@ -18,6 +19,8 @@ A run suspended for approval is not an error: ``Agent.run`` simply ends after th
 """
 
 from __future__ import annotations
+
+from uuid import UUID
 
 __all__ = [
     "ApprovalError",
@@ -29,6 +32,7 @@ __all__ = [
     "RunError",
     "StaleEpochError",
     "StoreError",
+    "StoreUnavailableError",
 ]
 
 
@@ -93,13 +97,30 @@ class ConflictError(StoreError):
     """A uniqueness rule of the store held: the write was refused and nothing changed."""
 
 
+class StoreUnavailableError(StoreError):
+    """``Agent.resume_all`` could not move every run it had to: listing the runnable runs failed
+    (``failed`` is empty), or the store failed while resuming the runs in ``failed``.
+    ``resumed``: the runs that were driven to their next stop all the same. Nothing was lost:
+    each failed run is left as it was, for a later attempt (``keep_runs_moving`` retries)."""
+
+    def __init__(
+        self, message: str, *, resumed: tuple[UUID, ...] = (), failed: tuple[UUID, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.resumed = resumed
+        self.failed = failed
+
+
 class ModelError(FiduciaryError):
     """The model could not be reached or its answer could not be used.
 
     Provider errors (SDK exceptions, HTTP statuses, broken streams) are translated into this at the
     provider's boundary. ``code`` is one of: ``rate_limited``, ``overloaded``, ``server_error``,
     ``connection``, ``timeout``, ``stream_cut``, ``auth``, ``bad_request``, ``not_found``,
-    ``quota``, ``unavailable`` (a CLI binary is missing), ``invalid_output`` or ``error``.
+    ``quota``, ``unavailable`` (a CLI binary is missing), ``unsafe_tools`` (a CLI agent whose own
+    tools cannot be switched off, offered capabilities with effects), ``invalid_output`` or
+    ``error``.
     ``retryable`` says whether asking again may succeed; ``retry_after`` is the wait in seconds
     the provider asked for, when it did.
     """

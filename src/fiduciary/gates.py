@@ -40,6 +40,7 @@ from .clock import Clock
 from .events import (
     GuardFiredDraft,
     GuardNote,
+    Origin,
     PendingActionDraft,
     RejectReason,
     ToolCallEndDraft,
@@ -92,6 +93,10 @@ async def _nothing(*_: Any) -> None:
     return None
 
 
+def _in_person() -> Origin | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CallScope:
     """What one run gives the pipeline: who, which capabilities, what happened so far, the
@@ -103,7 +108,8 @@ class CallScope:
     A run that keeps its own log may also take the ledger's writes into its commits:
     ``begin`` replaces ``before_effect`` then ``Store.ledger_begin`` for such a call (the loop
     commits its log and the ledger row in one durable transaction), and ``finish`` takes a
-    row's ``Store.ledger_finish`` into the log's next commit."""
+    row's ``Store.ledger_finish`` into the log's next commit. ``origin``: the outside event
+    the run's latest message came from (None: its principal in person), read at each call."""
 
     run_id: UUID
     principal: Principal
@@ -115,6 +121,7 @@ class CallScope:
     before_effect: Callable[[], Awaitable[None]] = _nothing
     begin: Callable[[LedgerEntry], Awaitable[LedgerEntry | None]] | None = None
     finish: Callable[[LedgerFinish], None] | None = None
+    origin: Callable[[], Origin | None] = _in_person
 
 
 @dataclass(slots=True)
@@ -213,6 +220,9 @@ class Outcome:
 
     @property
     def draft(self) -> ToolCallEndDraft:
+        # a write's tier and amount are its audit row's: the log says what the audit says
+        audit = self.audit
+        write = audit is not None and audit.kind not in _NO_EFFECT
         return ToolCallEndDraft(
             tool_use_id=self.call.tool_use_id,
             name=self.call.name,
@@ -222,6 +232,8 @@ class Outcome:
             recovery=self.recovery,
             truncated=self.truncated,
             hints=self.hints,
+            tier=audit.tier if write and audit is not None else None,
+            amount_usd=audit.amount_usd if write and audit is not None else None,
         )
 
 
@@ -278,7 +290,7 @@ class Gates:
             spec = self._specs.get(name)
             if spec is None:
                 cap = self._caps[name]
-                spec = ToolSpec(cap.name, cap.description, cap.input_schema())
+                spec = ToolSpec(cap.name, cap.description, cap.input_schema(), cap.kind.value)
                 self._specs[name] = spec
             specs.append(spec)
         return tuple(specs)
@@ -396,12 +408,11 @@ class Gates:
             return self.refuse(
                 a, "policy_denied", f"{cap.name} is not permitted: {decision.reason}."
             )
-        if decision.limited:  # the card says why this call waits for a person
+        if decision.limited or decision.outside:  # the card says why it waits for a person
+            why = "daily_limit" if decision.limited else "outside_event"
             person = f"This waits for you because {decision.reason}."
             notes += (
-                GuardNote(
-                    guard="daily_limit", verdict="warn", message=decision.reason, for_person=person
-                ),
+                GuardNote(guard=why, verdict="warn", message=decision.reason, for_person=person),
             )
         a.tier, a.amount_usd, a.notes = decision.tier, decision.amount_usd, notes
         return None
@@ -502,19 +513,21 @@ class Gates:
         cap, args = a.cap, a.args
         if not cap.is_write:
             return _READS
-        ctx = self.context(a)
+        ctx, origin = self.context(a), a.scope.origin()
         amount = await cap.amount(args, ctx)
         limit = self.policy.daily_autonomous_limit_usd
         if limit is None or amount is None:
-            return self.policy.decide(cap, amount, held_by=held_by)
+            return self.policy.decide(cap, amount, held_by=held_by, origin=origin)
         principal = a.scope.principal.actor_id
         since = self.policy.day_start(self.clock.now())
         if not (reserve and cap.executor is Executor.SERVER):
             spent = await self.store.autonomous_spend(principal, since=since)
-            return self.policy.decide(cap, amount, spent_today=spent, held_by=held_by)
+            return self.policy.decide(
+                cap, amount, spent_today=spent, held_by=held_by, origin=origin
+            )
         # the tier before the day's spend; the store then checks the spend, this call's own
         # reservation (a replay after a crash) not counted twice
-        decision = self.policy.decide(cap, amount, held_by=held_by)
+        decision = self.policy.decide(cap, amount, held_by=held_by, origin=origin)
         if decision.tier != "auto" and not decision.limited:
             return decision
         key, now = ctx.idempotency_key, self.clock.now()
@@ -784,6 +797,7 @@ class Gates:
 _ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
 _READS = PolicyDecision("auto", "reads and previews run on their own", None)
 _AUTHORIZED = frozenset({Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE})  # (enum lookups, once)
+_NO_EFFECT = frozenset({Kind.READ.value, Kind.PREVIEW.value})
 
 
 def _retryable(entry: LedgerEntry) -> bool:

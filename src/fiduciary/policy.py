@@ -14,6 +14,10 @@ USD amount and operation, never from anything the model says:
 - an auto call that would take the principal past its daily autonomous limit → confirm;
 - an auto call a guard holds for a person (``Verdict.confirm``, e.g. a first payment to a new
   recipient) → confirm, whatever the amount. A hold never lowers a tier.
+- an auto write proposed in answer to an outside event (an attention decision, a webhook, an
+  app's tick, a chat that is not the principal's: the message's ``Origin``) → confirm, unless
+  the origin's autonomous budget allows its operation and amount (then the daily limit still
+  counts it). A person in their own chat or through the API: as above.
 
 Operations are words the capabilities name (``@capability(operation="refund")``). The presets
 know the wallet's (``save``, ``send``, ``pay``, …); any other domain declares its own with
@@ -29,6 +33,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from .capabilities import Capability
+from .events import Origin
 from .exceptions import ConfigurationError
 
 __all__ = ["PRESETS", "Operation", "Policy", "PolicyDecision", "Threshold"]
@@ -191,6 +196,7 @@ class PolicyDecision:
     reason: str
     amount_usd: Decimal | None
     limited: bool = False  # the daily autonomous limit sent it to a person
+    outside: bool = False  # an outside event's write beyond its budget: sent to a person
 
     def at_least(self, other: TierName) -> bool:
         return _ORDER[self.tier] >= _ORDER[other]
@@ -267,9 +273,11 @@ class Policy:
         *,
         spent_today: Decimal = Decimal(0),
         held_by: Sequence[str] = (),
+        origin: Origin | None = None,
     ) -> PolicyDecision:
         """The tier of one call. ``spent_today``: USD auto-executed by the principal today;
-        ``held_by``: the guards that hold this call for a person."""
+        ``held_by``: the guards that hold this call for a person; ``origin``: the outside event
+        the run's latest message came from (None: its principal in person)."""
         operation = self._table.get(cap.operation) if cap.operation is not None else None
         denied = cap.operation is not None and (
             cap.operation in self.deny_operations
@@ -296,6 +304,12 @@ class Policy:
             return PolicyDecision(
                 "confirm", f"{', '.join(held_by)} holds it for a person", amount_usd
             )
+        if (
+            decision.tier == "auto"
+            and origin is not None
+            and not origin.allows(cap.operation, amount_usd)
+        ):
+            return PolicyDecision("confirm", _outside(origin), amount_usd, outside=True)
         limit = self.daily_autonomous_limit_usd
         over = limit is not None and amount_usd is not None and spent_today + amount_usd > limit
         if decision.tier == "auto" and over:
@@ -322,3 +336,11 @@ class Policy:
     @staticmethod
     def higher(a: TierName, b: TierName) -> TierName:
         return a if _ORDER[a] >= _ORDER[b] else b
+
+
+def _outside(origin: Origin) -> str:
+    """Why a write of a run an outside event started waits for a person."""
+    if not origin.budget:
+        return f"started by {origin.source}, with no autonomous budget: a person approves writes"
+    allowed = ", ".join(f"{op} up to ${usd}" for op, usd in sorted(origin.budget.items()))
+    return f"beyond the autonomous budget of {origin.source} ({allowed} a call)"

@@ -22,6 +22,7 @@ from uuid import UUID
 from ._logs import logger
 from .agent import Agent
 from .capabilities import Principal
+from .events import Origin
 from .exceptions import ConfigurationError, FiduciaryError, RunError, StoreError
 from .stores.base import CancelChannel, CancelRequest, RunRecord
 
@@ -281,11 +282,13 @@ async def submit(
     run_id: UUID | None = None,
     capabilities: Iterable[str] | None = None,
     plan_first: bool = False,
+    origin: Origin | None = None,
 ) -> RunRecord:
     """Record a new run for the workers to drive, without driving it here.
 
     The run is committed (``run_started`` + ``user_message``) exactly as ``Agent.run`` commits
     it, then its lease is released, which makes it claimable and notifies the workers.
+    ``origin``: the outside event the message comes from, as in ``Agent.run``.
     """
     return await agent.submit(
         message,
@@ -293,4 +296,5 @@ async def submit(
         run_id=run_id,
         capabilities=capabilities,
         plan_first=plan_first,
+        origin=origin,
     )

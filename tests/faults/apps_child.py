@@ -31,6 +31,7 @@ id: dca
 hooks: [tick]
 tier: slow
 capabilities: [buy]
+permissions: [swap]
 config: {approve: false}
 ---
 Buy.
@@ -92,6 +93,11 @@ async def run(backend: str, db: str, effects: Path, calls: Path, now: datetime, 
         clock=ManualClock(now),
         guards=[],
     )
+    await engine.enable("dca")
+    # a tick is an outside event: its buy runs on its own only within the budget a person
+    # approved when enabling the app (its permissions)
+    for approval in await engine.pending("dca"):
+        await engine.approve(approval.approval_id, by="alice")
     await engine.enable("dca")
     results = await engine.step()
     print(json.dumps([[r.slot, r.outcome, r.detail] for r in results]), flush=True)

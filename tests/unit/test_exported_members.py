@@ -45,6 +45,7 @@ PUBLIC = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreUnavailableError",
     "SystemClock",
     "TextDelta",
     "Threshold",

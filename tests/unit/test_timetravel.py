@@ -312,3 +312,35 @@ async def test_no_agent_but_a_replay_agent_drives_or_continues_a_replay(
     assert continued.value.code == "state"
     assert (await agent.get_run(rid)).lease_owner is None  # released as it was
     assert len(effects.payments) == 1
+
+
+async def test_an_auto_write_records_its_tier_and_amount_so_a_replay_compares_like_with_like(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    original = make_agent(effects, store, clock, SMALL)
+    run_id = (await collect(original.run("tip bob", principal=ALICE)))[0].run_id
+    ends = {e.name: e for e in _of(await store.read_events(run_id), ToolCallEnd)}
+    assert (ends["send"].tier, ends["send"].amount_usd) == ("auto", Decimal("5"))
+    assert (ends["balance"].tier, ends["balance"].amount_usd) == (None, None)  # a read
+
+    entered: list[str] = []
+    host = make_agent(effects, store, clock, SMALL, capabilities=_no_effects(entered))
+    rid = await replay(host, run_id)
+    found = await diff(store, run_id, rid)
+    assert found.first is not None  # the replay's write did not execute: its output differs
+    assert "amount_usd" not in found.first.fields
+    assert "tier" not in found.first.fields
+    assert found.differing_calls == []
+    assert found.tiers_a == found.tiers_b == [("send", "auto", "5")]
+    text = render_diff(found)
+    assert "calls: the same names, arguments, tiers and amounts" in text
+    assert "tiers of the writes" not in text
+
+
+async def test_an_approved_write_records_the_tier_and_amount_the_person_saw(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = make_agent(effects, store, clock, PAY)
+    run_id = await _approved_run(agent)
+    (sent,) = [e for e in _of(await store.read_events(run_id), ToolCallEnd) if e.name == "send"]
+    assert (sent.tier, sent.amount_usd) == ("confirm", Decimal("150"))

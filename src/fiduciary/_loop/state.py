@@ -82,6 +82,7 @@ class Drive:
             before_effect=self._before_effect,
             begin=self._begin,
             finish=self.writer.finish,
+            origin=lambda: transcript.origin,
         )
         self.held: Held | None = None  # the principal lock, while a section of writes runs
         # the same for every turn of a drive (no user message arrives during one)

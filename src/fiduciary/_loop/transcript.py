@@ -20,6 +20,7 @@ from ..events import (
     Event,
     GuardFired,
     GuardNote,
+    Origin,
     PendingAction,
     RunCompleted,
     RunFailed,
@@ -84,6 +85,7 @@ class Transcript:
     user_text: str = ""
     layers: ContextLayers | None = None
     skill: str | None = None  # the person's latest choice, and the calls made since
+    origin: Origin | None = None  # the outside event the latest message came from, if any
     skill_since: int = 0
     # not part of the fold: what the last model call was sent, kept up to date by the next
     # (``_loop.context``) so that it works on the messages added since, not the whole history
@@ -151,6 +153,7 @@ class Transcript:
             self.calls_since_user = 0
             self.user_text = event.text
             self.layers = None
+            self.origin = event.origin
             if event.skill is not None:
                 self.skill, self.skill_since = event.skill, len(self.history.calls)
         elif type(event) is RunStarted:

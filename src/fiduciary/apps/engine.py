@@ -33,6 +33,7 @@ from ..agent import Agent
 from ..capabilities import CallContext, Capability, Principal, canonical_json, principal_of
 from ..channels.inbox import ChannelError, Inbox, RateLimitError, Reply
 from ..clock import Clock, SystemClock
+from ..events import Origin
 from ..exceptions import ConfigurationError, RunError
 from ..gates import Authorize
 from ..guards import Guard
@@ -49,6 +50,7 @@ from ._caps import (
     state_capability,
 )
 from .grants import GrantPolicy, LiveGrant
+from .intents import message_origin
 from .manifest import TIER_SECONDS, Manifest
 from .tables import (
     AppRecord,
@@ -465,13 +467,15 @@ class AppEngine:
         hook: str,
         run_id: UUID,
         context: Mapping[str, Any] | None = None,
+        origin: Origin | None = None,
     ) -> dict[str, Any] | None:
         """Run one hook invocation; its structured answer, or None while it waits for a person.
         Raises ``HookOutputError`` for an answer that is not the structured output, ``RunError``
         for a run that failed, ``DrivenElsewhereError`` when another process drives it."""
         agent = self.hook_agent(manifest, hook, record)
         ctx = context if context is not None else self._base_context(manifest, record)
-        run = await runs.drive(agent, run_id, self._prompt(manifest, hook, ctx), self.principal)
+        prompt = self._prompt(manifest, hook, ctx)
+        run = await runs.drive(agent, run_id, prompt, self.principal, origin=origin)
         if run is None:
             raise DrivenElsewhereError(run_id)
         if run.status in ("failed", "cancelled"):
@@ -741,11 +745,11 @@ class AppEngine:
             return
 
         async def target(principal: Principal, text: str, channel: str) -> Reply:
-            return await self._message_hook(app_id, text)
+            return await self._message_hook(app_id, text, message_origin(self, app_id, channel))
 
         self.inbox.add(app_id, target)
 
-    async def _message_hook(self, app_id: str, text: str) -> AppReply:
+    async def _message_hook(self, app_id: str, text: str, origin: Origin | None = None) -> AppReply:
         manifest = self.manifest(app_id)
         if "message" not in manifest.hooks:
             raise RunError("invalid", f"app {app_id} has no message hook")
@@ -754,7 +758,7 @@ class AppEngine:
             raise RunError("state", f"app {app_id} is not enabled")
         context = {"message": text, "appId": app_id, **self._base_context(manifest, record)}
         rid = uuid4()
-        answer = await self._hook(manifest, record, "message", rid, context)
+        answer = await self._hook(manifest, record, "message", rid, context, origin)
         if answer is None:
             pending = await self.decider().pending_approvals(run_id=rid)
             return AppReply("", tuple(pending), run_id=rid, waiting=True)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ..capabilities import Capability
 from ..clock import Clock
+from ..events import Origin
 from ..policy import Policy, PolicyDecision
 from .tables import GrantRecord
 
@@ -78,8 +79,13 @@ class GrantPolicy(Policy):
         *,
         spent_today: Decimal = Decimal(0),
         held_by: Sequence[str] = (),
+        origin: Origin | None = None,
     ) -> PolicyDecision:
-        decision = super().decide(cap, amount_usd, spent_today=spent_today, held_by=held_by)
+        # an app's tick is an outside event: its writes go to a person (the base policy), and
+        # a person's grant or batch approval below is what lets them run on their own
+        decision = super().decide(
+            cap, amount_usd, spent_today=spent_today, held_by=held_by, origin=origin
+        )
         if self.floor is not None:
             if decision.tier == "auto" and cap.is_write:
                 return PolicyDecision(

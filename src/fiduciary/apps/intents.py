@@ -28,6 +28,8 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from ..channels.agent_chat import OUTSIDE_CHANNELS
+from ..events import Origin
 from . import runs
 from .grants import DEFAULT_GRANT_TTL
 from .manifest import Manifest
@@ -170,7 +172,8 @@ async def _run(
         agent = await engine.plan_agent(manifest, record, batch=approve, per_action=per_action)
         title = f"[app {manifest.id}] {'batch' if is_batch else 'action'} at depth {depth + 1}"
         message = runs.plan_message(title, gate=gate, calls=[p.call for p in items])
-        run = await runs.drive(agent, rid, message, engine.principal)
+        origin = tick_origin(engine, manifest)
+        run = await runs.drive(agent, rid, message, engine.principal, origin=origin)
         if run is None:
             from .engine import DrivenElsewhereError
 
@@ -257,3 +260,28 @@ async def _callback(
     follow = answer.get("intents") or []
     if isinstance(follow, list):
         await _level(engine, manifest, rid, follow, depth + 1, state)
+
+
+def message_origin(engine: AppEngine, app_id: str, channel: str) -> Origin | None:
+    """A message to an app from an outside channel (a signed webhook, a Telegram group) is not
+    the principal in person: recorded with the app's budget, like a tick's intents."""
+    if channel not in OUTSIDE_CHANNELS:
+        return None
+    budget = tick_origin(engine, engine.manifest(app_id)).budget
+    return Origin(source=f"app:{app_id}:{channel}", budget=budget)
+
+
+def tick_origin(engine: AppEngine, manifest: Manifest) -> Origin:
+    """What an intent run records as its origin. A tick is an outside event: nobody asked for
+    its intents, so a write of theirs waits for a person — unless the app's autonomous budget
+    allows it: the operations of its ``permissions``, which a person approved when enabling it,
+    each up to its ``limits`` (or, with none, what the policy runs on its own). A grant or an
+    approved batch (``GrantPolicy``) is a person's approval too."""
+    budget: dict[str, Decimal] = {}
+    for op in manifest.permissions:
+        limit = manifest.limits.get(op)
+        if limit is None:
+            threshold = engine.policy.threshold(op)
+            limit = Decimal(0) if threshold is None else threshold.auto_below
+        budget[op] = limit
+    return Origin(source=f"app:{manifest.id}", budget=budget)

@@ -20,7 +20,7 @@ from uuid import UUID, uuid5
 
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event, PendingAction, RunCompleted, ToolCallEnd, ToolCallRejected
+from ..events import Event, Origin, PendingAction, RunCompleted, ToolCallEnd, ToolCallRejected
 from ..exceptions import RunError, StoreError
 from ..models.base import (
     AssistantMessage,
@@ -106,14 +106,20 @@ def _errored(request: ModelRequest, tool_use_id: str) -> bool:
 
 
 async def drive(
-    agent: Agent, run_id: UUID, message: str, principal: Principal | str
+    agent: Agent,
+    run_id: UUID,
+    message: str,
+    principal: Principal | str,
+    *,
+    origin: Origin | None = None,
 ) -> RunRecord | None:
     """Start the run, or continue it from its log; None when another process drives it.
-    A run already finished is left as it is (never continued with a second message)."""
+    A run already finished is left as it is (never continued with a second message).
+    ``origin``: what the message comes from when not the principal in person (a tick)."""
     existing = await agent.store.get_run(run_id)
     try:
         if existing is None:
-            await _drain(agent.run(message, principal=principal, run_id=run_id))
+            await _drain(agent.run(message, principal=principal, run_id=run_id, origin=origin))
         elif existing.status not in _DONE:
             await _drain(agent.resume(run_id))
     except RunError as exc:

@@ -5,19 +5,24 @@ A run started from a decision has a run id derived from the decision's id (itsel
 the source and the event id), so acting on the same decision twice — redelivery, or a restart
 between recording a decision and recording its action — never starts a second run. The run goes
 through ``Agent.run`` like any other: under the route's principal and capability whitelist,
-plan-first unless the route says otherwise, and every gate applies.
+plan-first unless the route says otherwise, and every gate applies. Its message is recorded with
+its ``Origin`` (``attention:<route>``): nobody asked for it, so a write it proposes waits for a
+person, unless the route grants an autonomous budget (``autonomous``: operation → the most
+USD a call may move on its own, within the daily autonomous limit).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID, uuid5
 
 from .._logs import logger
 from ..agent import Agent
+from ..events import Origin
 from ..exceptions import ConflictError, FiduciaryError
 from .record import DecisionRecord
 from .types import Incoming, PermanentError, RouteOffer
@@ -52,6 +57,8 @@ class RouteAction:
     ``principal`` None means the event's own principal; ``capabilities`` None means every
     capability of the agent; ``message`` is formatted with the event's ``id``, ``type``,
     ``source``, ``at``, ``principal`` and ``data`` (JSON), plus ``route``.
+    ``autonomous``: the route's autonomous budget, operation → the most USD a call may move
+    without a person (empty by default: every write of its runs waits for a person).
     """
 
     do: Literal["run", "notify", "drop"]
@@ -60,6 +67,11 @@ class RouteAction:
     capabilities: tuple[str, ...] | None = None
     plan_first: bool = True
     message: str = DEFAULT_MESSAGE
+    autonomous: Mapping[str, Decimal] = field(default_factory=dict)
+
+    def origin(self, route: str) -> Origin:
+        """What a run this route starts records as its message's origin."""
+        return Origin(source=f"attention:{route}", budget=dict(self.autonomous))
 
 
 def offers(routes: Mapping[str, RouteAction]) -> tuple[RouteOffer, ...]:
@@ -122,6 +134,7 @@ async def act_on(
             run_id=run_id,
             capabilities=action.capabilities,
             plan_first=action.plan_first,
+            origin=action.origin(route),
         ):
             pass
     except ConflictError:

@@ -15,6 +15,8 @@ principal = "alice"                   # else the event's own principal
 capabilities = ["balance", "send"]    # else every capability of the agent
 plan_first = true                     # the default
 message = "Look into {type}: {data}"
+autonomous = { save = "20" }          # optional: operation -> USD a call may move without
+                                      # a person (none by default: a person approves writes)
 
 [routes.notify]
 do = "notify"
@@ -45,6 +47,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +82,7 @@ def _route(name: str, raw: object) -> RouteAction:
     if do not in _ACTIONS:
         raise ConfigurationError(f"routes.{name}.do must be one of {', '.join(_ACTIONS)}")
     unknown = set(raw) - {"do", "criterion", "principal", "capabilities", "plan_first", "message"}
+    unknown -= {"autonomous"}
     if unknown:
         raise ConfigurationError(f"routes.{name} has unknown keys: {', '.join(sorted(unknown))}")
     caps = raw.get("capabilities")
@@ -89,7 +93,29 @@ def _route(name: str, raw: object) -> RouteAction:
         do=do,
         capabilities=None if caps is None else tuple(str(c) for c in caps),
         **options,
+        **_autonomous(name, raw),
     )
+
+
+def _autonomous(name: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The route's autonomous budget, checked: operation -> USD amount (never a float)."""
+    table = raw.get("autonomous")
+    if table is None:
+        return {}
+    where = f"routes.{name}.autonomous"
+    if not isinstance(table, Mapping):
+        raise ConfigurationError(f'{where} must be a table: operation = "USD amount"')
+    budget: dict[str, Decimal] = {}
+    for op, usd in table.items():
+        try:
+            money = isinstance(usd, str | int) and not isinstance(usd, bool)
+            amount = Decimal(usd) if money else None
+        except InvalidOperation:
+            amount = None
+        if amount is None or not amount.is_finite() or amount < 0:
+            raise ConfigurationError(f'{where}.{op} must be an amount in USD, e.g. "20"')
+        budget[str(op)] = amount
+    return {"autonomous": budget}
 
 
 def load_config(path: Path) -> AttentionConfig:

@@ -5,28 +5,35 @@ table and survives restarts: the first message starts the run, each later one co
 (``Agent.run(..., run_id=...)``). While the run waits for a decision, a message is answered with
 the actions waiting; while it is still driven elsewhere, with a note to try again.
 
+A message from a channel that is not the principal in person (``OUTSIDE_CHANNELS``: a signed
+webhook, a Telegram group) is recorded with its ``Origin``: a write the model proposes in
+answer to it waits for a person, unless ``budgets`` grants that channel an autonomous budget.
+
 ``collect`` turns a run's stream of events into one ``Reply``; channels use it too after a
 decision (``Agent.resume``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from uuid import UUID, uuid5
 
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event, PendingAction, RunFailed, TextDelta, TurnComplete, TurnRetracted
+from ..events import Event, Origin, PendingAction, RunFailed, TextDelta, TurnComplete, TurnRetracted
 from ..exceptions import RunError
 from ..stores.base import IDLE
 from .inbox import Reply
 
-__all__ = ["CHAT_NAMESPACE", "AgentChat", "collect"]
+__all__ = ["CHAT_NAMESPACE", "OUTSIDE_CHANNELS", "AgentChat", "collect"]
 
 CHAT_NAMESPACE = UUID("6f1c1b0e-9a57-4d4c-8f0e-2f4d1c7a9b31")
 
 WAITING = "I am waiting for your decision on the action(s) above: approve or deny first."
 BUSY = "I am still working on your previous message; send this again in a moment."
+# the channels whose messages are not the principal in person (the console, the API and the
+# principal's own Telegram chat are)
+OUTSIDE_CHANNELS = frozenset({"webhook", "telegram:group"})
 
 
 async def collect(agent: Agent, run_id: UUID, events: AsyncIterator[Event]) -> Reply:
@@ -53,11 +60,22 @@ async def collect(agent: Agent, run_id: UUID, events: AsyncIterator[Event]) -> R
 
 class AgentChat:
     """``async (principal, text, channel) -> Reply`` over ``agent``: register it in an
-    ``Inbox`` with ``per="principal"``."""
+    ``Inbox`` with ``per="principal"``. ``budgets``: the origin (with its autonomous budget)
+    recorded for the messages of a channel, e.g. ``{"webhook": Origin(source="webhook",
+    budget={"save": Decimal("5")})}``; an outside channel without one has no budget."""
 
-    def __init__(self, agent: Agent, *, name: str = "chat") -> None:
+    def __init__(
+        self, agent: Agent, *, name: str = "chat", budgets: Mapping[str, Origin] | None = None
+    ) -> None:
         self.agent = agent
         self.name = name
+        self.budgets = dict(budgets or {})
+
+    def origin(self, channel: str) -> Origin | None:
+        """What a message of ``channel`` is recorded with (None: the principal in person)."""
+        if channel in self.budgets:
+            return self.budgets[channel]
+        return Origin(source=channel) if channel in OUTSIDE_CHANNELS else None
 
     def run_id(self, principal: Principal) -> UUID:
         """The run that is ``principal``'s chat with this target."""
@@ -71,9 +89,12 @@ class AgentChat:
                 pending = await self.agent.pending_approvals(run_id=run_id)
                 return Reply(WAITING, tuple(pending))
             return Reply(BUSY)
+        origin = self.origin(channel)
         try:
             return await collect(
-                self.agent, run_id, self.agent.run(text, principal=principal, run_id=run_id)
+                self.agent,
+                run_id,
+                self.agent.run(text, principal=principal, run_id=run_id, origin=origin),
             )
         except RunError as exc:
             if exc.code in ("busy", "state"):

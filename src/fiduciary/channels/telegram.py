@@ -388,9 +388,11 @@ class TelegramChannel:
         if token is not None:
             await self._typed_amount(chat, token, text)
             return
+        # a group is not the principal's own chat: its messages are an outside event's
+        channel = "telegram" if chat.chat_id > 0 else "telegram:group"
         try:
             reply = await self.inbox.deliver(
-                self.target, principal=chat.principal, text=text, channel="telegram"
+                self.target, principal=chat.principal, text=text, channel=channel
             )
         except RateLimitError as exc:
             reply = Reply(f"Too many messages: {exc.message.removeprefix('too many messages: ')}.")

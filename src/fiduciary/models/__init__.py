@@ -1,7 +1,7 @@
 """Models: the ``Model`` seam and its implementations.
 
-Provider models (``anthropic``, ``openai``, ``gemini``, ``cli_agents``) are imported only when
-used: name them with ``resolve_model("anthropic:claude-sonnet-4-5")``.
+Provider models (``anthropic``, ``openai``, ``gemini``, ``cli_agents``, ``codex_cli``) are
+imported only when used: name them with ``resolve_model("anthropic:claude-sonnet-4-5")``.
 """
 
 from .base import Model, ModelEvent, ModelRequest, StructuredModel

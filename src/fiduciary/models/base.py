@@ -93,9 +93,14 @@ Message = UserTextMessage | AssistantMessage | ToolResultsMessage
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
+    """A tool as a model is offered it. ``kind``: the capability's kind (``read``, ``preview``,
+    ``propose``, ``approve``, ``execute``; None when unknown), for a provider that must know
+    whether a call can have an effect (``CodexCLIModel``)."""
+
     name: str
     description: str
     input_schema: dict[str, Any]
+    kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

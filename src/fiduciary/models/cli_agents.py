@@ -10,8 +10,9 @@ in any process.
   tools that *never run*: a call is only recorded. Built-in tools are switched off. With partial
   messages on, text and thinking stream token by token and the end of the model's message is
   seen exactly.
-- ``codex exec --json``: the capabilities are described in the prompt, with a JSON reply format
-  for calls; the agent runs in an empty directory under a read-only sandbox.
+- ``codex exec --json`` (``codex_cli.py``, on this module's subprocess helpers): the
+  capabilities are described in the prompt; codex's own tools are switched off as far as its
+  configuration allows, and it is refused for a run offering any capability with an effect.
 
 These models run only where the binary exists; otherwise a request fails with
 ``ModelError(code="unavailable")``.
@@ -23,11 +24,9 @@ import asyncio
 import contextlib
 import importlib.util
 import json
-import re
 import shutil
 import sys
 import tempfile
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,10 +57,9 @@ from .retry import RetryPolicy, classify_status, retry_call, retry_stream
 __all__ = [
     "DEFERRED_RESULT",
     "ClaudeCLIModel",
-    "CodexCLIModel",
-    "parse_tool_calls",
     "render_transcript",
 ]
+
 
 MCP_SERVER = "fiduciary"  # the name the CLI knows fiduciary's MCP server by
 MCP_PREFIX = f"mcp__{MCP_SERVER}__"
@@ -552,236 +550,3 @@ def _usage_dict(usage: StreamUsage) -> dict[str, int]:
         "cache_read_input_tokens": usage.cache_read_tokens,
         "cache_creation_input_tokens": usage.cache_write_tokens,
     }
-
-
-# --- codex --------------------------------------------------------------------------------------
-
-_CALL_FORMAT = (
-    "You act only through the tools below; you cannot run them yourself, and you must not run "
-    "commands or edit files. To call tools, reply with one JSON object and nothing else:\n"
-    '{"tool_calls": [{"name": "<tool>", "arguments": {...}}]}\n'
-    "List every call you need now; their results come in the next message. Otherwise reply with "
-    "your answer to the person in plain text. Never claim a call happened unless a tool result "
-    "says so."
-)
-
-
-class CodexCLIModel:
-    """``codex exec --json`` as a model (``codex-cli:gpt-5.3-codex``)."""
-
-    def __init__(
-        self,
-        model: str = "gpt-5.3-codex",
-        *,
-        executable: str = "codex",
-        extra_args: Sequence[str] = (),
-        timeout: float = 600.0,
-        env: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        price: Price | None = None,
-    ) -> None:
-        self.model = model
-        self.price = price
-        self._executable = executable
-        self._extra = list(extra_args)
-        self._timeout = timeout
-        self._env = env
-        self._retry = retry or RetryPolicy(max_attempts=2)
-
-    @property
-    def name(self) -> str:
-        return f"codex-cli:{self.model}"
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        return retry_stream(lambda: self._attempt(request), self._retry, model=self.name)
-
-    def _args(self, exe: str, workdir: str, effort: str | None, schema: str | None) -> list[str]:
-        args = [
-            exe,
-            "exec",
-            "--json",
-            "--model",
-            self.model,
-            "--skip-git-repo-check",
-            "--ephemeral",
-            "--sandbox",
-            "read-only",
-            "--cd",
-            workdir,
-        ]
-        if effort is not None:
-            args += ["-c", f'model_reasoning_effort="{effort}"']
-        if schema is not None:
-            args += ["--output-schema", schema]
-        return [*args, *self._extra, "-"]
-
-    def prompt(self, request: ModelRequest) -> str:
-        parts = [s for s in request.system if s]
-        if request.tools:
-            tools = "\n".join(
-                f"- {t.name}: {t.description}\n  arguments (JSON schema): "
-                f"{json.dumps(t.input_schema, sort_keys=True)}"
-                for t in request.tools
-            )
-            parts += [_CALL_FORMAT, "Tools:\n" + tools]
-        parts.append("The conversation so far:\n" + render_transcript(request.messages))
-        parts.append("Reply now as the assistant.")
-        return "\n\n".join(parts)
-
-    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        exe = _which(self._executable, self.name)
-        effort = request.settings.get("effort")
-        known = {t.name for t in request.tools}
-        with tempfile.TemporaryDirectory(prefix="fiduciary-codex-") as tmp:
-            args = self._args(
-                exe, tmp, effort if effort in ("low", "medium", "high") else None, None
-            )
-            turn = CodexTurn(self.name, known)
-            stderr: list[str] = []
-            lines = _json_lines(
-                args, self.prompt(request), cwd=tmp, env=self._env, stderr_tail=stderr
-            )
-            try:
-                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
-                    async for data in lines:
-                        for event in turn.feed(data):
-                            yield event
-            except TimeoutError as exc:
-                raise ModelError(
-                    f"{self.name}: no answer within {self._timeout:.0f}s",
-                    code="timeout",
-                    retryable=True,
-                ) from exc
-            for event in turn.finish(_tail(stderr)):
-                yield event
-
-    async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
-        """One JSON value matching ``schema``, through ``--output-schema``."""
-
-        async def once() -> Any:
-            exe = _which(self._executable, self.name)
-            with tempfile.TemporaryDirectory(prefix="fiduciary-codex-") as tmp:
-                schema_file = Path(tmp) / "schema.json"
-                schema_file.write_text(json.dumps(schema), encoding="utf-8")
-                args = self._args(exe, tmp, None, str(schema_file))
-                stderr: list[str] = []
-                turn = CodexTurn(self.name, set())
-                text: list[str] = []
-                lines = _json_lines(
-                    args, f"{system}\n\n{prompt}", cwd=tmp, env=self._env, stderr_tail=stderr
-                )
-                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
-                    async for data in lines:
-                        for event in turn.feed(data):
-                            if isinstance(event, StreamTextDelta):
-                                text.append(event.text)
-                list(turn.finish(_tail(stderr)))
-            try:
-                return json.loads("".join(text))
-            except ValueError as exc:
-                raise ModelError(
-                    f"{self.name} did not answer with JSON", code="invalid_output"
-                ) from exc
-
-        return await retry_call(once, self._retry, model=self.name)
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
-def parse_tool_calls(text: str, known: set[str]) -> list[tuple[str, str]] | None:
-    """``[(name, arguments JSON)]`` when ``text`` is a tool-call reply, else None."""
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1)
-    if not body.startswith("{"):
-        return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    calls = data.get("tool_calls") if isinstance(data, dict) else None
-    if not isinstance(calls, list) or not calls:
-        return None
-    out: list[tuple[str, str]] = []
-    for call in calls:
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return None
-        arguments = call.get("arguments", {})
-        out.append(
-            (call["name"], arguments if isinstance(arguments, str) else json.dumps(arguments))
-        )
-    if known and not any(name in known for name, _ in out):
-        return None  # JSON about something else, not a call of ours
-    return out
-
-
-class CodexTurn:
-    """Folds ``codex exec --json`` lines into fiduciary's model events."""
-
-    def __init__(self, model: str, known: set[str]) -> None:
-        self._model = model
-        self._known = known
-        self._thinking = 0
-        self._calls = 0
-        self._usage: StreamUsage | None = None
-        self._failed: str | None = None  # turn.failed: the turn's outcome
-        self._last_error: str | None = None  # "error" frames are notices (codex reconnecting)
-        self._completed = False
-
-    def feed(self, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
-        kind = data.get("type")
-        if kind == "item.completed":
-            item = data.get("item") or {}
-            item_type = item.get("type")
-            text = str(item.get("text", ""))
-            if item_type == "reasoning" and text:
-                ordinal = self._thinking
-                self._thinking += 1
-                yield StreamThinkingDelta(text, ordinal)
-                yield StreamThinkingDone(ordinal, None)
-            elif item_type == "agent_message":
-                calls = parse_tool_calls(text, self._known)
-                if calls is None:
-                    if text:
-                        yield StreamTextDelta(text)
-                else:
-                    for name, arguments in calls:
-                        self._calls += 1
-                        yield StreamToolCall(
-                            id=f"call_{uuid.uuid4().hex[:16]}", name=name, arguments=arguments
-                        )
-        elif kind == "turn.completed":
-            usage = data.get("usage") or {}
-            cached = int(usage.get("cached_input_tokens") or 0)
-            self._usage = StreamUsage(
-                input_tokens=max(0, int(usage.get("input_tokens") or 0) - cached),
-                output_tokens=int(usage.get("output_tokens") or 0),
-                cache_read_tokens=cached,
-            )
-            self._completed = True
-        elif kind == "turn.failed":
-            error = data.get("error") or {}
-            self._failed = str(error.get("message", "the turn failed"))
-        elif kind == "error":
-            # not an outcome: codex also reports reconnects this way, and the turn may still
-            # complete; it explains a turn that ends with neither turn.completed nor turn.failed
-            self._last_error = str(data.get("message", "error"))
-
-    def finish(self, stderr: str = "") -> Iterator[ModelEvent]:
-        if self._failed is not None or not self._completed:
-            reason = self._failed or self._last_error
-            message = reason or "the CLI ended without completing its turn"
-            lowered = message.lower()
-            retryable = any(
-                w in lowered for w in ("rate limit", "overloaded", "429", "503", "timeout")
-            )
-            raise ModelError(
-                f"{self._model}: {message}" + (f" ({stderr})" if stderr and not reason else ""),
-                code="rate_limited" if "rate limit" in lowered or "429" in lowered else "error",
-                retryable=retryable,
-            )
-        if self._usage is not None:
-            yield self._usage
-        yield StreamStop("tool_use" if self._calls else "end_turn")

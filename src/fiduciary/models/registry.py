@@ -146,7 +146,7 @@ def _one(provider: str, model: str, options: dict[str, Any]) -> Model:
         factory = _module("cli_agents", provider).ClaudeCLIModel
         return factory(model, **options)
     if provider == "codex-cli":
-        factory = _module("cli_agents", provider).CodexCLIModel
+        factory = _module("codex_cli", provider).CodexCLIModel
         return factory(model, **options)
     raise ConfigurationError(f"unknown model provider {provider!r}")  # pragma: no cover
 

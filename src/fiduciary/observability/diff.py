@@ -69,7 +69,8 @@ class CallSummary:
             self.name == other.name
             and canonical_json(self.input) == canonical_json(other.input)
             and self.tier == other.tier
-            # an auto write's amount is in the audit rows, not the log: compared when both known
+            # logs written before tool_call_end recorded a write's amount have none for an
+            # auto write: compared when both are known
             and (None in (self.amount_usd, other.amount_usd) or self.amount_usd == other.amount_usd)
         )
 
@@ -173,7 +174,15 @@ def _compared(events: list[Event]) -> list[tuple[int, dict[str, Any]]]:
                 out.append((event.seq, {"type": "text", "text": event.text}))
             continue
         data = json.loads(event.model_dump_json())
-        out.append((event.seq, {k: v for k, v in data.items() if k not in _IGNORED}))
+        compared = {k: v for k, v in data.items() if k not in _IGNORED}
+        if isinstance(event, ToolCallEnd):
+            called = _would_have_called(event.output)
+            if called is not None:  # a replay's wrapped write: the tier and amount it would have
+                compared["tier"], compared["amount_usd"] = (
+                    called.get("tier"),
+                    called.get("amount_usd"),
+                )
+        out.append((event.seq, compared))
     return out
 
 
@@ -195,6 +204,9 @@ def _calls(events: list[Event]) -> list[CallSummary]:
             if called is not None:
                 outcome = "not_executed"
                 tiers[event.tool_use_id] = (called.get("tier"), called.get("amount_usd"))
+            elif event.tier is not None:  # every write's, auto included (older logs: none)
+                amount = None if event.amount_usd is None else str(event.amount_usd)
+                tiers[event.tool_use_id] = (event.tier, amount)
             ended[event.tool_use_id] = (outcome, event.output)
         elif isinstance(event, ToolCallRejected):
             ended[event.tool_use_id] = (f"rejected:{event.reason}", event.message)

@@ -7,6 +7,7 @@ import inspect
 from starlette.responses import Response
 
 from ..capabilities import Principal
+from ..events import Origin
 from .pipeline import Call, json_response, parse_json, validate
 from .problems import ProblemError
 from .runs import accepted
@@ -52,9 +53,11 @@ async def hook(server: Server, call: Call) -> Response:
     body = validate(HookBody, parse_json(call.raw))
     server.limit(channel.principal)
     principal = Principal(channel.principal)
+    # a signed message is not the principal in person: its writes wait for a person
+    origin = Origin(source=f"webhook:{channel.name}")
     if body.run_id is None:
-        return accepted(*await server.start(body.text, principal))
+        return accepted(*await server.start(body.text, principal, origin=origin))
     run = await server.agent.store.get_run(body.run_id)
     if run is None or run.principal != channel.principal:
         raise ProblemError("not_found", f"no run {body.run_id}")
-    return accepted(*await server.say(run, body.text, principal))
+    return accepted(*await server.say(run, body.text, principal, origin=origin))

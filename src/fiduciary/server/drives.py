@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 from .._logs import logger
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event
+from ..events import Event, Origin
 from ..exceptions import FiduciaryError, RunError
 from ..stores.base import RunRecord
 
@@ -60,6 +60,7 @@ class Drives:
         capabilities: Iterable[str] | None = None,
         plan_first: bool = False,
         on_claim: Callable[[UUID], None] | None = None,
+        origin: Origin | None = None,
     ) -> Event:
         """Create a run; returns its first committed event once the run is recorded."""
         run_id = uuid4()
@@ -69,6 +70,7 @@ class Drives:
             run_id=run_id,
             capabilities=capabilities,
             plan_first=plan_first,
+            origin=origin,
         )
         return await self._begin(run_id, stream, on_claim)
 
@@ -79,9 +81,10 @@ class Drives:
         principal: Principal,
         *,
         on_claim: Callable[[UUID], None] | None = None,
+        origin: Origin | None = None,
     ) -> Event:
         """Add a message to an idle run; returns the committed ``user_message``."""
-        stream = self.agent.run(message, principal=principal, run_id=run_id)
+        stream = self.agent.run(message, principal=principal, run_id=run_id, origin=origin)
         return await self._begin(run_id, stream, on_claim)
 
     async def _begin(

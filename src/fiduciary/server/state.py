@@ -18,7 +18,7 @@ from uuid import UUID
 from .._logs import logger
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event
+from ..events import Event, Origin
 from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.base import (
     ApprovalRecord,
@@ -211,11 +211,17 @@ class Server:
         *,
         capabilities: Sequence[str] | None = None,
         plan_first: bool = False,
+        origin: Origin | None = None,
     ) -> tuple[UUID, int]:
-        """A new run, driven here or recorded for workers: its id and first seq."""
+        """A new run, driven here or recorded for workers: its id and first seq. ``origin``:
+        the outside event the message comes from (a webhook), None for the caller in person."""
         if not self.drive:
             run = await self.agent.submit(
-                message, principal=principal, capabilities=capabilities, plan_first=plan_first
+                message,
+                principal=principal,
+                capabilities=capabilities,
+                plan_first=plan_first,
+                origin=origin,
             )
             return run.run_id, 1
         first = await self.drives.start(
@@ -224,16 +230,21 @@ class Server:
             capabilities=capabilities,
             plan_first=plan_first,
             on_claim=self.remember(principal.actor_id),
+            origin=origin,
         )
         return first.run_id, first.seq
 
-    async def say(self, run: RunRecord, message: str, principal: Principal) -> tuple[UUID, int]:
+    async def say(
+        self, run: RunRecord, message: str, principal: Principal, *, origin: Origin | None = None
+    ) -> tuple[UUID, int]:
         """A message continuing an idle run, driven here or left to workers."""
         if not self.drive:
-            submitted = await self.agent.submit(message, principal=principal, run_id=run.run_id)
+            submitted = await self.agent.submit(
+                message, principal=principal, run_id=run.run_id, origin=origin
+            )
             return run.run_id, submitted.last_seq
         first = await self.drives.say(
-            run.run_id, message, principal, on_claim=self.remember(run.principal)
+            run.run_id, message, principal, on_claim=self.remember(run.principal), origin=origin
         )
         return first.run_id, first.seq
 

@@ -22,6 +22,10 @@ config: {approve: false}
 ---
 Buy.
 """
+# the same, with the operation a person allows when enabling it: its autonomous budget
+PERMITTED = APP.replace(
+    "capabilities: [balance, buy]", "capabilities: [balance, buy]\npermissions: [swap]"
+)
 
 
 async def test_a_tick_stopped_after_the_effect_is_resumed_and_never_fires_twice() -> None:
@@ -42,8 +46,11 @@ async def test_a_tick_stopped_after_the_effect_is_resumed_and_never_fires_twice(
 
     action = {"capability": "buy", "args": {"asset": "ETH", "usd": "5"}}
     hooks.on("dca", "tick", lambda ctx: {"intents": [{"summary": "buy", "action": action}]})
-    first = engine(APP, book=book, hooks=hooks, clock=clock, store=store, tables=tables)
+    first = engine(PERMITTED, book=book, hooks=hooks, clock=clock, store=store, tables=tables)
     first.paper["buy"] = buy
+    await first.enable("dca")
+    for approval in await first.pending("dca"):  # the enabling approval
+        await first.approve(approval.approval_id, by="alice")
     await first.enable("dca")
     task = asyncio.create_task(first.step())
     await effect.wait()
@@ -52,7 +59,7 @@ async def test_a_tick_stopped_after_the_effect_is_resumed_and_never_fires_twice(
     [left] = await tables.ticks("dca")
     assert left.status == "running"
 
-    second = engine(APP, book=Book(), hooks=hooks, clock=clock, store=store, tables=tables)
+    second = engine(PERMITTED, book=Book(), hooks=hooks, clock=clock, store=store, tables=tables)
     assert [r.outcome for r in await second.step()] == ["taken"]  # not before the lease ends
     clock.advance(31)
     results = await second.step()

@@ -8,12 +8,13 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fiduciary import Agent, ManualClock
+from fiduciary import Agent, ManualClock, RunStarted, capability
 from fiduciary.attention.actions import RouteAction, decision_id_of, run_id_of
 from fiduciary.attention.record import AttentionRecord, DecisionRecord
 from fiduciary.attention.testing import ListSource, RuleJudge
@@ -302,6 +303,68 @@ async def test_a_write_in_a_decision_started_run_still_needs_approval(
     assert effects.payments == []
     (pending,) = await agent.pending_approvals(run_id=decision.run_id)
     assert pending.capability == "send"
+
+
+def proposing(done: list[str]) -> Any:
+    """A $-amount ``propose`` write (what plan-first still allows), counting its executions."""
+
+    @capability(kind="propose", operation="save", amount_usd=lambda a, c: Decimal(a.usd))
+    async def propose_saving(usd: str) -> dict[str, str]:
+        """Set USD aside for the person."""
+        done.append(usd)
+        return {"set_aside": usd}
+
+    return propose_saving
+
+
+SAVE_ONE = Script(
+    "payment_received",
+    [ToolCalls([Call("propose_saving", {"usd": "1"})]), Reply("set aside")],
+)
+
+
+async def test_a_one_dollar_proposal_of_a_decision_started_run_waits_for_a_person(
+    store: Store, clock: ManualClock
+) -> None:
+    done: list[str] = []
+    agent = Agent(  # the balanced preset: $1 of "save" is automatic for the principal
+        model=ScriptedModel([SAVE_ONE]),
+        capabilities=[proposing(done)],
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    routes = {"act": RouteAction(do="run"), "drop": RouteAction(do="drop")}
+    attention = watcher(AttentionRecord(), RuleJudge(lambda _: "act"), agent=agent, routes=routes)
+    (decision,) = await attention.accept("list", Batch(events=(incoming(1),), cursor="1"))
+    assert decision.action == "run:awaiting_approval"
+    assert done == []
+    assert decision.run_id is not None
+    started = (await store.read_events(decision.run_id))[0]
+    assert isinstance(started, RunStarted)
+    assert started.origin is not None
+    assert started.origin.source == "attention:act"
+    (pending,) = await agent.pending_approvals(run_id=decision.run_id)
+    assert (pending.capability, pending.amount_usd) == ("propose_saving", Decimal("1"))
+
+
+async def test_a_route_with_an_autonomous_budget_lets_its_runs_act_within_it(
+    store: Store, clock: ManualClock
+) -> None:
+    done: list[str] = []
+    agent = Agent(
+        model=ScriptedModel([SAVE_ONE]),
+        capabilities=[proposing(done)],
+        store=store,
+        clock=clock,
+        authorize=allow_all,
+    )
+    act = RouteAction(do="run", autonomous={"save": Decimal("5")})
+    routes = {"act": act, "drop": RouteAction(do="drop")}
+    attention = watcher(AttentionRecord(), RuleJudge(lambda _: "act"), agent=agent, routes=routes)
+    (decision,) = await attention.accept("list", Batch(events=(incoming(1),), cursor="1"))
+    assert decision.action == "run:completed"
+    assert done == ["1"]
 
 
 async def test_plan_first_by_default_keeps_writes_out_of_reach(

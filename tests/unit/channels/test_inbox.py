@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 
 import pytest
 
 from fiduciary import ManualClock, Principal
 from fiduciary.channels import AgentChat, ChannelError, Inbox, RateLimitError, Reply
+from fiduciary.events import Origin
 from fiduciary.stores.memory import MemoryStore
 
 from . import chat_agent
@@ -139,3 +141,31 @@ async def test_each_turn_of_the_reply_is_its_own_paragraph() -> None:
     chat = AgentChat(chat_agent.factory(MemoryStore()))
     reply = await chat(Principal("alice"), "balance", "console")
     assert reply == Reply("Let me look.\n\nYou have $5000.00.")
+
+
+async def test_a_webhook_or_a_group_is_not_the_principal_in_person() -> None:
+    agent = chat_agent.factory(MemoryStore())
+    inbox = Inbox(clock=ManualClock())
+    inbox.add("chat", AgentChat(agent), per="principal")
+    sent = len(chat_agent.SENT)
+    # $5 of "send" runs on its own for the principal in person (the console, their own chat)
+    mine = await inbox.deliver("chat", principal="ann", text="pay bob 5", channel="console")
+    assert (mine.text, mine.pending) == ("sent", ())
+    assert len(chat_agent.SENT) == sent + 1
+    for who, channel in (("ben", "webhook"), ("cat", "telegram:group")):
+        outside = await inbox.deliver("chat", principal=who, text="pay bob 5", channel=channel)
+        (pending,) = outside.pending
+        assert (pending.capability, pending.tier) == ("send", "confirm")
+    assert len(chat_agent.SENT) == sent + 1
+
+
+async def test_a_chat_may_grant_a_channel_an_autonomous_budget() -> None:
+    agent = chat_agent.factory(MemoryStore())
+    budget = Origin(source="webhook:bank", budget={"send": Decimal("5")})
+    chat = AgentChat(agent, budgets={"webhook": budget})
+    sent = len(chat_agent.SENT)
+    within = await chat(Principal("dan"), "pay bob 5", "webhook")
+    assert (within.text, within.pending) == ("sent", ())
+    beyond = await chat(Principal("eve"), "pay bob 6", "webhook")  # "auto" for eve in person
+    assert len(beyond.pending) == 1
+    assert len(chat_agent.SENT) == sent + 1

@@ -57,8 +57,8 @@ SCRIPT = Script(
 )
 
 TOOLS = (
-    ToolSpec("balance", "The balance of an account, in USD.", {"type": "object"}),
-    ToolSpec("rates", "The exchange rate of a currency to USD.", {"type": "object"}),
+    ToolSpec("balance", "The balance of an account, in USD.", {"type": "object"}, "read"),
+    ToolSpec("rates", "The exchange rate of a currency to USD.", {"type": "object"}, "read"),
 )
 
 

@@ -14,16 +14,18 @@ from typing import Any
 
 import pytest
 
-from fiduciary.events import Event, ThinkingDone, Usage
+from fiduciary.events import Event, RunFailed, ThinkingDone, ToolCallEnd, Usage
 from fiduciary.models.anthropic import AnthropicModel
 from fiduciary.models.base import Model
-from fiduciary.models.cli_agents import ClaudeCLIModel, CodexCLIModel
+from fiduciary.models.cli_agents import ClaudeCLIModel
+from fiduciary.models.codex_cli import CodexCLIModel
 from fiduciary.models.gemini import GeminiModel
 from fiduciary.models.openai import OpenAIModel, openai_compatible
 from fiduciary.models.retry import RetryPolicy
-from fiduciary.testing import ScriptedModel
+from fiduciary.testing import ScriptedModel, collect
 
-from .helpers import ANSWER, SCRIPT, run_scenario, story
+from ..conftest import Effects
+from .helpers import ANSWER, QUESTION, SCRIPT, build_agent, run_scenario, story
 from .standins import StandIn
 from .wire import Reply, Wire
 
@@ -205,14 +207,39 @@ async def test_claude_cli(tmp_path: Path, retry: RetryPolicy) -> None:
 
 
 async def test_codex_cli(tmp_path: Path, retry: RetryPolicy) -> None:
+    # codex drives a run limited to reads (the run's whitelist): the reads run, then it answers
+    stand_in = StandIn(tmp_path / "bin", "codex", ["codex_reads.jsonl", "codex_answer.jsonl"])
+    effects = Effects()
+    agent = build_agent(CodexCLIModel(executable=str(stand_in.path), retry=retry), effects)
+    events = await collect(
+        agent.run(QUESTION, principal="alice", capabilities=["balance", "rates"])
+    )
+    assert events[-1].type == "run_completed"
+    ends = [e for e in events if isinstance(e, ToolCallEnd)]
+    assert sorted(e.name for e in ends) == ["balance", "rates"]
+    assert effects.payments == []
+    reads, answer = stand_in.calls
+    assert "- send:" not in reads["stdin"]  # a write is never offered to codex
+    assert '<tool_result id="call_' in answer["stdin"]
+
+
+async def test_codex_cli_is_refused_for_a_run_that_can_move_money(
+    tmp_path: Path, retry: RetryPolicy
+) -> None:
+    # codex cannot switch off every tool of its own: a run offering "send" never reaches it
     stand_in = StandIn(
         tmp_path / "bin", "codex", ["codex_reads.jsonl", "codex_send.jsonl", "codex_answer.jsonl"]
     )
-    await check(CodexCLIModel(executable=str(stand_in.path), retry=retry), text_before_reads=False)
-    reads, send, answer = stand_in.calls
-    assert "- send: Send USD to a recipient." in reads["stdin"]
-    assert '<tool_result id="call_' in send["stdin"]
-    assert '"sent": "60"' in answer["stdin"]
+    effects = Effects()
+    agent = build_agent(CodexCLIModel(executable=str(stand_in.path), retry=retry), effects)
+    events = await collect(agent.run(QUESTION, principal="alice"))
+    failed = events[-1]
+    assert isinstance(failed, RunFailed)
+    assert failed.reason == "error"
+    assert "codex cannot switch off all of its own tools" in failed.message
+    assert "this run can call send" in failed.message
+    assert stand_in.calls == []  # the CLI never ran
+    assert effects.payments == []
 
 
 def test_every_provider_has_an_agent_test() -> None:

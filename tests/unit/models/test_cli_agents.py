@@ -29,13 +29,8 @@ from fiduciary.models.base import (
     ToolUsePart,
     UserTextMessage,
 )
-from fiduciary.models.cli_agents import (
-    DEFERRED_RESULT,
-    ClaudeCLIModel,
-    CodexCLIModel,
-    parse_tool_calls,
-    render_transcript,
-)
+from fiduciary.models.cli_agents import DEFERRED_RESULT, ClaudeCLIModel, render_transcript
+from fiduciary.models.codex_cli import CODEX_TOOLS_OFF, CodexCLIModel, parse_tool_calls
 from fiduciary.models.retry import RetryPolicy
 
 from .helpers import essence, events_of, request, scripted_turn
@@ -214,19 +209,35 @@ async def test_codex_calls_from_its_json_reply(tmp_path: Path, retry: RetryPolic
     for flag in ("--skip-git-repo-check", "--ephemeral"):
         assert flag in argv
     assert argv[argv.index("--sandbox") + 1] == "read-only"
-    assert argv[argv.index("-c") + 1] == 'model_reasoning_effort="low"'
+    settings = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert 'model_reasoning_effort="low"' in settings
+    # codex's own tools are switched off: the shell, exec, apply_patch, web search
+    assert set(CODEX_TOOLS_OFF) <= set(settings)
+    assert "features.shell_tool=false" in settings
     prompt = call["stdin"]
     assert '{"tool_calls": [{"name": "<tool>", "arguments": {...}}]}' in prompt
     assert "- balance: The balance of an account, in USD." in prompt
     assert "<user>\nCan I send bob 60 dollars?" in prompt
 
 
-async def test_codex_fenced_calls_and_answers(tmp_path: Path, retry: RetryPolicy) -> None:
-    stand_in = StandIn(tmp_path / "bin", "codex", ["codex_send.jsonl", "codex_answer.jsonl"])
-    send = ToolSpec("send", "Send USD to a recipient.", {"type": "object"})
+@pytest.mark.parametrize("kind", ["propose", "approve", "execute", None])
+async def test_codex_is_refused_for_a_request_offering_a_capability_with_an_effect(
+    tmp_path: Path, retry: RetryPolicy, kind: str | None
+) -> None:
+    stand_in = StandIn(tmp_path / "bin", "codex", ["codex_send.jsonl"])
+    send = ToolSpec("send", "Send USD to a recipient.", {"type": "object"}, kind)
     req = replace(request(), tools=(*request().tools, send))
-    assert essence(await events_of(codex(stand_in, retry), req)) == await scripted_turn(1)
-    assert essence(await events_of(codex(stand_in, retry), req)) == await scripted_turn(2)
+    with pytest.raises(ModelError) as refused:
+        await events_of(codex(stand_in, retry), req)
+    assert refused.value.code == "unsafe_tools"
+    assert not refused.value.retryable
+    assert "this run can call send" in refused.value.message
+    assert stand_in.calls == []  # the CLI never ran
+
+
+async def test_codex_answers_a_run_of_reads(tmp_path: Path, retry: RetryPolicy) -> None:
+    stand_in = StandIn(tmp_path / "bin", "codex", ["codex_answer.jsonl"])
+    assert essence(await events_of(codex(stand_in, retry), request())) == await scripted_turn(2)
 
 
 async def test_codex_failures(tmp_path: Path) -> None:

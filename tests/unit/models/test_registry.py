@@ -10,7 +10,8 @@ import pytest
 from fiduciary.exceptions import ConfigurationError, ModelError
 from fiduciary.models import StructuredModel
 from fiduciary.models.anthropic import AnthropicModel
-from fiduciary.models.cli_agents import ClaudeCLIModel, CodexCLIModel
+from fiduciary.models.cli_agents import ClaudeCLIModel
+from fiduciary.models.codex_cli import CodexCLIModel
 from fiduciary.models.openai import OpenAIModel
 from fiduciary.models.registry import model_from_env, resolve_model
 from fiduciary.models.scripted import ScriptedModel

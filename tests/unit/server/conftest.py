@@ -50,6 +50,9 @@ def scripts() -> list[Script]:
             "sign",
             [ToolCalls([Call("sign_and_send", {"to": "bob", "amount": "3"})]), Reply("Signed.")],
         ),
+        Script(
+            "tip five", [ToolCalls([Call("send", {"to": "bob", "amount": "5"})]), Reply("Sent.")]
+        ),
         Script("hello", [Reply(LONG_TEXT, chunk_chars=16)]),
         Script("two parts", [Reply("ok"), Reply(LONG_TEXT, chunk_chars=8)]),
     ]

@@ -13,7 +13,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from fiduciary import ManualClock
-from fiduciary.events import decode_event
+from fiduciary.events import RunStarted, decode_event
 from fiduciary.server import (
     InboundChannel,
     Notifier,
@@ -26,6 +26,7 @@ from fiduciary.server import (
 )
 from fiduciary.server.webhooks import UnsafeUrlError
 
+from ..conftest import Effects
 from .conftest import AppFactory, Keys, all_events, bearer, client_for, problem, settle
 
 pytestmark = pytest.mark.timeout(30)
@@ -65,6 +66,34 @@ async def test_a_signed_inbound_message_starts_and_continues_a_run(
         await settle(server)
         events = await all_events(client, keys.alice, run_id)
         assert [e.type for e in events].count("user_message") == 2
+
+
+async def test_a_signed_message_is_not_the_principal_in_person_its_writes_wait(
+    make_app: AppFactory, keys: Keys, clock: ManualClock, effects: Effects
+) -> None:
+    app = make_app(channels=[CHAT])
+    server: Server = app.state.server
+    async with client_for(app) as client:
+        # $5 of "send" runs on its own for alice in person under the balanced preset
+        person = await client.post(
+            "/runs", json={"message": "tip five"}, headers=bearer(keys.alice)
+        )
+        await settle(server)
+        run = await client.get(f"/runs/{person.json()['run_id']}", headers=bearer(keys.alice))
+        assert run.json()["status"] == "completed"
+        assert len(effects.payments) == 1
+        body = json.dumps({"text": "tip five"}).encode()
+        response = await client.post("/hooks/chat", content=body, headers=signed(body, clock))
+        assert response.status_code == 202, response.text
+        run_id = response.json()["run_id"]
+        await settle(server)
+        run = (await client.get(f"/runs/{run_id}", headers=bearer(keys.alice))).json()
+        assert run["status"] == "awaiting_approval"
+        assert len(effects.payments) == 1  # nothing more was sent
+        started = (await all_events(client, keys.alice, run_id))[0]
+        assert isinstance(started, RunStarted)
+        assert started.origin is not None
+        assert started.origin.source == "webhook:chat"
 
 
 async def test_inbound_refusals(make_app: AppFactory, keys: Keys, clock: ManualClock) -> None:
