@@ -43,6 +43,7 @@ from .exceptions import (
     RunError,
     StoreError,
 )
+from .dual_control import DualControl
 from .gates import AuthorizationRequest
 from .guards import Guard, GuardCall, Verdict
 from .models.base import Model
@@ -64,6 +65,7 @@ __all__ = [
     "CapabilityError",
     "Clock",
     "ConfigurationError",
+    "DualControl",
     "Event",
     "Executor",
     "FiduciaryError",

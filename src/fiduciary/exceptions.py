@@ -59,7 +59,9 @@ class ApprovalError(FiduciaryError):
     ``code`` is one of: ``unknown``, ``already_decided``, ``expired``, ``forbidden``,
     ``digest_mismatch``, ``field_not_modifiable``, ``invalid_edit``, ``acknowledgement_required``,
     ``client_executed``, ``not_client_executed``, ``tampered`` (the stored approval does not
-    match the pending action in the run's log: it was altered outside fiduciary).
+    match the pending action in the run's log: it was altered outside fiduciary),
+    ``separation_of_duties`` (under dual control: the proposer, or someone outside the group,
+    tried to approve), ``already_voted`` (this approver already approved these arguments).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -29,6 +29,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from .capabilities import Capability
+from .dual_control import DualControl
 from .exceptions import ConfigurationError
 
 __all__ = ["PRESETS", "Operation", "Policy", "PolicyDecision", "Threshold"]
@@ -205,7 +206,8 @@ class Policy:
     operations by ``Threshold`` (an operation may be in one of the two, not both; either
     replaces the preset's operation of that name); ``daily_autonomous_limit_usd`` caps what runs
     without a person per principal per UTC day (``None``: no cap); ``deny_operations`` are never
-    executed.
+    executed. ``dual_control`` rules make an approval above a threshold need N approvers of a
+    group, the proposer never one of them (``fiduciary.dual_control``).
     """
 
     preset: str | None = "balanced"
@@ -214,6 +216,7 @@ class Policy:
     deny_operations: frozenset[str] = frozenset()
     approval_ttl_seconds: float = 15 * 60
     operations: Sequence[Operation] = ()
+    dual_control: Sequence[DualControl] = ()
     _table: Mapping[str, Operation] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -225,6 +228,9 @@ class Policy:
         if limit is not None and (not isinstance(limit, Decimal) or limit < 0):
             raise ConfigurationError("daily_autonomous_limit_usd must be a non-negative Decimal")
         object.__setattr__(self, "operations", tuple(self.operations))
+        if any(not isinstance(r, DualControl) for r in self.dual_control):
+            raise ConfigurationError("dual_control must be a sequence of DualControl rules")
+        object.__setattr__(self, "dual_control", tuple(self.dual_control))
         object.__setattr__(self, "_table", self._resolve())
 
     def _resolve(self) -> dict[str, Operation]:

@@ -1,0 +1,165 @@
+"""Dual control over the Python API: N distinct approvers of a group, the proposer never one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from fiduciary import Agent, ApprovalError, ManualClock, PendingAction, Policy
+from fiduciary.dual_control import DualControl, progress
+from fiduciary.events import ActionResolved, ToolCallEnd
+from fiduciary.exceptions import ConfigurationError
+from fiduciary.stores.base import Store
+from fiduciary.testing import Call, Reply, Script, ToolCalls, collect
+
+from .conftest import Effects, make_agent
+
+pytestmark = pytest.mark.timeout(30)
+
+FINANCE = DualControl(
+    "finance", frozenset({"alice", "bob", "carol"}), required=2, at_or_above_usd=Decimal(100)
+)
+
+
+def dual_agent(effects: Effects, store: Store, clock: ManualClock) -> Agent:
+    return make_agent(
+        effects,
+        store,
+        clock,
+        Script("send 150", [ToolCalls([Call("send", {"to": "x", "amount": "150"})]), Reply("ok")]),
+        Script("send 50", [ToolCalls([Call("send", {"to": "x", "amount": "50"})]), Reply("ok")]),
+        policy=Policy(dual_control=[FINANCE]),
+    )
+
+
+async def pending_of(agent: Agent, message: str, principal: str = "alice") -> PendingAction:
+    events = await collect(agent.run(message, principal=principal))
+    return next(e for e in events if isinstance(e, PendingAction))
+
+
+async def test_the_proposer_cannot_approve_its_own_action_even_as_admin(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    from fiduciary import Principal
+
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 150")
+    for who in ("alice", Principal("alice", frozenset({"admin"}))):
+        with pytest.raises(ApprovalError) as caught:
+            await agent.approve(pending.approval_id, by=who)
+        assert caught.value.code == "separation_of_duties"
+        assert caught.value.message == (
+            "the proposer of an action cannot approve it: it needs 2 approvers of finance"
+        )
+    with pytest.raises(ApprovalError) as outsider:
+        await agent.approve(pending.approval_id, by="mallory")
+    assert outsider.value.code == "separation_of_duties"
+    assert outsider.value.message == "only members of finance can approve this action"
+    record = await store.get_approval(pending.approval_id)
+    assert record is not None
+    assert record.status == "pending"
+    assert await store.list_votes(pending.approval_id) == []
+
+
+async def test_two_of_three_approve_and_the_action_runs_once(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 150")
+    first = await agent.approve(pending.approval_id, by="bob")
+    assert first.status == "pending"
+    # one person counts once, however many times (devices, channels) they approve
+    with pytest.raises(ApprovalError) as again:
+        await agent.approve(pending.approval_id, by="bob")
+    assert again.value.code == "already_voted"
+    # a resume before the N-th approval runs nothing
+    await collect(agent.resume(pending.run_id))
+    assert effects.payments == []
+    clock.advance(timedelta(minutes=3))
+    second = await agent.approve(pending.approval_id, by="carol")
+    assert second.status == "approved"
+    assert second.decided_by == "bob, carol"
+    events = await collect(agent.resume(pending.run_id))
+    resolved = [(e.decision, e.by) for e in events if isinstance(e, ActionResolved)]
+    assert resolved == [("approved", "bob, carol")]
+    assert len(effects.payments) == 1
+    assert [e for e in events if isinstance(e, ToolCallEnd) and not e.is_error]
+    with pytest.raises(ApprovalError) as late:
+        await agent.approve(pending.approval_id, by="alice")
+    assert late.value.code == "separation_of_duties"  # the proposer, even after the decision
+
+
+async def test_a_deny_after_one_approval_denies(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 150")
+    await agent.approve(pending.approval_id, by="bob")
+    denied = await agent.deny(pending.approval_id, by="carol", reason="not budgeted")
+    assert denied.status == "denied"
+    with pytest.raises(ApprovalError) as after:
+        await agent.approve(pending.approval_id, by="carol")
+    assert after.value.code == "already_decided"
+    await collect(agent.resume(pending.run_id))
+    assert effects.payments == []
+
+
+async def test_an_edit_starts_a_new_approval_set(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 150")
+    await agent.approve(pending.approval_id, by="bob")
+    edited = await agent.approve(pending.approval_id, by="carol", edits={"amount": "120"})
+    assert edited.status == "pending"  # carol's vote is for other arguments than bob's
+    votes = await store.list_votes(pending.approval_id)
+    shown = progress(FINANCE, votes)
+    assert shown.approvers == ("carol",)
+    assert [v.approver for v in shown.superseded] == ["bob"]
+    assert shown.text() == (
+        f"1 of 2 approved (carol, {votes[-1].at:%H:%M}); an edit started a new approval set"
+    )
+    done = await agent.approve(pending.approval_id, by="bob", edits={"amount": "120"})
+    assert done.status == "approved"
+    assert done.approved_args is not None
+    assert done.approved_args["amount"] == "120"
+    await collect(agent.resume(pending.run_id))
+    assert [p["amount"] for p in effects.payments] == [Decimal("120")]
+
+
+async def test_expiry_applies_to_the_whole_set(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 150")
+    await agent.approve(pending.approval_id, by="bob")
+    clock.advance(timedelta(hours=1))
+    with pytest.raises(ApprovalError) as late:
+        await agent.approve(pending.approval_id, by="carol")
+    assert late.value.code == "expired"
+    await collect(agent.resume(pending.run_id))
+    assert effects.payments == []
+
+
+async def test_below_the_threshold_the_proposer_approves_alone(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 50")
+    decided = await agent.approve(pending.approval_id, by="alice")
+    assert decided.status == "approved"
+    await collect(agent.resume(pending.run_id))
+    assert len(effects.payments) == 1
+
+
+def test_a_rule_must_be_possible() -> None:
+    with pytest.raises(ConfigurationError, match="between 1 and the 2 members"):
+        DualControl("ops", frozenset({"a", "b"}), required=3)
+    with pytest.raises(ConfigurationError, match="collection of names"):
+        DualControl("ops", "alice", required=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="at_or_above_usd"):
+        DualControl("ops", frozenset({"a", "b"}), at_or_above_usd=100.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="DualControl rules"):
+        Policy(dual_control=["finance"])  # type: ignore[list-item]
