@@ -17,6 +17,7 @@ from .capabilities import (
     capability,
 )
 from .clock import Clock, ManualClock, SystemClock
+from .dual_control import DualControl
 from .events import (
     ActionResolved,
     Event,
@@ -43,7 +44,6 @@ from .exceptions import (
     RunError,
     StoreError,
 )
-from .dual_control import DualControl
 from .gates import AuthorizationRequest
 from .guards import Guard, GuardCall, Verdict
 from .models.base import Model

@@ -39,6 +39,7 @@ from .exceptions import ApprovalError, CapabilityError
 from .gates import Attempt, CallScope, Gates
 from .policy import Policy
 from .redaction import Redactor
+from .signed_approvals import SIGNATURE_REQUIRED, SignatureCheck, binding
 from .stores.base import ApprovalRecord, ApprovalVote, Store, existing_run
 
 __all__ = ["Deciding", "approve", "deny", "submit_result"]
@@ -55,6 +56,7 @@ class Deciding:
     clock: Clock
     redactor: Redactor
     transcript: Callable[[], Transcript]  # a new, empty one (``Agent._transcript``)
+    signatures: SignatureCheck | None = None  # ``Agent.signatures``
 
 
 async def approve(
@@ -65,6 +67,7 @@ async def approve(
     edits: Mapping[str, Any] | None = None,
     confirm_amount: Decimal | str | None = None,
     args_digest: str | None = None,
+    assertion: Any = None,
 ) -> ApprovalRecord:
     """``Agent.approve``: approve a pending action (optionally editing its modifiable fields).
     Under dual control this is one approver's vote: the row stays ``pending`` until the N-th."""
@@ -101,6 +104,14 @@ async def approve(
         tier, amount = await _recheck(ctx, record, cap, model)
     if tier == "explicit":
         _check_acknowledgement(confirm_amount, amount)
+    sign = ctx.gates.policy.signatures
+    if sign is not None and sign.requires(tier, amount):
+        if ctx.signatures is None or assertion is None:
+            raise ApprovalError("signature_required", SIGNATURE_REQUIRED)
+        signed = binding(record, args_digest=_digest(approved), tier=tier, amount_usd=amount)
+        await ctx.signatures.verify(
+            record, approver=principal_of(by).actor_id, signed=signed, assertion=assertion
+        )
     if rule is not None:
         vote = ApprovalVote(
             approval_id=record.approval_id,

@@ -61,7 +61,9 @@ class ApprovalError(FiduciaryError):
     ``client_executed``, ``not_client_executed``, ``tampered`` (the stored approval does not
     match the pending action in the run's log: it was altered outside fiduciary),
     ``separation_of_duties`` (under dual control: the proposer, or someone outside the group,
-    tried to approve), ``already_voted`` (this approver already approved these arguments).
+    tried to approve), ``already_voted`` (this approver already approved these arguments),
+    ``signature_required`` (the approval must be signed with a passkey, in the console),
+    ``signature_refused`` (the passkey assertion was refused: the reason says why).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -31,6 +31,7 @@ from typing import Literal
 from .capabilities import Capability
 from .dual_control import DualControl
 from .exceptions import ConfigurationError
+from .signed_approvals import SignatureRule
 
 __all__ = ["PRESETS", "Operation", "Policy", "PolicyDecision", "Threshold"]
 
@@ -207,7 +208,8 @@ class Policy:
     replaces the preset's operation of that name); ``daily_autonomous_limit_usd`` caps what runs
     without a person per principal per UTC day (``None``: no cap); ``deny_operations`` are never
     executed. ``dual_control`` rules make an approval above a threshold need N approvers of a
-    group, the proposer never one of them (``fiduciary.dual_control``).
+    group, the proposer never one of them (``fiduciary.dual_control``); ``signatures`` says
+    which approvals must be signed with a passkey (``fiduciary.signed_approvals``).
     """
 
     preset: str | None = "balanced"
@@ -217,6 +219,7 @@ class Policy:
     approval_ttl_seconds: float = 15 * 60
     operations: Sequence[Operation] = ()
     dual_control: Sequence[DualControl] = ()
+    signatures: SignatureRule | None = None
     _table: Mapping[str, Operation] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -231,6 +234,8 @@ class Policy:
         if any(not isinstance(r, DualControl) for r in self.dual_control):
             raise ConfigurationError("dual_control must be a sequence of DualControl rules")
         object.__setattr__(self, "dual_control", tuple(self.dual_control))
+        if self.signatures is not None and not isinstance(self.signatures, SignatureRule):
+            raise ConfigurationError("signatures must be a SignatureRule")
         object.__setattr__(self, "_table", self._resolve())
 
     def _resolve(self) -> dict[str, Operation]:
