@@ -18,6 +18,7 @@ from fiduciary.signed_approvals import SignatureRule, binding, challenge
 from fiduciary.stores.base import ApprovalRecord, Store
 from fiduciary.testing import Call, Reply, Script, ToolCalls, collect
 
+from .cli.support import fiduciary
 from .conftest import Effects, make_agent
 from .softauthn import SoftAuthenticator
 
@@ -204,3 +205,39 @@ def test_origins_must_be_https_except_on_localhost() -> None:
         check_origins("example.com", ["https://example.org"])
     with pytest.raises(ConfigurationError, match="at least one origin"):
         check_origins("example.com", [])
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)  # three processes: once is enough
+async def test_audit_verify_says_who_which_key_what_and_fails_on_a_changed_byte(
+    effects: Effects,
+    store: Store,
+    clock: ManualClock,
+    passkeys: Passkeys,
+    registry_path: Path,
+) -> None:
+    device = enrol(passkeys, "alice")
+    agent = signing_agent(effects, store, clock, passkeys)
+    event, record = await pending(agent, "send 150")
+    await agent.approve(event.approval_id, by="alice", assertion=sign(device, record))
+    run = str(event.run_id)
+
+    ok = fiduciary("audit", "verify", run, "--passkeys", registry_path, columns=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "valid alice with laptop (" in ok.stdout
+    assert f"approval {event.approval_id}: arguments {record.args_digest}, confirm, 150 USD" in (
+        ok.stdout
+    )
+    assert "1 of 1 signatures valid" in ok.stdout
+
+    with sqlite3.connect(registry_path) as conn:
+        (value,) = conn.execute("SELECT signature FROM signatures").fetchone()
+        conn.execute("UPDATE signatures SET signature = ?", (bytes([value[0] ^ 1]) + value[1:],))
+    bad = fiduciary("audit", "verify", run, "--passkeys", registry_path, columns=300)
+    assert bad.returncode == 1
+    assert "INVALID alice" in bad.stdout
+    assert "0 of 1 signatures valid" in bad.stdout
+
+    missing = fiduciary("audit", "verify", run, "--passkeys", registry_path.with_name("no"))
+    assert missing.returncode == 2
+    assert "no passkey registry at" in missing.stderr
+    assert "Traceback" not in missing.stderr + bad.stderr

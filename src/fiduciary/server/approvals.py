@@ -100,6 +100,7 @@ async def approve(server: Server, call: Call) -> Response:
             edits=body.edits,
             confirm_amount=body.confirm_amount,
             args_digest=body.args_digest,
+            assertion=body.assertion,
         ),
     )
 

@@ -71,6 +71,11 @@ class ApproveBody(_Request):
     confirm_amount: Annotated[str, StringConstraints(max_length=64)] | None = Field(
         default=None, description="The amount re-typed, for actions of tier explicit."
     )
+    assertion: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="A passkey's WebAuthn assertion over the approval's binding, when the "
+        "policy requires a signature (see GET /approvals/{approval_id}/signing-options).",
+    )
 
 
 class DenyBody(_Request):
