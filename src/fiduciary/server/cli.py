@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,7 +26,7 @@ from rich.table import Table
 from .._gc import for_many_runs
 from .._sweep import SWEEP_SECONDS
 from ..cli._common import McpConfig, plain_errors, with_mcp
-from ..exceptions import FiduciaryError
+from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.base import Store
 from .auth import (
     ALL_SCOPES,
@@ -36,9 +36,13 @@ from .auth import (
     PostgresKeyStore,
     SQLiteKeyStore,
 )
+from .passkey_config import passkeys_from_env
 from .ratelimit import RateLimit
 from .served import DEFAULT_AGENT
 from .webhooks import InboundChannel, WebhookTarget
+
+if TYPE_CHECKING:
+    from ..passkeys import Passkeys
 
 __all__ = [
     "ServerConfig",
@@ -284,6 +288,10 @@ def serve(
             "[[notify]] needs a server that drives runs: notifications are sent by the process "
             "that drives a run, and with --no-drive this one drives none"
         )
+    try:
+        passkeys = passkeys_from_env()
+    except ConfigurationError as exc:
+        raise _fail(str(exc)) from None
     where = _Where(db, postgres)
     try:
         code = asyncio.run(
@@ -300,6 +308,7 @@ def serve(
                 sweep_seconds,
                 attention=attention,
                 mcp_files=mcp_config or [],
+                passkeys=passkeys,
             )
         )
     except KeyboardInterrupt:
@@ -353,6 +362,7 @@ async def _serve(
     *,
     attention: Path | None = None,
     mcp_files: list[Path] | None = None,
+    passkeys: Passkeys | None = None,
 ) -> int:
     import uvicorn
 
@@ -384,6 +394,8 @@ async def _serve(
     try:
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
+        if passkeys is not None:
+            setup.agent.signatures = passkeys
         toolset = await external.enter_async_context(
             with_mcp(setup.agent, settings.mcp, mcp_files or [])
         )

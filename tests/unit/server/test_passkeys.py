@@ -154,3 +154,44 @@ async def test_a_revoked_passkey_signs_nothing(
     )
     problem(refused, 403, "signature_refused")
     assert effects.payments == []
+
+
+def test_serve_refuses_a_passkey_origin_that_is_not_https(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from fiduciary.server.cli import register
+
+    app = typer.Typer()
+    register(app)
+    monkeypatch.setenv("FIDUCIARY_PASSKEY_RP_ID", "pay.example.com")
+    monkeypatch.setenv("FIDUCIARY_PASSKEY_ORIGINS", "http://pay.example.com")
+    monkeypatch.setenv("FIDUCIARY_PASSKEYS", str(tmp_path / "passkeys.sqlite3"))
+    result = CliRunner().invoke(app, ["serve", "--db", str(tmp_path / "x.sqlite3")])
+    assert result.exit_code == 2
+    assert "passkey origin 'http://pay.example.com' must be https" in " ".join(
+        result.output.split()
+    )
+    assert not (tmp_path / "x.sqlite3").exists()  # refused before anything was opened
+    monkeypatch.delenv("FIDUCIARY_PASSKEY_ORIGINS")
+    half = CliRunner().invoke(app, ["serve", "--db", str(tmp_path / "x.sqlite3")])
+    assert half.exit_code == 2
+    assert "need both" in half.output
+
+
+def test_passkeys_from_the_environment_on_localhost(tmp_path: Path) -> None:
+    from fiduciary.server.passkey_config import passkeys_from_env
+
+    assert passkeys_from_env({}) is None
+    made = passkeys_from_env(
+        {
+            "FIDUCIARY_PASSKEY_RP_ID": "localhost",
+            "FIDUCIARY_PASSKEY_ORIGINS": "http://localhost:8000, https://console.localhost",
+            "FIDUCIARY_PASSKEYS": str(tmp_path / "p" / "keys.sqlite3"),
+        }
+    )
+    assert made is not None
+    assert made.origins == ("http://localhost:8000", "https://console.localhost")
+    made.registry.close()
