@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,77 @@ def test_a_rule_must_be_possible() -> None:
         DualControl("ops", frozenset({"a", "b"}), at_or_above_usd=100.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="DualControl rules"):
         Policy(dual_control=["finance"])  # type: ignore[list-item]
+
+
+async def test_the_last_approval_and_the_expiry_at_once_give_one_outcome(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    import asyncio
+
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, "send 150")
+    await agent.approve(pending.approval_id, by="bob")
+    record = await store.get_approval(pending.approval_id)
+    assert record is not None
+    expired = record.with_(status="expired", decided_at=clock.now())
+    # the sweep marking it expired and carol's approval, in the same instant
+    outcomes = await asyncio.gather(
+        store.decide_approval(expired),
+        agent.approve(pending.approval_id, by="carol"),
+        return_exceptions=True,
+    )
+    final = await store.get_approval(pending.approval_id)
+    assert final is not None
+    if final.status == "expired":
+        assert outcomes[0] is True
+        assert isinstance(outcomes[1], ApprovalError)
+    else:
+        assert final.status == "approved"
+        assert outcomes[0] is False
+    await collect(agent.resume(pending.run_id))
+    assert len(effects.payments) == (1 if final.status == "approved" else 0)
+
+
+async def test_each_of_the_n_approvals_is_signed_when_the_policy_says_so(
+    effects: Effects, store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    from fiduciary.passkeys import PasskeyRegistry, Passkeys, verify_run
+    from fiduciary.signed_approvals import SignatureRule, binding, challenge
+
+    from .softauthn import SoftAuthenticator
+
+    registry = PasskeyRegistry(tmp_path / "passkeys.sqlite3")
+    passkeys = Passkeys(registry, rp_id="localhost", origins=["http://localhost"], clock=clock)
+    devices = {}
+    for who in ("bob", "carol"):
+        devices[who] = SoftAuthenticator("localhost", "http://localhost")
+        options = passkeys.registration_options(who)
+        passkeys.register(who, devices[who].create(options), name=f"{who}'s phone")
+    agent = make_agent(
+        effects,
+        store,
+        clock,
+        Script("send 150", [ToolCalls([Call("send", {"to": "x", "amount": "150"})]), Reply("ok")]),
+        policy=Policy(
+            dual_control=[FINANCE], signatures=SignatureRule(at_or_above_usd=Decimal(100))
+        ),
+    )
+    agent.signatures = passkeys
+    pending = await pending_of(agent, "send 150")
+    record = await store.get_approval(pending.approval_id)
+    assert record is not None
+    signed = binding(
+        record, args_digest=record.args_digest, tier=record.tier, amount_usd=record.amount_usd
+    )
+    with pytest.raises(ApprovalError) as unsigned:
+        await agent.approve(pending.approval_id, by="bob")
+    assert unsigned.value.code == "signature_required"
+    for who in ("bob", "carol"):
+        await agent.approve(
+            pending.approval_id, by=who, assertion=devices[who].get(challenge(signed))
+        )
+    await collect(agent.resume(pending.run_id))
+    assert len(effects.payments) == 1
+    verdicts = verify_run(registry, pending.run_id)
+    assert [(v.approver, v.valid) for v in verdicts] == [("bob", True), ("carol", True)]
+    registry.close()

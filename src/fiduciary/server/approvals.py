@@ -66,6 +66,13 @@ async def list_approvals(server: Server, call: Call) -> Response:
         run_id=query.run_id,
         status=query.status,
     )
+    rules = server.agent.gates.policy.dual_control
+    if not key.is_admin and any(key.principal in r.members for r in rules):
+        # a member of a dual-control group sees what waits for its vote, whoever proposed it
+        seen = {r.approval_id for r in records}
+        others = await server.agent.store.list_approvals(run_id=query.run_id, status=query.status)
+        records += [r for r in others if r.approval_id not in seen and server.is_approver(key, r)]
+        records.sort(key=lambda r: (r.created_at, str(r.approval_id)))
     return json_response(ApprovalList(approvals=await _out(server, records[:500])))
 
 

@@ -196,12 +196,12 @@ class Server:
         approval_id = parse_id(text, "approval")
         record = await self.agent.store.get_approval(approval_id)
         if record is None or not (
-            key.is_admin or record.principal == key.principal or self._approver(key, record)
+            key.is_admin or record.principal == key.principal or self.is_approver(key, record)
         ):
             raise ProblemError("not_found", f"no approval {approval_id}")
         return record
 
-    def _approver(self, key: ApiKey, record: ApprovalRecord) -> bool:
+    def is_approver(self, key: ApiKey, record: ApprovalRecord) -> bool:
         """Whether the key's principal is in a dual-control group this approval needs."""
         gates = self.agent.gates
         cap = gates.get(record.capability)

@@ -155,3 +155,16 @@ async def test_someone_outside_the_group_does_not_see_the_approval(
         f"/approvals/{approval_id}/approve", json={"args_digest": digest}, headers=bearer(dave)
     )
     problem(response, 404, "not_found")
+
+
+async def test_a_member_lists_what_waits_for_its_vote(
+    client: httpx.AsyncClient, keys: Keys, server: Server, carol: str
+) -> None:
+    _, approval_id, _ = await pending_send(client, keys, server)
+    listed = await client.get("/approvals", headers=bearer(carol))
+    assert listed.status_code == 200, listed.text
+    (shown,) = listed.json()["approvals"]
+    assert shown["approval_id"] == approval_id
+    assert shown["dual_control"]["progress"] == "0 of 2 approved"
+    dave, _ = await keys.store.create("dave", ["runs:read", "approvals:decide"])
+    assert (await client.get("/approvals", headers=bearer(dave))).json() == {"approvals": []}
