@@ -4,6 +4,7 @@ word on stdin, approves, resumes the run, and writes each execution to a file.""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -65,3 +66,8 @@ async def main(dsn: str, approval_id: str, approver: str, executions: str) -> No
 
 if __name__ == "__main__":
     asyncio.run(main(*sys.argv[1:5]))
+
+
+def factory(store: object) -> Agent:
+    """``--agent tests.unit.dual_control_voter:factory`` (the CLI's agent factory)."""
+    return make_agent(store, Path(os.devnull))

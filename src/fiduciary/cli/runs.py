@@ -24,6 +24,7 @@ from .. import events as ev
 from ..agent import Agent
 from ..agent_factory import agent_of
 from ..display import show_value
+from ..dual_control import standing
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
@@ -461,7 +462,10 @@ async def _decide(
             except ApprovalError as exc:
                 current = await store.get_approval(record.approval_id) or record
                 raise CliError(_refusal(exc, current, by, agent), 1) from exc
+            progress = await _progress(store, agent, decided)
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
+    if decided.status == "pending":  # dual control: one vote of N
+        verb = f"[yellow]approval recorded ({escape(progress)})[/]"
     shown = show_value(decided.approved_args or decided.args)
     args = shown.text
     amount = "" if decided.amount_usd is None else f" · {_usd(decided.amount_usd)}"
@@ -474,9 +478,18 @@ async def _decide(
     )
     if shown.warning:
         out.print(f"[bold red]look closely:[/] [red]{escape(shown.warning)}[/]", soft_wrap=True)
-    hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
-    out.print(hint, soft_wrap=True, markup=False, highlight=False)
+    if decided.status != "pending":
+        hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
+        out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0
+
+
+async def _progress(store: Store, agent: Agent, record: ApprovalRecord) -> str:
+    """Where an approval under dual control stands ("1 of 2 approved (bob, 12:03)")."""
+    cap = agent.gates.get(record.capability)
+    rules = agent.gates.policy.dual_control
+    found = await standing(store, rules, record, None if cap is None else cap.operation)
+    return "" if found is None else found[1].text()
 
 
 @_command(approvals_app, "approve")
