@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -71,7 +71,7 @@ async def approve(
 ) -> ApprovalRecord:
     """``Agent.approve``: approve a pending action (optionally editing its modifiable fields).
     Under dual control this is one approver's vote: the row stays ``pending`` until the N-th."""
-    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True, approving=True)
+    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True, act="approve")
     cap = ctx.gates.get(record.capability)
     if cap is None:
         raise ApprovalError("unknown", f"{record.capability} is no longer available")
@@ -237,7 +237,7 @@ async def deny(
     ctx: Deciding, approval_id: UUID, *, by: Principal | str, reason: str = ""
 ) -> ApprovalRecord:
     """``Agent.deny``: decline a pending action; it never executes."""
-    record = await _open_approval(ctx, approval_id, by, None)
+    record = await _open_approval(ctx, approval_id, by, None, act="deny")
     decided = record.with_(
         status="denied",
         decided_by=principal_of(by).actor_id,
@@ -286,7 +286,7 @@ async def _open_approval(
     digest: str | None,
     *,
     bind: bool = False,
-    approving: bool = False,
+    act: Literal["approve", "deny", "result"] = "result",
 ) -> ApprovalRecord:
     """The pending approval a decision is about, or ``ApprovalError``. ``bind``: the row
     must match the pending action in the run's log (what the person was shown); denying
@@ -301,7 +301,7 @@ async def _open_approval(
     if record is None:
         raise ApprovalError("unknown", "no such approval")
     if by is not None:
-        _check_decider(ctx, record, principal_of(by), approving=approving)
+        _check_decider(ctx, record, principal_of(by), act=act)
     if record.status != "pending":
         raise ApprovalError(
             "expired" if record.status == "expired" else "already_decided",
@@ -328,11 +328,9 @@ async def _open_approval(
     return record
 
 
-def _check_decider(
-    ctx: Deciding, record: ApprovalRecord, who: Principal, *, approving: bool
-) -> None:
+def _check_decider(ctx: Deciding, record: ApprovalRecord, who: Principal, *, act: str) -> None:
     rule = _rule(ctx, record)
-    if rule is not None and approving:
+    if rule is not None and act == "approve":
         if who.actor_id == record.principal:
             why = (
                 f"the proposer of an action cannot approve it: it needs {rule.required} "
@@ -345,8 +343,8 @@ def _check_decider(
         # refused decisions are recorded: who tried, on what, and why
         log.warning("approval %s: %s refused: %s", record.approval_id, who.actor_id, why)
         raise ApprovalError("separation_of_duties", why)
-    if rule is not None and who.actor_id in rule.members:
-        return  # any member's deny denies
+    if rule is not None and act == "deny" and who.actor_id in rule.members:
+        return  # any member's deny denies (a result is reported by the principal's client)
     if who.actor_id != record.principal and "admin" not in who.scopes:
         raise ApprovalError("forbidden", "this approval belongs to another principal")
 

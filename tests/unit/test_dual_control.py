@@ -238,3 +238,35 @@ async def test_each_of_the_n_approvals_is_signed_when_the_policy_says_so(
     verdicts = verify_run(registry, pending.run_id)
     assert [(v.approver, v.valid) for v in verdicts] == [("bob", True), ("carol", True)]
     registry.close()
+
+
+async def test_a_member_cannot_report_a_client_executed_result(
+    effects: Effects, store: Store, clock: ManualClock
+) -> None:
+    from fiduciary import capability
+
+    @capability(
+        kind="execute", executor="client", operation="send", amount_usd=lambda a, c: a.amount
+    )
+    async def sign_and_send(to: str, amount: Decimal) -> dict[str, str]:
+        """The person's device signs and sends this transfer."""
+        raise AssertionError("client-executed")
+
+    agent = make_agent(
+        effects,
+        store,
+        clock,
+        Script(
+            "sign 150",
+            [ToolCalls([Call("sign_and_send", {"to": "x", "amount": "150"})]), Reply("ok")],
+        ),
+        capabilities=[sign_and_send],
+        policy=Policy(dual_control=[FINANCE]),
+    )
+    pending = await pending_of(agent, "sign 150")
+    with pytest.raises(ApprovalError) as caught:
+        await agent.submit_result(pending.approval_id, {"tx": "0x1"}, by="bob")
+    assert caught.value.code == "forbidden"
+    record = await store.get_approval(pending.approval_id)
+    assert record is not None
+    assert record.status == "pending"
