@@ -17,6 +17,7 @@ from .capabilities import (
     capability,
 )
 from .clock import Clock, ManualClock, SystemClock
+from .dual_control import DualControl
 from .events import (
     ActionResolved,
     Event,
@@ -65,6 +66,7 @@ __all__ = [
     "CapabilityError",
     "Clock",
     "ConfigurationError",
+    "DualControl",
     "Event",
     "Executor",
     "FiduciaryError",

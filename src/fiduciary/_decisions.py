@@ -5,7 +5,8 @@ decided); whoever resumes the run next appends ``action_resolved`` and runs what
 Before anything that can run is decided, the row must bind to the ``pending_action`` the run's
 log recorded (``_binding``). Edited arguments go through validation, guards and policy again,
 and an ``explicit`` action needs its amount re-typed. Every refusal is an ``ApprovalError`` that
-changes nothing (an expired row is marked expired).
+changes nothing (an expired row is marked expired). Under a dual-control rule of the policy an
+approval is a vote (``dual_control``), and the N-th vote for the same arguments decides.
 
 The decisions receive a ``Deciding``, the few things of the agent they use, not the agent.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -33,11 +34,13 @@ from .capabilities import (
     principal_of,
 )
 from .clock import Clock
+from .dual_control import DualControl, count_for, rule_for
 from .exceptions import ApprovalError, CapabilityError
 from .gates import Attempt, CallScope, Gates
 from .policy import Policy
 from .redaction import Redactor
-from .stores.base import ApprovalRecord, Store, existing_run
+from .signed_approvals import SIGNATURE_REQUIRED, SignatureCheck, binding
+from .stores.base import ApprovalRecord, ApprovalVote, Store, existing_run
 
 __all__ = ["Deciding", "approve", "deny", "submit_result"]
 
@@ -53,6 +56,7 @@ class Deciding:
     clock: Clock
     redactor: Redactor
     transcript: Callable[[], Transcript]  # a new, empty one (``Agent._transcript``)
+    signatures: SignatureCheck | None = None  # ``Agent.signatures``
 
 
 async def approve(
@@ -63,12 +67,15 @@ async def approve(
     edits: Mapping[str, Any] | None = None,
     confirm_amount: Decimal | str | None = None,
     args_digest: str | None = None,
+    assertion: Any = None,
 ) -> ApprovalRecord:
-    """``Agent.approve``: approve a pending action (optionally editing its modifiable fields)."""
-    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True)
+    """``Agent.approve``: approve a pending action (optionally editing its modifiable fields).
+    Under dual control this is one approver's vote: the row stays ``pending`` until the N-th."""
+    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True, act="approve")
     cap = ctx.gates.get(record.capability)
     if cap is None:
         raise ApprovalError("unknown", f"{record.capability} is no longer available")
+    rule = _rule(ctx, record)
     if cap.executor is Executor.CLIENT:
         raise ApprovalError(
             "client_executed",
@@ -97,6 +104,25 @@ async def approve(
         tier, amount = await _recheck(ctx, record, cap, model)
     if tier == "explicit":
         _check_acknowledgement(confirm_amount, amount)
+    sign = ctx.gates.policy.signatures
+    if sign is not None and sign.requires(tier, amount):
+        if ctx.signatures is None or assertion is None:
+            raise ApprovalError("signature_required", SIGNATURE_REQUIRED)
+        signed = binding(record, args_digest=_digest(approved), tier=tier, amount_usd=amount)
+        await ctx.signatures.verify(
+            record, approver=principal_of(by).actor_id, signed=signed, assertion=assertion
+        )
+    if rule is not None:
+        vote = ApprovalVote(
+            approval_id=record.approval_id,
+            approver=principal_of(by).actor_id,
+            args_digest=_digest(approved),
+            approved_args=approved,
+            tier=tier,
+            amount_usd=amount,
+            at=ctx.clock.now(),
+        )
+        return await _vote(ctx, record, rule, vote)
     decided = record.with_(
         status="approved",
         decided_by=principal_of(by).actor_id,
@@ -109,6 +135,66 @@ async def approve(
     if not await ctx.store.decide_approval(decided):
         raise ApprovalError("already_decided", "this approval was decided meanwhile")
     return decided
+
+
+def _rule(ctx: Deciding, record: ApprovalRecord) -> DualControl | None:
+    """The dual-control rule this approval needs (from the agent's policy now), or None."""
+    rules = ctx.gates.policy.dual_control
+    if not rules:
+        return None
+    cap = ctx.gates.get(record.capability)
+    return rule_for(rules, record.amount_usd, None if cap is None else cap.operation)
+
+
+async def _vote(
+    ctx: Deciding, record: ApprovalRecord, rule: DualControl, vote: ApprovalVote
+) -> ApprovalRecord:
+    """One approver's vote; the N-th for the same arguments decides the row (one conditional
+    update: of two approvers completing the set at once, one writes it, and both see it)."""
+    if not await ctx.store.add_vote(vote):
+        current = await ctx.store.get_approval(record.approval_id)
+        if current is None or current.status != "pending":
+            status = "gone" if current is None else current.status
+            raise ApprovalError(
+                "expired" if status == "expired" else "already_decided",
+                f"this approval is already {status}",
+            )
+        raise ApprovalError("already_voted", "you have already approved these arguments")
+    # read after our vote committed: of two votes committed at once, the later reader sees both
+    approvers = count_for(await ctx.store.list_votes(record.approval_id), vote.args_digest)
+    log.info(
+        "approval %s: %s approved (%d of %d, %s)",
+        record.approval_id,
+        vote.approver,
+        len(approvers),
+        rule.required,
+        rule.group,
+    )
+    if len(approvers) < rule.required:
+        return record
+    decided = record.with_(
+        status="approved",
+        decided_by=", ".join(approvers[: rule.required]),
+        decided_at=vote.at,
+        approved_args=vote.approved_args,
+        approved_digest=vote.args_digest,
+        tier=vote.tier,
+        amount_usd=vote.amount_usd,
+    )
+    if await ctx.store.decide_approval(decided):
+        return decided
+    current = await ctx.store.get_approval(record.approval_id)
+    if (
+        current is not None
+        and current.status == "approved"
+        and current.approved_digest == vote.args_digest
+    ):
+        return current  # another approver's vote completed the same set: one decision
+    status = "gone" if current is None else current.status
+    raise ApprovalError(
+        "expired" if status == "expired" else "already_decided",
+        f"this approval was {status} meanwhile",
+    )
 
 
 async def _recheck(
@@ -151,7 +237,7 @@ async def deny(
     ctx: Deciding, approval_id: UUID, *, by: Principal | str, reason: str = ""
 ) -> ApprovalRecord:
     """``Agent.deny``: decline a pending action; it never executes."""
-    record = await _open_approval(ctx, approval_id, by, None)
+    record = await _open_approval(ctx, approval_id, by, None, act="deny")
     decided = record.with_(
         status="denied",
         decided_by=principal_of(by).actor_id,
@@ -200,10 +286,12 @@ async def _open_approval(
     digest: str | None,
     *,
     bind: bool = False,
+    act: Literal["approve", "deny", "result"] = "result",
 ) -> ApprovalRecord:
     """The pending approval a decision is about, or ``ApprovalError``. ``bind``: the row
     must match the pending action in the run's log (what the person was shown); denying
-    needs no such check (nothing runs)."""
+    needs no such check (nothing runs). Under dual control only the group's members approve
+    (never the proposer, whatever its scopes); a member may deny too."""
     if not isinstance(approval_id, UUID):
         try:
             approval_id = UUID(str(approval_id))
@@ -213,9 +301,7 @@ async def _open_approval(
     if record is None:
         raise ApprovalError("unknown", "no such approval")
     if by is not None:
-        who = principal_of(by)
-        if who.actor_id != record.principal and "admin" not in who.scopes:
-            raise ApprovalError("forbidden", "this approval belongs to another principal")
+        _check_decider(ctx, record, principal_of(by), act=act)
     if record.status != "pending":
         raise ApprovalError(
             "expired" if record.status == "expired" else "already_decided",
@@ -240,6 +326,27 @@ async def _open_approval(
                 f"({why}); it cannot be approved. Deny it and ask for the action again.",
             )
     return record
+
+
+def _check_decider(ctx: Deciding, record: ApprovalRecord, who: Principal, *, act: str) -> None:
+    rule = _rule(ctx, record)
+    if rule is not None and act == "approve":
+        if who.actor_id == record.principal:
+            why = (
+                f"the proposer of an action cannot approve it: it needs {rule.required} "
+                f"approvers of {rule.group}"
+            )
+        elif who.actor_id not in rule.members:
+            why = f"only members of {rule.group} can approve this action"
+        else:
+            return
+        # refused decisions are recorded: who tried, on what, and why
+        log.warning("approval %s: %s refused: %s", record.approval_id, who.actor_id, why)
+        raise ApprovalError("separation_of_duties", why)
+    if rule is not None and act == "deny" and who.actor_id in rule.members:
+        return  # any member's deny denies (a result is reported by the principal's client)
+    if who.actor_id != record.principal and "admin" not in who.scopes:
+        raise ApprovalError("forbidden", "this approval belongs to another principal")
 
 
 def _digest(args: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier, TurnPlan, plan_turn
 from .policy import Policy
 from .redaction import Redactor
+from .signed_approvals import SignatureCheck
 from .stores.base import (
     IDLE,
     ApprovalRecord,
@@ -131,6 +132,8 @@ class Agent:
         self.prices = prices
         self.store: Store = store if store is not None else MemoryStore()
         self.policy = policy or Policy()
+        # verifies passkey-signed approvals (fiduciary.passkeys); None: nothing can be signed
+        self.signatures: SignatureCheck | None = None
         self.clock: Clock = clock or SystemClock()
         self.redactor = redactor or Redactor()
         REDACT_LOGS.register(self.redactor)  # fiduciary's log records get its rules too
@@ -719,6 +722,7 @@ class Agent:
         edits: Mapping[str, Any] | None = None,
         confirm_amount: Decimal | str | None = None,
         args_digest: str | None = None,
+        assertion: Any = None,
     ) -> ApprovalRecord:
         """Approve a pending action (optionally editing its modifiable fields).
 
@@ -726,7 +730,8 @@ class Agent:
         any other process). The approval executes exactly the approved arguments. Raises
         ``ApprovalError`` (and changes nothing) when the approval is unknown, decided, expired,
         someone else's, does not match ``args_digest``, edits a field that is not modifiable,
-        or needs the amount re-typed (``confirm_amount``) and did not get it.
+        or needs the amount re-typed (``confirm_amount``) and did not get it, or must be
+        signed (the policy's ``signatures``) and ``assertion`` is missing or refused.
         """
         return await _decisions.approve(
             self._deciding(),
@@ -735,6 +740,7 @@ class Agent:
             edits=edits,
             confirm_amount=confirm_amount,
             args_digest=args_digest,
+            assertion=assertion,
         )
 
     async def deny(
@@ -757,6 +763,7 @@ class Agent:
             clock=self.clock,
             redactor=self.redactor,
             transcript=self._transcript,
+            signatures=self.signatures,
         )
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Held]:

@@ -63,7 +63,11 @@ class ApprovalError(FiduciaryError):
     ``code`` is one of: ``unknown``, ``already_decided``, ``expired``, ``forbidden``,
     ``digest_mismatch``, ``field_not_modifiable``, ``invalid_edit``, ``acknowledgement_required``,
     ``client_executed``, ``not_client_executed``, ``tampered`` (the stored approval does not
-    match the pending action in the run's log: it was altered outside fiduciary).
+    match the pending action in the run's log: it was altered outside fiduciary),
+    ``separation_of_duties`` (under dual control: the proposer, or someone outside the group,
+    tried to approve), ``already_voted`` (this approver already approved these arguments),
+    ``signature_required`` (the approval must be signed with a passkey, in the console),
+    ``signature_refused`` (the passkey assertion was refused: the reason says why).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -33,8 +33,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from .capabilities import Capability
+from .dual_control import DualControl
 from .events import Origin
 from .exceptions import ConfigurationError
+from .signed_approvals import SignatureRule
 
 __all__ = ["PRESETS", "Operation", "Policy", "PolicyDecision", "Threshold"]
 
@@ -211,7 +213,9 @@ class Policy:
     operations by ``Threshold`` (an operation may be in one of the two, not both; either
     replaces the preset's operation of that name); ``daily_autonomous_limit_usd`` caps what runs
     without a person per principal per UTC day (``None``: no cap); ``deny_operations`` are never
-    executed.
+    executed. ``dual_control`` rules make an approval above a threshold need N approvers of a
+    group, the proposer never one of them (``fiduciary.dual_control``); ``signatures`` says
+    which approvals must be signed with a passkey (``fiduciary.signed_approvals``).
     """
 
     preset: str | None = "balanced"
@@ -220,6 +224,8 @@ class Policy:
     deny_operations: frozenset[str] = frozenset()
     approval_ttl_seconds: float = 15 * 60
     operations: Sequence[Operation] = ()
+    dual_control: Sequence[DualControl] = ()
+    signatures: SignatureRule | None = None
     _table: Mapping[str, Operation] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -231,6 +237,11 @@ class Policy:
         if limit is not None and (not isinstance(limit, Decimal) or limit < 0):
             raise ConfigurationError("daily_autonomous_limit_usd must be a non-negative Decimal")
         object.__setattr__(self, "operations", tuple(self.operations))
+        if any(not isinstance(r, DualControl) for r in self.dual_control):
+            raise ConfigurationError("dual_control must be a sequence of DualControl rules")
+        object.__setattr__(self, "dual_control", tuple(self.dual_control))
+        if self.signatures is not None and not isinstance(self.signatures, SignatureRule):
+            raise ConfigurationError("signatures must be a SignatureRule")
         object.__setattr__(self, "_table", self._resolve())
 
     def _resolve(self) -> dict[str, Operation]:

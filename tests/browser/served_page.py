@@ -84,10 +84,13 @@ async def signed_in(
     seconds: float = 150,
     viewport: tuple[int, int] = DESKTOP,
     timezone_id: str | None = None,
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[SignedIn]:
     """``app`` served, a browser page on its console signed in with ``key``; on leaving, the
     page must have raised no script error. ``seconds`` catches a hang, not slowness;
-    ``timezone_id`` is the viewer's zone (the machine's by default), in an en-US browser."""
+    ``timezone_id`` is the viewer's zone (the machine's by default), in an en-US browser;
+    ``host`` names the loopback address in the page's URL (``localhost`` for WebAuthn, which
+    refuses an IP address as relying party)."""
     chromium_or_skip()
     import uvicorn
 
@@ -107,7 +110,7 @@ async def signed_in(
                 page.set_default_timeout(20_000)
                 shown = SignedIn(page)
                 page.on("pageerror", lambda exc: shown.errors.append(str(exc)))
-                await page.goto(f"http://127.0.0.1:{sock.getsockname()[1]}/")
+                await page.goto(f"http://{host}:{sock.getsockname()[1]}/")
                 await page.get_by_test_id("api-key").fill(key)
                 await page.get_by_test_id("sign-in").click()
                 yield shown

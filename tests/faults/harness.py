@@ -32,6 +32,7 @@ from fiduciary.events import Event
 from fiduciary.stores.base import (
     ApprovalRecord,
     ApprovalStatus,
+    ApprovalVote,
     AuditRecord,
     GlobalPage,
     LedgerEntry,
@@ -139,6 +140,12 @@ class FaultyStore:
         return await self._trap(
             self.inner.decide_approval(approval, expected_status=expected_status)
         )
+
+    async def add_vote(self, vote: ApprovalVote) -> bool:
+        return await self._trap(self.inner.add_vote(vote))
+
+    async def list_votes(self, approval_id: UUID) -> list[ApprovalVote]:
+        return await self.inner.list_votes(approval_id)
 
     async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         return await self._trap(self.inner.ledger_begin(entry, epoch=epoch))

@@ -19,6 +19,7 @@ PUBLIC = [
     "CapabilityError",
     "Clock",
     "ConfigurationError",
+    "DualControl",
     "Event",
     "Executor",
     "FiduciaryError",

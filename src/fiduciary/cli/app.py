@@ -34,6 +34,7 @@ from rich.markup import escape
 from .._gc import for_many_runs
 from ..agent_factory import agent_of
 from ._common import McpConfig, _command, load_agent_factory, missing_extra, with_mcp
+from .audit import audit_app
 from .records import register as _register_records
 from .runs import approvals_app, runs_app
 from .timetravel import register as _register_timetravel
@@ -49,7 +50,8 @@ app = typer.Typer(
 app.add_typer(runs_app, name="runs")
 _register_timetravel(runs_app)
 app.add_typer(approvals_app, name="approvals")
-_register_records(app)
+_register_records(app, audit_app)
+app.add_typer(audit_app, name="audit")
 
 
 class _OneLineLog(logging.Handler):

@@ -31,6 +31,7 @@ from ._common import (
     _find_run,
     _jsonable,
     _open,
+    _run,
     _short,
     _usd,
     _when,
@@ -98,10 +99,10 @@ def _outcome(outcome: str) -> str:
     return f"[{style}]{escape(outcome)}[/]"
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``audit`` and ``ledger`` to the root command."""
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    """Add ``ledger`` to the root command, and the audit listing to ``audit_app``: what
+    ``fiduciary audit`` does without a subcommand (``audit verify`` is the passkeys')."""
 
-    @_command(app, "audit")
     async def audit(
         db: Db = DEFAULT_DB,
         run: RunOption = None,
@@ -142,6 +143,26 @@ def register(app: typer.Typer) -> None:
             _table(headers, cells, "input", inputs) if rows else "[dim]no audit rows[/]"
         )
         return 0
+
+    @audit_app.callback(invoke_without_command=True)
+    def audit_rows(
+        ctx: typer.Context,
+        db: Db = DEFAULT_DB,
+        run: RunOption = None,
+        principal: PrincipalOption = None,
+        capability: CapabilityOption = None,
+        since: SinceOption = None,
+        until: UntilOption = None,
+        limit: LimitOption = 50,
+        as_json: JsonFlag = False,
+    ) -> None:
+        """The audit trail, newest first: every call the gates decided — when, which run and
+        principal, the capability, its tier and amount, its outcome (ok, error, pending,
+        rejected:<reason>, ledger, unknown) and its input, redacted. `audit verify RUN` checks a
+        run's passkey signatures offline."""
+        if ctx.invoked_subcommand is None:
+            coro = audit(db, run, principal, capability, since, until, limit, as_json)
+            raise typer.Exit(_run(coro))
 
     @_command(app, "ledger")
     async def ledger(

@@ -25,6 +25,7 @@ from .. import events as ev
 from ..agent import Agent
 from ..agent_factory import agent_of
 from ..display import show_text, show_value
+from ..dual_control import standing
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
@@ -516,12 +517,17 @@ async def _decide(
 
         if spec is None and await is_app_run(store, record.run_id):
             async with app_engine(db, record.principal) as engine:
-                decided = await decided_by(engine.decider())
+                decider = engine.decider()
+                decided = await decided_by(decider)
+                progress = await _progress(store, decider, decided)
                 continued = await continue_apps(engine)
         else:
             async with _agent(store, spec, check=check) as agent:
                 decided = await decided_by(agent)
+                progress = await _progress(store, agent, decided)
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
+    if decided.status == "pending":  # dual control: one vote of N
+        verb = f"[yellow]approval recorded ({escape(progress)})[/]"
     shown = show_value(decided.approved_args or decided.args)
     args = shown.text
     amount = "" if decided.amount_usd is None else f" · {_usd(decided.amount_usd)}"
@@ -538,9 +544,18 @@ async def _decide(
         for line in continued or ["the apps engine had nothing waiting to continue"]:
             out.print(f"app {line}", soft_wrap=True, markup=False, highlight=False)
         return 0
-    hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
-    out.print(hint, soft_wrap=True, markup=False, highlight=False)
+    if decided.status != "pending":
+        hint = f"resume the run with: {resume_command(decided.run_id, db, spec)}"
+        out.print(hint, soft_wrap=True, markup=False, highlight=False)
     return 0
+
+
+async def _progress(store: Store, agent: Agent, record: ApprovalRecord) -> str:
+    """Where an approval under dual control stands ("1 of 2 approved (bob, 12:03)")."""
+    cap = agent.gates.get(record.capability)
+    rules = agent.gates.policy.dual_control
+    found = await standing(store, rules, record, None if cap is None else cap.operation)
+    return "" if found is None else found[1].text()
 
 
 @_command(approvals_app, "approve")

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from starlette.responses import Response
 
+from ..dual_control import standing
 from ..events import GuardNote, PendingAction
 from ..exceptions import ApprovalError
 from ..stores.base import ApprovalRecord
@@ -36,15 +37,22 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
             if isinstance(logged, PendingAction):
                 shown[logged.approval_id] = logged
     out: list[ApprovalOut] = []
+    rules = server.agent.gates.policy.dual_control
     for record in records:
         event = shown.get(record.approval_id)
         notes: list[GuardNote] = list(event.guard_notes) if event else []
+        cap = server.agent.gates.get(record.capability)
+        dual = None
+        if rules:
+            operation = None if cap is None else cap.operation
+            dual = await standing(server.agent.store, rules, record, operation)
         out.append(
             ApprovalOut.of(
                 record,
                 server.agent.redactor,
                 description=event.description if event else "",
                 guard_notes=notes,
+                dual=dual,
             )
         )
     return out
@@ -58,6 +66,13 @@ async def list_approvals(server: Server, call: Call) -> Response:
         run_id=query.run_id,
         status=query.status,
     )
+    rules = server.agent.gates.policy.dual_control
+    if not key.is_admin and any(key.principal in r.members for r in rules):
+        # a member of a dual-control group sees what waits for its vote, whoever proposed it
+        seen = {r.approval_id for r in records}
+        others = await server.agent.store.list_approvals(run_id=query.run_id, status=query.status)
+        records += [r for r in others if r.approval_id not in seen and server.is_approver(key, r)]
+        records.sort(key=lambda r: (r.created_at, str(r.approval_id)))
     return json_response(ApprovalList(approvals=await _out(server, records[:500])))
 
 
@@ -75,7 +90,8 @@ async def _decide(
         if exc.code == "expired":  # the run records the expiry and tells the model
             server.resume(record.run_id, record.principal)
         raise
-    server.resume(record.run_id, record.principal)
+    if decided.status != "pending":  # under dual control a vote short of N decides nothing
+        server.resume(record.run_id, record.principal)
     return json_response((await _out(server, [decided]))[0])
 
 
@@ -91,6 +107,7 @@ async def approve(server: Server, call: Call) -> Response:
             edits=body.edits,
             confirm_amount=body.confirm_amount,
             args_digest=body.args_digest,
+            assertion=body.assertion,
         ),
     )
 

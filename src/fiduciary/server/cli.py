@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,7 +28,7 @@ from .._gc import for_many_runs
 from .._sweep import SWEEP_SECONDS
 from ..cli._common import McpConfig, plain_errors, with_mcp
 from ..cli._holding import holding
-from ..exceptions import FiduciaryError
+from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.base import Store
 from .auth import (
     ALL_SCOPES,
@@ -38,9 +38,13 @@ from .auth import (
     PostgresKeyStore,
     SQLiteKeyStore,
 )
+from .passkey_config import passkeys_from_env
 from .ratelimit import RateLimit
 from .served import DEFAULT_AGENT
 from .webhooks import InboundChannel, WebhookTarget
+
+if TYPE_CHECKING:
+    from ..passkeys import Passkeys
 
 __all__ = [
     "ServerConfig",
@@ -315,6 +319,10 @@ def serve(
             "[[notify]] needs a server that drives runs: notifications are sent by the process "
             "that drives a run, and with --no-drive this one drives none"
         )
+    try:
+        passkeys = passkeys_from_env()
+    except ConfigurationError as exc:
+        raise _fail(str(exc)) from None
     where = _Where(db, postgres)
     # a SQLite file is held while it is served: demo --reset refuses to delete it under us
     held = contextlib.nullcontext() if postgres else holding(db, "fiduciary serve")
@@ -336,6 +344,7 @@ def serve(
                     mcp_files=mcp_config or [],
                     public_url=public_url,
                     origins=origins,
+                    passkeys=passkeys,
                 )
             )
     except KeyboardInterrupt:
@@ -391,6 +400,7 @@ async def _serve(
     mcp_files: list[Path] | None = None,
     public_url: str | None = None,
     origins: Sequence[str] = (),
+    passkeys: Passkeys | None = None,
 ) -> int:
     import uvicorn
 
@@ -422,6 +432,8 @@ async def _serve(
     try:
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
+        if passkeys is not None:
+            setup.agent.signatures = passkeys
         toolset = await external.enter_async_context(
             with_mcp(setup.agent, settings.mcp, mcp_files or [])
         )

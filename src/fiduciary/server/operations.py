@@ -7,7 +7,7 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, bus, records, runs, timetravel, traces
+from . import account, approvals, auth, bus, passkeys, records, runs, timetravel, traces
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -154,7 +154,8 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         problems=(
             "not_found", "already_decided", "expired", "digest_mismatch",
             "field_not_modifiable", "invalid_edit", "acknowledgement_required",
-            "client_executed",
+            "client_executed", "separation_of_duties", "already_voted", "signature_required",
+            "signature_refused",
         ),
         tags=("approvals",),
         description="`args_digest` must be the digest shown with the action: a decision binds "
@@ -191,6 +192,37 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         "key: everyone's), newest first by start time, with the same filters as `/audit`: "
         "`started` (its outcome may be unknown), `done` with its recorded result (redacted), "
         "or `failed`.",
+    ),
+    Operation(
+        "GET", "/approvals/{approval_id}/signing-options", "signingOptions",
+        "WebAuthn options to sign an approval with a passkey", passkeys.signing_options,
+        scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), response=passkeys.WebAuthnOptions,
+        problems=("not_found", "not_available"), tags=("passkeys",),
+        description="The challenge is the SHA-256 of the approval's binding (approval, run, "
+        "arguments digest, tier, amount, currency, expiry): it signs this approval only.",
+    ),
+    Operation(
+        "POST", "/passkeys/registration-options", "passkeyRegistrationOptions",
+        "WebAuthn options to register a passkey", passkeys.registration_options,
+        scope=auth.APPROVALS_DECIDE, response=passkeys.WebAuthnOptions,
+        problems=("not_available",), tags=("passkeys",),
+    ),
+    Operation(
+        "POST", "/passkeys", "registerPasskey", "Register a passkey", passkeys.register,
+        scope=auth.APPROVALS_DECIDE, body=passkeys.RegisterBody, status=201,
+        response=passkeys.PasskeyOut, problems=("not_available", "signature_refused"),
+        tags=("passkeys",),
+    ),
+    Operation(
+        "GET", "/passkeys", "listPasskeys", "The caller's passkeys", passkeys.list_passkeys,
+        scope=auth.APPROVALS_DECIDE, response=passkeys.PasskeyList,
+        problems=("not_available",), tags=("passkeys",),
+    ),
+    Operation(
+        "DELETE", "/passkeys/{credential_id}", "revokePasskey", "Revoke a passkey",
+        passkeys.revoke, scope=auth.APPROVALS_DECIDE,
+        params=(Param("credential_id", "path", {"type": "string", "maxLength": 200}),),
+        status=204, problems=("not_found", "not_available"), tags=("passkeys",),
     ),
     Operation(
         "GET", "/me", "whoAmI", "The principal and scopes of the key", account.who_am_i,

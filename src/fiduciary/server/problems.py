@@ -49,6 +49,10 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "client_executed": (409, "The client performs this action; submit its result"),
     "not_client_executed": (409, "The server performs this action; approve or deny it"),
     "tampered": (409, "The stored approval does not match the run's log"),
+    "separation_of_duties": (403, "This person may not approve this action"),
+    "already_voted": (409, "You have already approved these arguments"),
+    "signature_required": (403, "This approval must be signed with a passkey"),
+    "signature_refused": (403, "The passkey signature was refused"),
     # webhooks
     "unknown_channel": (404, "No such webhook channel"),
     "invalid_signature": (401, "The webhook signature is missing or wrong"),

@@ -10,9 +10,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
+from ..dual_control import DualControl, Progress
 from ..events import GuardNote
 from ..redaction import Redactor
-from ..stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus
+from ..stores.base import ApprovalRecord, ApprovalStatus, ApprovalVote, RunRecord, RunStatus
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -70,6 +71,11 @@ class ApproveBody(_Request):
     )
     confirm_amount: Annotated[str, StringConstraints(max_length=64)] | None = Field(
         default=None, description="The amount re-typed, for actions of tier explicit."
+    )
+    assertion: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="A passkey's WebAuthn assertion over the approval's binding, when the "
+        "policy requires a signature (see GET /approvals/{approval_id}/signing-options).",
     )
 
 
@@ -152,6 +158,24 @@ class CardNote(BaseModel):
     message: str
 
 
+class VoteOut(BaseModel):
+    approver: str
+    at: datetime
+    args_digest: str
+
+
+class DualControlOut(BaseModel):
+    """Where an approval under dual control stands: ``progress`` reads
+    "1 of 2 approved (alice, 12:03)"; ``superseded`` are votes an edit left behind."""
+
+    group: str
+    required: int
+    members: list[str]
+    approvals: list[VoteOut]
+    superseded: list[VoteOut]
+    progress: str
+
+
 class ApprovalOut(BaseModel):
     """A pending (or decided) action. ``args`` are redacted for display; ``args_digest`` binds
     the decision to the exact arguments."""
@@ -174,6 +198,7 @@ class ApprovalOut(BaseModel):
     reason: str | None = None
     guard_notes: list[CardNote] = Field(default_factory=list)
     description: str = ""
+    dual_control: DualControlOut | None = None
 
     @classmethod
     def of(
@@ -183,6 +208,7 @@ class ApprovalOut(BaseModel):
         *,
         description: str = "",
         guard_notes: list[GuardNote] | None = None,
+        dual: tuple[DualControl, Progress] | None = None,
     ) -> ApprovalOut:
         args = record.approved_args if record.approved_args is not None else record.args
         return cls(
@@ -207,7 +233,22 @@ class ApprovalOut(BaseModel):
                 for n in guard_notes or []
             ],
             description=description,
+            dual_control=None if dual is None else _dual_out(*dual),
         )
+
+
+def _dual_out(rule: DualControl, progress: Progress) -> DualControlOut:
+    def votes(of: tuple[ApprovalVote, ...]) -> list[VoteOut]:
+        return [VoteOut(approver=v.approver, at=v.at, args_digest=v.args_digest) for v in of]
+
+    return DualControlOut(
+        group=rule.group,
+        required=rule.required,
+        members=sorted(rule.members),
+        approvals=votes(progress.votes),
+        superseded=votes(progress.superseded),
+        progress=progress.text(),
+    )
 
 
 class ApprovalList(BaseModel):

@@ -18,6 +18,7 @@ from uuid import UUID
 from .._logs import logger
 from ..agent import Agent
 from ..capabilities import Principal
+from ..dual_control import rule_for
 from ..events import Event, Origin
 from ..exceptions import ConfigurationError, FiduciaryError
 from ..stores.base import (
@@ -194,9 +195,20 @@ class Server:
         """The approval ``text`` names, if ``key`` may see it; else ``not_found``."""
         approval_id = parse_id(text, "approval")
         record = await self.agent.store.get_approval(approval_id)
-        if record is None or not (key.is_admin or record.principal == key.principal):
+        if record is None or not (
+            key.is_admin or record.principal == key.principal or self.is_approver(key, record)
+        ):
             raise ProblemError("not_found", f"no approval {approval_id}")
         return record
+
+    def is_approver(self, key: ApiKey, record: ApprovalRecord) -> bool:
+        """Whether the key's principal is in a dual-control group this approval needs."""
+        gates = self.agent.gates
+        cap = gates.get(record.capability)
+        rule = rule_for(
+            gates.policy.dual_control, record.amount_usd, None if cap is None else cap.operation
+        )
+        return rule is not None and key.principal in rule.members
 
     @staticmethod
     def decider(key: ApiKey) -> Principal:

@@ -43,6 +43,7 @@ __all__ = [
     "IDLE",
     "ApprovalRecord",
     "ApprovalStatus",
+    "ApprovalVote",
     "Approvals",
     "Audit",
     "AuditRecord",
@@ -129,6 +130,20 @@ class ApprovalRecord:
 
     def with_(self, **changes: Any) -> ApprovalRecord:
         return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalVote:
+    """One approver's approval of a pending action under dual control, for the arguments
+    whose digest it names (an edit starts a new set: other digests do not count with it)."""
+
+    approval_id: UUID
+    approver: str
+    args_digest: str
+    approved_args: dict[str, Any]
+    tier: Literal["confirm", "explicit"]
+    amount_usd: Decimal | None
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +341,15 @@ class Approvals(Protocol):
         self, approval: ApprovalRecord, *, expected_status: ApprovalStatus = "pending"
     ) -> bool:
         """Write a decision only if the row is still in ``expected_status``; False otherwise."""
+
+    async def add_vote(self, vote: ApprovalVote) -> bool:
+        """Record a vote, in one statement, only if its approval is still ``pending`` and this
+        approver has not voted for these arguments yet (a unique key); False otherwise. The
+        vote is committed when this returns, so of two approvers voting at once the later
+        one's ``list_votes`` sees both."""
+
+    async def list_votes(self, approval_id: UUID) -> list[ApprovalVote]:
+        """The votes on an approval, oldest first."""
 
 
 class Ledger(Protocol):

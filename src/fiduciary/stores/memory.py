@@ -18,6 +18,7 @@ from ._rules import epoch_refusal, seq_error
 from .base import (
     ApprovalRecord,
     ApprovalStatus,
+    ApprovalVote,
     AuditRecord,
     Broadcaster,
     BroadcastSubscription,
@@ -42,6 +43,7 @@ class MemoryStore:
         self._events: dict[UUID, list[Event]] = {}
         self._global: list[Event] = []  # every committed event, in commit order (position - 1)
         self._approvals: dict[UUID, ApprovalRecord] = {}
+        self._votes: dict[UUID, list[ApprovalVote]] = {}
         self._ledger: dict[str, LedgerEntry] = {}
         self._audit: list[AuditRecord] = []
         # key -> (principal, amount, at): reservations of the daily autonomous spend
@@ -240,7 +242,23 @@ class MemoryStore:
             self._woken.add(approval.run_id)
         return True
 
+    async def add_vote(self, vote: ApprovalVote) -> bool:
+        self._check_open()
+        current = self._approvals.get(vote.approval_id)
+        if current is None or current.status != "pending":
+            return False
+        votes = self._votes.setdefault(vote.approval_id, [])
+        if any(v.approver == vote.approver and v.args_digest == vote.args_digest for v in votes):
+            return False
+        votes.append(vote)
+        return True
+
+    async def list_votes(self, approval_id: UUID) -> list[ApprovalVote]:
+        self._check_open()
+        return list(self._votes.get(approval_id, ()))
+
     # --- ledger ---------------------------------------------------------------------------
+
     async def ledger_begin(self, entry: LedgerEntry, *, epoch: int) -> LedgerEntry | None:
         self._check_open()
         self._check_epoch(entry.run_id, epoch)

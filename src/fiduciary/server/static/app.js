@@ -244,6 +244,37 @@
     return data;
   }
 
+  // --- passkeys (WebAuthn): the options' binary fields are base64url in JSON ---------------
+  const fromB64 = (text) => {
+    const b64 = text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4);
+    return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  };
+  const toB64 = (buffer) =>
+    btoa(String.fromCharCode(...new Uint8Array(buffer))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+
+  // an approval signed with the person's passkey: the challenge is its binding's SHA-256
+  async function signApproval(approvalId) {
+    const { options } = await api("GET", `/approvals/${approvalId}/signing-options`);
+    const publicKey = {
+      ...options,
+      challenge: fromB64(options.challenge),
+      allowCredentials: (options.allowCredentials || []).map((c) => ({ ...c, id: fromB64(c.id) })),
+    };
+    const credential = await navigator.credentials.get({ publicKey });
+    const r = credential.response;
+    return {
+      id: credential.id,
+      rawId: toB64(credential.rawId),
+      type: credential.type,
+      response: {
+        authenticatorData: toB64(r.authenticatorData),
+        clientDataJSON: toB64(r.clientDataJSON),
+        signature: toB64(r.signature),
+        userHandle: r.userHandle ? toB64(r.userHandle) : null,
+      },
+    };
+  }
+
   // --- sign in --------------------------------------------------------------------------
   async function signIn(key) {
     state.key = key;
@@ -734,7 +765,14 @@
           const body = { args_digest: event.args_digest };
           if (Object.keys(edited).length) body.edits = edited;
           if (!confirmRow.hidden && confirm.value.trim()) body.confirm_amount = confirm.value.trim();
-          await api("POST", `/approvals/${event.approval_id}/approve`, body);
+          try {
+            await api("POST", `/approvals/${event.approval_id}/approve`, body);
+          } catch (e) {
+            // the policy wants this approval signed: sign its binding with a passkey, send again
+            if (e.code !== "signature_required" || !window.PublicKeyCredential || body.edits) throw e;
+            body.assertion = await signApproval(event.approval_id);
+            await api("POST", `/approvals/${event.approval_id}/approve`, body);
+          }
         }
         decided("approved; the run continues…");
       } catch (e) {

@@ -23,7 +23,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ...events import Event, encode_event
 from ...exceptions import StoreError
-from ..base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord
+from ..base import ApprovalRecord, ApprovalVote, AuditRecord, LedgerEntry, RunRecord
 
 __all__ = [
     "APPROVAL_FIELDS",
@@ -212,6 +212,28 @@ class Codec:
             approved_args=unjson(row[17]),
             approved_digest=row[18],
             client_result=unjson(row[19]),
+        )
+
+    def vote_params(self, v: ApprovalVote) -> dict[str, Any]:
+        return {
+            "approval_id": self.uuid(v.approval_id),
+            "approver": v.approver,
+            "args_digest": v.args_digest,
+            "approved_args": json_text(v.approved_args),
+            "tier": v.tier,
+            "amount_usd": self.money(v.amount_usd),
+            "at": self.time(v.at),
+        }
+
+    def vote_from_row(self, row: Sequence[Any]) -> ApprovalVote:
+        return ApprovalVote(
+            approval_id=self.uuid_in(row[0]),
+            approver=row[1],
+            args_digest=row[2],
+            approved_args=json.loads(row[3]),
+            tier=row[4],
+            amount_usd=self.money_in(row[5]),
+            at=self.time_in(row[6]),
         )
 
     def ledger_row(self, e: LedgerEntry) -> Params:

@@ -35,6 +35,7 @@ from ...exceptions import StoreError
 from ..base import (
     ApprovalRecord,
     ApprovalStatus,
+    ApprovalVote,
     AuditRecord,
     GlobalEvent,
     GlobalPage,
@@ -331,6 +332,15 @@ class SQLStore:
         params = dict(zip(APPROVAL_FIELDS, d.codec.approval_row(approval), strict=True))
         params["expected_status"] = expected_status
         return await self._write(d.queries.decide_approval, params, "always") == 1
+
+    async def add_vote(self, vote: ApprovalVote) -> bool:
+        d = self.dialect
+        return await self._write(d.queries.add_vote, d.codec.vote_params(vote), "always") == 1
+
+    async def list_votes(self, approval_id: UUID) -> list[ApprovalVote]:
+        d = self.dialect
+        rows = await self._fetch(d.queries.select_votes, {"approval_id": d.codec.uuid(approval_id)})
+        return [d.codec.vote_from_row(row) for row in rows]
 
     # --- ledger ---------------------------------------------------------------------------
     async def ledger_finish(

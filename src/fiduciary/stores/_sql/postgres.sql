@@ -116,6 +116,19 @@ UPDATE approvals SET run_id = %(run_id)s, tool_use_id = %(tool_use_id)s,
     approved_digest = %(approved_digest)s, client_result = %(client_result)s::json
 WHERE approval_id = %(approval_id)s AND status = %(expected_status)s
 
+-- name: add_vote
+-- A vote lands only on a pending approval, once per approver and arguments (the primary key).
+INSERT INTO approval_votes (approval_id, approver, args_digest, approved_args, tier, amount_usd,
+    at)
+SELECT %(approval_id)s, %(approver)s, %(args_digest)s, %(approved_args)s::json, %(tier)s,
+    %(amount_usd)s, %(at)s
+WHERE EXISTS (SELECT 1 FROM approvals WHERE approval_id = %(approval_id)s AND status = 'pending')
+ON CONFLICT DO NOTHING
+
+-- name: select_votes
+SELECT approval_id, approver, args_digest, approved_args, tier, amount_usd, at
+FROM approval_votes WHERE approval_id = %(approval_id)s ORDER BY at, approver, args_digest
+
 -- name: ledger_finish
 UPDATE ledger SET status = %(status)s, finished_at = %(finished_at)s, result = %(result)s::json,
     error = %(error)s

@@ -82,6 +82,8 @@ class SharedQueries:
     renew: LiteralString
     release: LiteralString
     decide_approval: LiteralString
+    add_vote: LiteralString
+    select_votes: LiteralString
     ledger_finish: LiteralString
     ledger_retry: LiteralString
     release_autonomous: LiteralString

@@ -114,6 +114,17 @@ UPDATE approvals SET run_id = :run_id, tool_use_id = :tool_use_id, principal = :
     client_result = :client_result
 WHERE approval_id = :approval_id AND status = :expected_status
 
+-- name: add_vote
+-- A vote lands only on a pending approval, once per approver and arguments (the primary key).
+INSERT OR IGNORE INTO approval_votes (approval_id, approver, args_digest, approved_args, tier,
+    amount_usd, at)
+SELECT :approval_id, :approver, :args_digest, :approved_args, :tier, :amount_usd, :at
+WHERE EXISTS (SELECT 1 FROM approvals WHERE approval_id = :approval_id AND status = 'pending')
+
+-- name: select_votes
+SELECT approval_id, approver, args_digest, approved_args, tier, amount_usd, at
+FROM approval_votes WHERE approval_id = :approval_id ORDER BY at, approver, args_digest
+
 -- name: ledger_finish
 UPDATE ledger SET status = :status, finished_at = :finished_at, result = :result, error = :error
 WHERE key = :key

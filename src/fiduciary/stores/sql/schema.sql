@@ -83,6 +83,18 @@ CREATE INDEX approvals_by_run ON approvals (run_id, created_at, approval_id);
 
 CREATE INDEX approvals_by_status ON approvals (status, created_at, approval_id);
 
+-- The votes of dual control (see the migration that made it).
+CREATE TABLE approval_votes (
+    approval_id   TEXT NOT NULL REFERENCES approvals (approval_id),
+    approver      TEXT NOT NULL,
+    args_digest   TEXT NOT NULL,
+    approved_args TEXT NOT NULL,
+    tier          TEXT NOT NULL,
+    amount_usd    TEXT,
+    at            TEXT NOT NULL,
+    PRIMARY KEY (approval_id, approver, args_digest)
+);
+
 CREATE TABLE ledger (
     key         TEXT PRIMARY KEY,
     run_id      TEXT NOT NULL,

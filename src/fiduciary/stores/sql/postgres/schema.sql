@@ -94,6 +94,18 @@ CREATE INDEX approvals_by_status ON approvals (status, created_at, approval_id);
 
 CREATE INDEX approvals_pending_expiry ON approvals (expires_at) WHERE status = 'pending';
 
+-- The votes of dual control (see the migration that made it).
+CREATE TABLE approval_votes (
+    approval_id   uuid NOT NULL REFERENCES approvals (approval_id),
+    approver      text NOT NULL,
+    args_digest   text NOT NULL,
+    approved_args json NOT NULL,
+    tier          text NOT NULL CHECK (tier IN ('confirm', 'explicit')),
+    amount_usd    numeric,
+    at            timestamptz NOT NULL,
+    PRIMARY KEY (approval_id, approver, args_digest)
+);
+
 CREATE TABLE ledger (
     key         text PRIMARY KEY,
     run_id      uuid NOT NULL,
