@@ -20,24 +20,37 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .capabilities import chain_capabilities
     from .config import (
         ChainConfig,
         load_config,
         save_config,
     )
     from .errors import ChainError, ChainOutcomeUnknown
+    from .intents import (
+        Intent,
+        IntentBook,
+        SQLiteIntentBook,
+    )
     from .keys import (
         Signer,
         load_keystore,
         write_keystore,
     )
+    from .wallet import ChainReceipt, ChainWallet
 
 # loaded when first asked for: web3 takes seconds to import, and the CLI registers `chain`
 _WHERE = {
     "ChainConfig": "config",
     "ChainError": "errors",
     "ChainOutcomeUnknown": "errors",
+    "ChainReceipt": "wallet",
+    "ChainWallet": "wallet",
+    "Intent": "intents",
+    "IntentBook": "intents",
+    "SQLiteIntentBook": "intents",
     "Signer": "keys",
+    "chain_capabilities": "capabilities",
     "load_config": "config",
     "load_keystore": "keys",
     "save_config": "config",
@@ -49,7 +62,13 @@ __all__ = [
     "ChainConfig",
     "ChainError",
     "ChainOutcomeUnknown",
+    "ChainReceipt",
+    "ChainWallet",
+    "Intent",
+    "IntentBook",
+    "SQLiteIntentBook",
     "Signer",
+    "chain_capabilities",
     "load_config",
     "load_keystore",
     "save_config",

@@ -1,0 +1,77 @@
+"""The chain wallet's capabilities, under the paper wallet's names: ``balance_check`` and
+``send_transfer`` (same arguments, operation, risk and flags, so the same finance guards,
+policy tiers and approval cards apply; an agent switches by giving these instead).
+
+``send_transfer`` is declared ``replay="resume"``: the core's ledger fences it like any
+``never`` write (a ``started`` row committed before the effect, a recorded result after), but a
+call a crash left started is handed back to the handler with the same idempotency key instead
+of being reported unknown. The handler settles it from its intent row (``intents``): receipt,
+wait, the same signed bytes again, or outcome unknown; it never signs twice.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from ..capabilities import CallContext, Capability, capability
+from .wallet import ChainBalances, ChainReceipt, ChainWallet
+
+__all__ = ["chain_capabilities"]
+
+Amount = Annotated[
+    Decimal, Field(gt=0, description='An amount of the asset, as a decimal string (e.g. "12.5").')
+]
+
+
+def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
+    """``balance_check`` and ``send_transfer`` over one ``ChainWallet``."""
+
+    def amount_of(args: Any, ctx: CallContext) -> Decimal | None:
+        return wallet.usd_value(args.asset, args.amount)
+
+    def about(asset: str, amount: Decimal) -> str:
+        value = wallet.usd_value(asset, amount)
+        return "" if value is None else f" (about ${value:,.2f})"
+
+    @capability(kind="read")
+    async def balance_check(
+        ctx: CallContext,
+        address: Annotated[
+            str | None, Field(description="A 0x address; omit it for your own wallet.")
+        ] = None,
+    ) -> ChainBalances:
+        """The balances of the wallet (or of an address) read from the chain."""
+        return await wallet.balances(address)
+
+    @capability(
+        kind="execute",
+        risk="high",
+        replay="resume",
+        operation="send",
+        amount_usd=amount_of,
+        flags={"mutating", "requires_balance", "irreversible"},
+        modifiable_fields=["amount"],
+        describe=lambda a: (
+            f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to} "
+            f"on chain {wallet.config.chain_id}"
+        ),
+    )
+    async def send_transfer(
+        ctx: CallContext,
+        to: Annotated[
+            str,
+            Field(description="The recipient: a 0x address the person gave (EIP-55 checksum)."),
+        ],
+        asset: Annotated[
+            str, Field(description="The asset: the USD stablecoin (USDC) or the native coin.")
+        ],
+        amount: Amount,
+        memo: Annotated[str, Field(max_length=140)] = "",
+    ) -> ChainReceipt:
+        """Send an amount to an address as a transaction on chain. It cannot be undone."""
+        return await wallet.send(ctx.idempotency_key, to, asset, amount)
+
+    return [balance_check, send_transfer]

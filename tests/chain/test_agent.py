@@ -1,0 +1,72 @@
+"""The chain wallet behind the gates: a send above the auto tier waits for a person with a
+card that says what will be signed, nothing reaches the chain before the approval, and the
+approved send is one transfer on chain."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from decimal import Decimal
+
+import pytest
+from eth_account import Account
+
+from fiduciary import Agent, Policy, Redactor, Threshold
+from fiduciary.chain.capabilities import chain_capabilities
+from fiduciary.chain.intents import SQLiteIntentBook
+from fiduciary.chain.wallet import ChainWallet
+from fiduciary.events import PendingAction, ToolCallEnd
+from fiduciary.stores.sqlite import SQLiteStore
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+
+from .conftest import ChainSetup
+from .onchain import nonce_of, token_balance, transfers
+
+pytestmark = pytest.mark.slow
+
+
+async def test_an_approved_send_is_signed_only_after_the_approval_and_lands_once(
+    chain: ChainSetup,
+) -> None:
+    bob = str(Account.from_key(secrets.token_bytes(32)).address)
+    signer = chain.signer()
+    wallet = await ChainWallet.connect(chain.config, signer, SQLiteIntentBook(chain.db))
+    store = await SQLiteStore.open(chain.db)
+    try:
+        script = Script(
+            "pay",
+            [
+                ToolCalls([Call("send_transfer", {"to": bob, "asset": "USDC", "amount": "100"})]),
+                Reply("sent"),
+            ],
+        )
+        agent = Agent(
+            model=ScriptedModel([script]),
+            capabilities=chain_capabilities(wallet),
+            store=store,
+            policy=Policy(
+                thresholds={"send": Threshold(auto_below=Decimal(50), confirm_below=Decimal(1000))}
+            ),
+            authorize=allow_all,
+            redactor=Redactor(known_secrets=signer.secrets()),
+        )
+        events = await collect(agent.run("pay bob 100", principal="alice"))
+        (pending,) = [e for e in events if isinstance(e, PendingAction)]
+        assert pending.description == f"Send 100 USDC (about $100.00) to {bob} on chain 31337"
+        assert pending.amount_usd == Decimal(100)
+        assert nonce_of(chain.url, signer.address) == 3  # nothing signed, nothing sent
+        assert await SQLiteIntentBook(chain.db).by_sender(31337, signer.address) == []
+
+        await agent.approve(pending.approval_id, by="alice", confirm_amount=Decimal(100))
+        resumed = await collect(agent.resume(events[0].run_id))
+        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd)]
+        assert not end.is_error, end.output
+        receipt = json.loads(end.output.split("\n\n")[0])
+        assert receipt["to"] == bob
+        assert receipt["chain_id"] == 31337
+        assert len(transfers(chain.url, chain.config.token, signer.address)) == 1
+        assert token_balance(chain.url, chain.config.token, bob) == Decimal(100)
+        assert (await agent.get_run(events[0].run_id)).status == "completed"
+    finally:
+        await store.close()
+        await wallet.close()
