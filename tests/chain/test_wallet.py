@@ -3,6 +3,7 @@ from its intent after an interruption, and counted on chain (balances and Transf
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -13,7 +14,7 @@ from eth_account import Account
 
 from fiduciary.chain.errors import ChainError, ChainOutcomeUnknown
 from fiduciary.chain.intents import SQLiteIntentBook
-from fiduciary.chain.wallet import ChainWallet
+from fiduciary.chain.wallet import ChainReceipt, ChainWallet
 from fiduciary.exceptions import ConfigurationError
 
 from .anvil import rpc
@@ -162,8 +163,6 @@ async def test_a_nonce_taken_by_another_transaction_is_outcome_unknown_never_ret
 async def test_nonces_are_reserved_in_the_database_so_concurrent_sends_never_collide(
     chain: ChainSetup, wallet: ChainWallet
 ) -> None:
-    import asyncio
-
     other = await ChainWallet.connect(chain.config, chain.signer(), SQLiteIntentBook(chain.db))
     try:
         people = [_someone() for _ in range(10)]
@@ -178,3 +177,60 @@ async def test_nonces_are_reserved_in_the_database_so_concurrent_sends_never_col
     assert sorted(r.nonce for r in receipts) == list(range(3, 13))
     assert len(transfers(chain.url, chain.config.token, wallet.address)) == 10
     assert all(token_balance(chain.url, chain.config.token, p) == 1 for p in people)
+
+
+async def test_a_transaction_reverted_on_chain_is_failed_with_its_reason_and_stays_so(
+    chain: ChainSetup,
+) -> None:
+    url = chain.url
+    broadcast: list[str] = []
+    both = asyncio.Event()
+
+    def step(point: str) -> None:
+        if point == "broadcast":
+            broadcast.append(point)
+            if len(broadcast) == 2:
+                both.set()
+
+    book = SQLiteIntentBook(chain.db)
+    wallet = await ChainWallet.connect(chain.config, chain.signer(), book, step=step)
+    rpc(url, "evm_setAutomine", False)  # blocks only when the test mines one
+    # both simulate fine on the latest block; mined together, the second overdraws (1000 minted)
+    first = asyncio.create_task(wallet.send("a", _someone(), "USDC", Decimal(600)))
+    second = asyncio.create_task(wallet.send("b", _someone(), "USDC", Decimal(600)))
+    async with asyncio.timeout(30):
+        await both.wait()
+    rpc(url, "evm_mine")
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    landed = [r for r in results if isinstance(r, ChainReceipt)]  # whichever got the lower nonce
+    failed = [(k, r) for k, r in zip("ab", results, strict=True) if isinstance(r, ChainError)]
+    assert len(landed) == len(failed) == 1, results
+    key, error = failed[0]
+    assert error.code == "reverted"
+    assert "reverted in block" in error.message
+    assert "ERC20InsufficientBalance(sender=" in error.message
+    with pytest.raises(ChainError, match="ERC20InsufficientBalance"):
+        await wallet.send(key, _someone(), "USDC", Decimal(600))  # recorded, not sent again
+    assert nonce_of(url, wallet.address) == 5
+    assert len(transfers(url, chain.config.token, wallet.address)) == 1
+    await wallet.close()
+
+
+async def test_a_transfer_undone_by_a_reorg_is_sent_again_with_the_same_bytes_once(
+    chain: ChainSetup, wallet: ChainWallet
+) -> None:
+    bob = _someone()
+    snapshot = rpc(chain.url, "evm_snapshot")
+    first = await wallet.send("r", bob, "USDC", Decimal(7))
+    assert rpc(chain.url, "evm_revert", snapshot) is True  # the block is gone
+    assert transfers(chain.url, chain.config.token, wallet.address) == []
+    assert token_balance(chain.url, chain.config.token, bob) == 0
+
+    again = await wallet.recheck("r", bob, "USDC", Decimal(7))
+    assert (again.tx_hash, again.nonce, again.rebroadcast) == (first.tx_hash, first.nonce, True)
+    logs = transfers(chain.url, chain.config.token, wallet.address)
+    assert [log["transactionHash"] for log in logs] == [first.tx_hash]
+    assert token_balance(chain.url, chain.config.token, bob) == 7
+    still = await wallet.recheck("r", bob, "USDC", Decimal(7))  # on chain: nothing sent
+    assert (still.tx_hash, still.rebroadcast) == (first.tx_hash, False)
+    assert len(transfers(chain.url, chain.config.token, wallet.address)) == 1

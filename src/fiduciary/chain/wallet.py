@@ -160,6 +160,21 @@ class ChainWallet:
         made = _Made(recipient, symbol, amount)
         return await self._settle(intent, made, fresh=fresh)
 
+    async def recheck(self, key: str, to: str, asset: str, amount: Decimal) -> ChainReceipt:
+        """Check a recorded send against the chain again (after a reorg, say): mined and still
+        there → its receipt; vanished → the same bytes again (never signed anew) while the
+        nonce is free, else outcome unknown."""
+        intent = await self.intents.get(key)
+        if intent is None:
+            raise ChainError("unknown_intent", "no transaction was recorded for this call")
+        made = _Made(self._recipient(to), asset.upper(), amount)
+        if intent.status == "mined":
+            if await self._receipt(intent.tx_hash) is not None:
+                return made.receipt(self.config.chain_id, intent, replayed=True)
+            intent = replace(intent, status="signed", block_number=None)
+            await self.intents.mark(key, "signed", detail="vanished from the chain (reorg)")
+        return await self._settle(intent, made, fresh=False)
+
     async def _settle(self, intent: Intent, made: _Made, *, fresh: bool) -> ChainReceipt:
         if intent.status == "mined":
             return made.receipt(self.config.chain_id, intent, replayed=True)
@@ -293,7 +308,8 @@ class ChainWallet:
         tx = await self.w3.eth.get_transaction(HexStr(intent.tx_hash))
         call = {"from": intent.sender, "to": tx["to"], "data": tx["input"], "value": tx["value"]}
         try:
-            await self.w3.eth.call(cast(TxParams, call), block_identifier=max(block - 1, 0))
+            # on the block's state: what made it fail there (a later block may differ)
+            await self.w3.eth.call(cast(TxParams, call), block_identifier=block)
         except (ContractLogicError, Web3Exception) as exc:
             return _reason(exc)
         return "no reason given"
