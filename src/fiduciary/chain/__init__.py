@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         IntentBook,
         SQLiteIntentBook,
     )
+    from .intents_postgres import PostgresIntentBook
     from .keys import (
         Signer,
         load_keystore,
@@ -47,6 +48,7 @@ _WHERE = {
     "ChainReceipt": "wallet",
     "ChainWallet": "wallet",
     "Intent": "intents",
+    "PostgresIntentBook": "intents_postgres",
     "IntentBook": "intents",
     "SQLiteIntentBook": "intents",
     "Signer": "keys",
@@ -56,7 +58,7 @@ _WHERE = {
     "save_config": "config",
     "write_keystore": "keys",
 }
-_EXTRA = ("web3", "eth_account", "eth_utils", "eth_typing")
+_EXTRA = ("web3", "eth_account", "eth_utils", "eth_typing", "psycopg")
 
 __all__ = [
     "ChainConfig",
@@ -66,6 +68,7 @@ __all__ = [
     "ChainWallet",
     "Intent",
     "IntentBook",
+    "PostgresIntentBook",
     "SQLiteIntentBook",
     "Signer",
     "chain_capabilities",
@@ -83,9 +86,11 @@ def __getattr__(name: str) -> Any:
     try:
         module = importlib.import_module(f"{__name__}.{where}")
     except ImportError as exc:
-        if (exc.name or "").split(".")[0] in _EXTRA:
+        missing = (exc.name or "").split(".")[0]
+        if missing in _EXTRA:
+            extra = "postgres" if missing == "psycopg" else "chain"
             raise ImportError(
-                "fiduciary.chain needs the chain extra: pip install 'fiduciary[chain]'"
+                f"fiduciary.chain.{name} needs the {extra} extra: pip install 'fiduciary[{extra}]'"
             ) from exc
         raise
     return getattr(module, name)
