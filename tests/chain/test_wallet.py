@@ -234,3 +234,43 @@ async def test_a_transfer_undone_by_a_reorg_is_sent_again_with_the_same_bytes_on
     still = await wallet.recheck("r", bob, "USDC", Decimal(7))  # on chain: nothing sent
     assert (still.tx_hash, still.rebroadcast) == (first.tx_hash, False)
     assert len(transfers(chain.url, chain.config.token, wallet.address)) == 1
+
+
+async def test_a_pending_send_replaced_by_another_transaction_is_unknown_at_once(
+    chain: ChainSetup,
+) -> None:
+    url = chain.url
+    waiting = asyncio.Event()
+
+    def step(point: str) -> None:
+        if point == "broadcast":
+            waiting.set()
+
+    signer = chain.signer()
+    config = replace(chain.config, receipt_timeout=60)
+    wallet = await ChainWallet.connect(config, signer, SQLiteIntentBook(chain.db), step=step)
+    try:
+        rpc(url, "evm_setAutomine", False)
+        send = asyncio.create_task(wallet.send("k", _someone(), "USDC", Decimal(2)))
+        async with asyncio.timeout(30):
+            await waiting.wait()
+        intent = await wallet.intents.get("k")
+        assert intent is not None
+        # another program with the same key replaces it: same nonce, higher fees
+        tip = 10 * 10**9
+        other = signer.sign(
+            {"to": signer.address, "value": 0, "gas": 21000, "nonce": intent.nonce,
+             "maxFeePerGas": 100 * 10**9, "maxPriorityFeePerGas": tip, "chainId": 31337,
+             "type": 2}
+        )  # fmt: skip
+        rpc(url, "eth_sendRawTransaction", "0x" + other.raw.hex())
+        rpc(url, "evm_mine")
+        async with asyncio.timeout(30):  # well before receipt_timeout
+            with pytest.raises(ChainOutcomeUnknown, match="was taken by another transaction"):
+                await send
+    finally:
+        await wallet.close()
+    assert transfers(url, chain.config.token, signer.address) == []
+    recorded = await SQLiteIntentBook(chain.db).get("k")
+    assert recorded is not None
+    assert recorded.status == "unknown"

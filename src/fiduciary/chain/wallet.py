@@ -296,6 +296,11 @@ class ChainWallet:
                 needed == 0 or await self.w3.eth.block_number >= receipt["blockNumber"] + needed
             ):
                 return receipt
+            if receipt is None and not await self._pending(intent):
+                # dropped: replaced by another transaction of that nonce (outcome unknown), or
+                # evicted from the node's pool (the same bytes are still good: sent again)
+                await self._nonce_still_free(intent)
+                await self._broadcast(intent)
             if time.monotonic() > deadline:
                 raise ChainOutcomeUnknown(
                     f"{intent.tx_hash} has no receipt with {self.config.confirmations} "
