@@ -61,3 +61,12 @@ def chain(anvil_url: str, tmp_path: Path) -> ChainSetup:
     config_path = tmp_path / "chain.json"
     save_config(config, config_path)
     return ChainSetup(anvil_url, config, config_path, keystore, passphrase_file, tmp_path / "f.db")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, chain: ChainSetup) -> Iterator[tuple[str, str]]:
+    if request.param == "sqlite":
+        yield "sqlite", str(chain.db)
+    else:
+        dsn: str = request.getfixturevalue("postgres_dsn")
+        yield "postgres", dsn

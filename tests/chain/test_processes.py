@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.slow
 PROCESSES = 2
 EACH = 10
 DEPLOYMENT_TXS = 3
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, chain: ChainSetup) -> Iterator[tuple[str, str]]:
-    if request.param == "sqlite":
-        yield "sqlite", str(chain.db)
-    else:
-        dsn: str = request.getfixturevalue("postgres_dsn")
-        yield "postgres", dsn
 
 
 def test_two_processes_sending_at_once_never_sign_one_nonce_twice(
