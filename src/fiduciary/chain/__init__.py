@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         save_config,
     )
     from .errors import ChainError, ChainOutcomeUnknown
+    from .guards import RecipientGuard, chain_guards
     from .intents import (
         Intent,
         IntentBook,
@@ -48,6 +49,8 @@ _WHERE = {
     "ChainReceipt": "wallet",
     "ChainWallet": "wallet",
     "Intent": "intents",
+    "RecipientGuard": "guards",
+    "chain_guards": "guards",
     "PostgresIntentBook": "intents_postgres",
     "IntentBook": "intents",
     "SQLiteIntentBook": "intents",
@@ -69,9 +72,11 @@ __all__ = [
     "Intent",
     "IntentBook",
     "PostgresIntentBook",
+    "RecipientGuard",
     "SQLiteIntentBook",
     "Signer",
     "chain_capabilities",
+    "chain_guards",
     "load_config",
     "load_keystore",
     "save_config",

@@ -20,7 +20,7 @@ from typing import Any, Literal, cast
 
 from eth_abi.abi import decode
 from eth_typing import ChecksumAddress, HexStr
-from eth_utils.address import is_checksum_address, is_hex_address, to_checksum_address
+from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 from pydantic import BaseModel
 from web3 import AsyncHTTPProvider, AsyncWeb3
@@ -28,6 +28,7 @@ from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Excepti
 from web3.types import TxParams, TxReceipt
 
 from ..exceptions import ConfigurationError
+from .addresses import checked_recipient
 from .artifacts import abi_of
 from .config import ChainConfig
 from .errors import ChainError, ChainOutcomeUnknown
@@ -205,11 +206,7 @@ class ChainWallet:
 
     async def _build(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
         cfg = self.config
-        if to.lower() == cfg.token.lower():
-            raise ChainError(
-                "token_contract_recipient",
-                f"{to} is the {cfg.token_symbol} contract itself: tokens sent there are lost",
-            )
+        checked_recipient(to, token=cfg.token, token_symbol=cfg.token_symbol)
         if symbol == cfg.token_symbol.upper():
             units = _units(amount, cfg.token_decimals, symbol)
             data = self.token.encode_abi("transfer", args=[to, units])
@@ -320,18 +317,7 @@ class ChainWallet:
         return "no reason given"
 
     def _recipient(self, to: str) -> str:
-        text = to.strip()
-        if not is_hex_address(text):
-            raise ChainError("bad_address", "the recipient must be a 0x address of 40 hex digits")
-        mixed = text[2:] != text[2:].lower() and text[2:] != text[2:].upper()
-        if mixed and not is_checksum_address(text):
-            raise ChainError(
-                "bad_checksum",
-                f"{text} fails its EIP-55 checksum: a letter was mistyped; ask the person again",
-            )
-        if int(text, 16) == 0:
-            raise ChainError("zero_address", "sending to the zero address destroys the funds")
-        return str(to_checksum_address(text))
+        return checked_recipient(to)
 
 
 class _Made:
