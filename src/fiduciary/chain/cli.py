@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli._common import CliError, _command
+from ..cli._common import DEFAULT_DB, CliError, Db, _command
 from ..exceptions import ConfigurationError
 
 __all__ = ["register"]
@@ -97,6 +97,51 @@ async def deploy_command(
     typer.echo(f"chain {config.chain_id}: USDC {config.token}, vault {config.vault}")
     typer.echo(f"written to {out}")
     return 0
+
+
+@_command(chain_app, "reconcile")
+async def reconcile_command(
+    address: Annotated[str, typer.Option("--address", help="The account to reconcile.")],
+    config_file: Annotated[
+        Path, typer.Option("--config", help="The chain configuration (from deploy).")
+    ] = Path("chain.json"),
+    db: Db = DEFAULT_DB,
+) -> int:
+    """Compare the account's recorded intents with the chain (receipts and the token's
+    Transfer logs) and list every difference; exit 1 if there is any."""
+    _require_extra()
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+    from .addresses import checked_recipient
+    from .config import load_config
+    from .errors import ChainError
+    from .intents import SQLiteIntentBook
+    from .reconcile import reconcile
+
+    try:
+        account = checked_recipient(address)
+        config = load_config(config_file)
+    except ChainError as exc:
+        raise CliError(f"--address: {exc.message}") from None
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    if not db.exists():
+        raise CliError(f"no database at {db}")
+    w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
+    try:
+        if await w3.eth.chain_id != config.chain_id:
+            raise CliError(f"the node at {config.rpc_url} is not on chain {config.chain_id}")
+        found = await reconcile(w3, config, SQLiteIntentBook(db), account)
+    except OSError:
+        raise CliError(f"cannot reach the chain node at {config.rpc_url}") from None
+    finally:
+        await w3.provider.disconnect()
+    for difference in found:
+        typer.echo(f"{difference.kind}: {difference.tx_hash} ({difference.detail})")
+    typer.echo(
+        f"{len(found)} difference(s) between the intents of {account} and chain {config.chain_id}"
+    )
+    return 1 if found else 0
 
 
 def register(app: typer.Typer) -> None:
