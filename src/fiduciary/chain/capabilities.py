@@ -1,5 +1,6 @@
-"""The chain wallet's capabilities, under the paper wallet's names: ``balance_check`` and
-``send_transfer`` (same arguments, operation, risk and flags, so the same finance guards,
+"""The chain wallet's capabilities, under the paper wallet's names: ``balance_check``,
+``send_transfer``, and with a vault ``save_deposit`` and ``withdraw`` (same arguments,
+operations, risks and flags, so the same finance guards,
 policy tiers and approval cards apply; an agent switches by giving these instead).
 
 ``send_transfer`` is declared ``replay="resume"``: the core's ledger fences it like any
@@ -17,10 +18,14 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
+from .errors import ChainError
 from .wallet import ChainBalances, ChainReceipt, ChainWallet
 
 __all__ = ["chain_capabilities"]
 
+Asset = Annotated[
+    str, Field(description="The asset: the USD stablecoin (USDC) or the native coin.")
+]
 Amount = Annotated[
     Decimal, Field(gt=0, description='An amount of the asset, as a decimal string (e.g. "12.5").')
 ]
@@ -65,13 +70,56 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
             str,
             Field(description="The recipient: a 0x address the person gave (EIP-55 checksum)."),
         ],
-        asset: Annotated[
-            str, Field(description="The asset: the USD stablecoin (USDC) or the native coin.")
-        ],
+        asset: Asset,
         amount: Amount,
         memo: Annotated[str, Field(max_length=140)] = "",
     ) -> ChainReceipt:
         """Send an amount to an address as a transaction on chain. It cannot be undone."""
         return await wallet.send(ctx.idempotency_key, to, asset, amount)
 
-    return [balance_check, send_transfer]
+    def stable_only(asset: str) -> None:
+        if asset.upper() != wallet.config.token_symbol.upper():
+            raise ChainError(
+                "unknown_asset", f"the vault holds {wallet.config.token_symbol} only, not {asset}"
+            )
+
+    @capability(
+        kind="execute",
+        risk="low",
+        replay="resume",
+        operation="save",
+        amount_usd=amount_of,
+        flags={"mutating", "requires_balance"},
+        modifiable_fields=["amount"],
+        describe=lambda a: (
+            f"Save {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} into the vault "
+            f"{wallet.config.vault} on chain {wallet.config.chain_id} (an allowance of exactly "
+            "that amount, then the deposit)"
+        ),
+    )
+    async def save_deposit(ctx: CallContext, asset: Asset, amount: Amount) -> ChainReceipt:
+        """Move an amount of the stablecoin from the wallet into the savings vault (ERC-4626),
+        where it earns the vault's yield."""
+        stable_only(asset)
+        return await wallet.save(ctx.idempotency_key, amount)
+
+    @capability(
+        kind="execute",
+        risk="medium",
+        replay="resume",
+        operation="withdraw",
+        amount_usd=amount_of,
+        flags={"mutating"},
+        modifiable_fields=["amount"],
+        describe=lambda a: (
+            f"Withdraw {a.amount} {a.asset.upper()} from the vault to the wallet on chain "
+            f"{wallet.config.chain_id}"
+        ),
+    )
+    async def withdraw(ctx: CallContext, asset: Asset, amount: Amount) -> ChainReceipt:
+        """Move savings back from the vault to the wallet."""
+        stable_only(asset)
+        return await wallet.withdraw(ctx.idempotency_key, amount)
+
+    caps = [balance_check, send_transfer]
+    return caps + ([save_deposit, withdraw] if wallet.config.vault is not None else [])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Literal, cast
@@ -63,6 +63,7 @@ class ChainBalances(BaseModel):
     address: str
     chain_id: int
     balances: dict[str, Decimal]
+    savings: dict[str, Decimal] = {}  # in the vault, withdrawable now (own wallet only)
 
 
 def _no_step(point: str) -> None:
@@ -128,6 +129,7 @@ class ChainWallet:
         who = to_checksum_address(self._recipient(address) if address else self.address)
         units = await self.token.functions.balanceOf(who).call()
         wei = await self.w3.eth.get_balance(who)
+        own = address is None and self.config.vault is not None
         return ChainBalances(
             address=who,
             chain_id=self.config.chain_id,
@@ -135,6 +137,7 @@ class ChainWallet:
                 self.config.token_symbol: _amount(units, self.config.token_decimals),
                 self.config.native_symbol: _amount(wei, NATIVE_DECIMALS),
             },
+            savings={self.config.token_symbol: await self.savings()} if own else {},
         )
 
     # -- the write -----------------------------------------------------------------------
@@ -143,10 +146,70 @@ class ChainWallet:
         """Send ``amount`` of ``asset`` to ``to``, once per ``key`` whatever happens."""
         recipient = self._recipient(to)
         symbol = asset.upper()
+        made = _Made(recipient, symbol, amount)
+        return await self._transact(key, lambda: self._build(recipient, symbol, amount), made)
+
+    async def save(self, key: str, amount: Decimal) -> ChainReceipt:
+        """Deposit ``amount`` of the stablecoin into the ERC-4626 vault: an allowance of exactly
+        that amount (never unlimited), then the deposit; each its own intent under ``key``."""
+        vault = self._vault()
+        units = _units(amount, self.config.token_decimals, self.config.token_symbol)
+        me = to_checksum_address(self.address)
+        symbol = self.config.token_symbol
+        if await self.intents.get(f"{key}#approve") is None:  # not yet begun: check first
+            held = await self.token.functions.balanceOf(me).call()
+            if held < units:
+                raise ChainError(
+                    "insufficient_funds",
+                    f"the wallet holds {_amount(held, self.config.token_decimals)} {symbol}, "
+                    f"less than {amount}",
+                )
+        approve = self.token.encode_abi("approve", args=[vault.address, units])
+        await self._transact(
+            f"{key}#approve",
+            lambda: self._prepare({"to": self.token.address, "value": 0, "data": approve}),
+            _Made(vault.address, symbol, amount),
+        )
+        deposit = vault.encode_abi("deposit", args=[units, me])
+        return await self._transact(
+            f"{key}#deposit",
+            lambda: self._prepare({"to": vault.address, "value": 0, "data": deposit}),
+            _Made(vault.address, symbol, amount),
+        )
+
+    async def withdraw(self, key: str, amount: Decimal) -> ChainReceipt:
+        """Withdraw ``amount`` of the stablecoin from the vault to the wallet."""
+        vault = self._vault()
+        units = _units(amount, self.config.token_decimals, self.config.token_symbol)
+        me = to_checksum_address(self.address)
+        data = vault.encode_abi("withdraw", args=[units, me, me])
+        return await self._transact(
+            key,
+            lambda: self._prepare({"to": vault.address, "value": 0, "data": data}),
+            _Made(me, self.config.token_symbol, amount),
+        )
+
+    async def savings(self) -> Decimal:
+        """What the wallet could withdraw from the vault now."""
+        units = await self._vault().functions.maxWithdraw(to_checksum_address(self.address)).call()
+        return _amount(units, self.config.token_decimals)
+
+    def _vault(self) -> Any:
+        if self.config.vault is None:
+            raise ChainError("no_vault", "no savings vault is configured on this chain")
+        return self.w3.eth.contract(
+            address=to_checksum_address(self.config.vault), abi=abi_of("SavingsVault")
+        )
+
+    async def _transact(
+        self, key: str, build: Callable[[], Awaitable[dict[str, Any]]], made: _Made
+    ) -> ChainReceipt:
+        """One transaction per ``key``: built, simulated, signed and recorded once; settled
+        from its intent when called again (after a crash: the same ``key``)."""
         intent = await self.intents.get(key)
         fresh = intent is None
         if intent is None:
-            tx = await self._build(recipient, symbol, amount)
+            tx = await build()
             sender = to_checksum_address(self.address)
             chain_nonce = await self.w3.eth.get_transaction_count(sender, "pending")
             intent = await self.intents.reserve(
@@ -158,7 +221,6 @@ class ChainWallet:
                 signed=lambda: self._step("signed"),
             )
             self._step("committed")
-        made = _Made(recipient, symbol, amount)
         return await self._settle(intent, made, fresh=fresh)
 
     async def recheck(self, key: str, to: str, asset: str, amount: Decimal) -> ChainReceipt:
@@ -218,16 +280,18 @@ class ChainWallet:
                 "unknown_asset",
                 f"{symbol} is not on this chain: {cfg.token_symbol} or {cfg.native_symbol}",
             )
-        tx.update(chainId=cfg.chain_id, type=2, **{"from": to_checksum_address(self.address)})
+        return await self._prepare(tx)
+
+    async def _prepare(self, tx: dict[str, Any]) -> dict[str, Any]:
+        """``tx`` simulated (``eth_estimateGas``: refused here if the chain would refuse it),
+        with its gas limit and EIP-1559 fees; ready to sign but for the nonce."""
+        tx = {**tx, "chainId": self.config.chain_id, "type": 2}
+        tx["from"] = to_checksum_address(self.address)
         try:
             gas = await self.w3.eth.estimate_gas(cast(TxParams, tx))
-        except ContractLogicError as exc:
+        except (ContractLogicError, Web3Exception) as exc:
             raise ChainError(
-                "simulation_failed", f"the chain would refuse this transfer: {_reason(exc)}"
-            ) from None
-        except Web3Exception as exc:
-            raise ChainError(
-                "simulation_failed", f"the chain would refuse this transfer: {_reason(exc)}"
+                "simulation_failed", f"the chain would refuse this transaction: {_reason(exc)}"
             ) from None
         block = await self.w3.eth.get_block("latest")
         base = int(block.get("baseFeePerGas", 0))
