@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .anvil import rpc, running_anvil
+from .anvil import ROOT, rpc, running_anvil
 
 pytest.importorskip("web3", reason="the chain extra is not installed")
 
@@ -70,3 +70,19 @@ def backend(request: pytest.FixtureRequest, chain: ChainSetup) -> Iterator[tuple
     else:
         dsn: str = request.getfixturevalue("postgres_dsn")
         yield "postgres", dsn
+
+
+@pytest.fixture
+def chain_pool(anvil_url: str, tmp_path: Path) -> ChainSetup:
+    """``chain`` plus Uniswap V2 from the packages' published builds and a USDC/ETH pool."""
+    keystore = tmp_path / "owner.json"
+    funded_keystore(anvil_url, keystore, PASSPHRASE)
+    passphrase_file = tmp_path / "passphrase"
+    passphrase_file.write_text(PASSPHRASE + "\n")
+    signer = load_keystore(keystore, passphrase_file=passphrase_file)
+    config = asyncio.run(
+        deploy(anvil_url, signer, mint=Decimal(100_000), uniswap=ROOT / "node_modules")
+    )
+    config_path = tmp_path / "chain.json"
+    save_config(config, config_path)
+    return ChainSetup(anvil_url, config, config_path, keystore, passphrase_file, tmp_path / "f.db")

@@ -52,20 +52,23 @@ def test_fiduciary_chain_deploy_writes_a_configuration_of_live_contracts(
     env = {**os.environ, "FIDUCIARY_KEYSTORE_PASSPHRASE": PASSPHRASE}
     done = subprocess.run(
         [sys.executable, "-m", "fiduciary", "chain", "deploy", "--rpc", anvil_url,
-         "--keystore", str(keystore), "--out", str(out), "--mint", "500"],
+         "--keystore", str(keystore), "--out", str(out), "--mint", "10000",
+         "--uniswap", str(ROOT / "node_modules")],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"written to {out}" in done.stdout
+    assert "Uniswap V2 router 0x" in done.stdout
     config = load_config(out, env={})
     assert config.chain_id == 31337
     assert config.vault is not None
-    for contract in (config.token, config.vault):
+    assert config.router is not None
+    assert config.weth is not None
+    for contract in (config.token, config.vault, config.router, config.weth):
         assert rpc(anvil_url, "eth_getCode", contract, "latest") not in ("0x", "")
     data = "0x70a08231" + "0" * 24 + address.lower()[2:]
-    assert int(rpc(anvil_url, "eth_call", {"to": config.token, "data": data}, "latest"), 16) == (
-        500 * 10**6
-    )
+    held = int(rpc(anvil_url, "eth_call", {"to": config.token, "data": data}, "latest"), 16)
+    assert held == (10_000 - 6_000) * 10**6  # the mint, less what went into the pool
     assert PASSPHRASE not in done.stdout + done.stderr
 
 

@@ -1,5 +1,6 @@
 """The chain wallet's capabilities, under the paper wallet's names: ``balance_check``,
-``send_transfer``, and with a vault ``save_deposit`` and ``withdraw`` (same arguments,
+``send_transfer``, with a vault ``save_deposit`` and ``withdraw``, with a router
+``swap_quote`` and ``swap_execute`` (same arguments,
 operations, risks and flags, so the same finance guards,
 policy tiers and approval cards apply; an agent switches by giving these instead).
 
@@ -19,12 +20,17 @@ from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
 from .errors import ChainError
+from .swaps import SwapQuote, quote, swap
 from .wallet import ChainBalances, ChainReceipt, ChainWallet
 
 __all__ = ["chain_capabilities"]
 
 Asset = Annotated[
     str, Field(description="The asset: the USD stablecoin (USDC) or the native coin.")
+]
+Slippage = Annotated[
+    Decimal | None,
+    Field(ge=0, le=50, description="The most the output may fall short of the quote, in percent."),
 ]
 Amount = Annotated[
     Decimal, Field(gt=0, description='An amount of the asset, as a decimal string (e.g. "12.5").')
@@ -36,6 +42,9 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
 
     def amount_of(args: Any, ctx: CallContext) -> Decimal | None:
         return wallet.usd_value(args.asset, args.amount)
+
+    def amount_of_swap(args: Any, ctx: CallContext) -> Decimal | None:
+        return wallet.usd_value(args.from_asset, args.amount)
 
     def about(asset: str, amount: Decimal) -> str:
         value = wallet.usd_value(asset, amount)
@@ -121,5 +130,45 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         stable_only(asset)
         return await wallet.withdraw(ctx.idempotency_key, amount)
 
+    @capability(kind="preview")
+    async def swap_quote(
+        ctx: CallContext, from_asset: Asset, to_asset: Asset, amount: Amount
+    ) -> SwapQuote:
+        """Quote a swap between the stablecoin and the native coin from the pool's reserves,
+        without doing it: the expected output and the least accepted at 1% slippage."""
+        return await quote(wallet, from_asset, to_asset, amount, Decimal(1))
+
+    @capability(
+        kind="execute",
+        risk="medium",
+        replay="resume",
+        operation="swap",
+        amount_usd=amount_of_swap,
+        flags={"mutating", "requires_balance", "irreversible"},
+        describe=lambda a: (
+            f"Swap {a.amount} {a.from_asset.upper()}{about(a.from_asset, a.amount)} for "
+            f"{a.to_asset.upper()} through the pool on chain {wallet.config.chain_id}, at most "
+            f"{a.max_slippage_pct if a.max_slippage_pct is not None else 1}% slippage"
+        ),
+    )
+    async def swap_execute(
+        ctx: CallContext,
+        from_asset: Asset,
+        to_asset: Asset,
+        amount: Amount,
+        max_slippage_pct: Slippage = None,
+    ) -> ChainReceipt:
+        """Swap an amount of the stablecoin for the native coin or back, through the pool. The
+        least output (the quote less the slippage) is signed into the transaction: the chain
+        refuses the swap rather than give less."""
+        slip = Decimal(1) if max_slippage_pct is None else max_slippage_pct
+        return await swap(
+            wallet, ctx.idempotency_key, from_asset, to_asset, amount, max_slippage_pct=slip
+        )
+
     caps = [balance_check, send_transfer]
-    return caps + ([save_deposit, withdraw] if wallet.config.vault is not None else [])
+    if wallet.config.vault is not None:
+        caps += [save_deposit, withdraw]
+    if wallet.config.router is not None:
+        caps += [swap_quote, swap_execute]
+    return caps

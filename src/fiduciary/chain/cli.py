@@ -76,6 +76,14 @@ async def deploy_command(
     passphrase_file: PassphraseFile = None,
     mint: Annotated[str, typer.Option(help="USDC minted to the deployer.")] = "1000000",
     confirmations: Annotated[int, typer.Option(min=1, help="Blocks a receipt needs.")] = 1,
+    uniswap: Annotated[
+        Path | None,
+        typer.Option(
+            "--uniswap",
+            help="A node_modules holding @uniswap/v2-core and v2-periphery: deploy their "
+            "published builds too, with a USDC/ETH pool (6,000 USDC against 2 ETH).",
+        ),
+    ] = None,
 ) -> int:
     """Deploy the USD stablecoin (OpenZeppelin ERC20, 6 decimals) and an ERC-4626 vault on a
     dev chain and write their addresses to --out."""
@@ -90,11 +98,17 @@ async def deploy_command(
         raise CliError(f"--mint: {mint!r} is not a number") from None
     try:
         signer = load_keystore(keystore, passphrase_file=passphrase_file)
-        config = await deploy(rpc, signer, mint=amount, confirmations=confirmations)
+        if uniswap is not None and not (uniswap / "@uniswap" / "v2-periphery").is_dir():
+            raise CliError(f"--uniswap: no @uniswap/v2-periphery in {uniswap} (npm ci)")
+        config = await deploy(
+            rpc, signer, mint=amount, confirmations=confirmations, uniswap=uniswap
+        )
     except ConfigurationError as exc:
         raise CliError(str(exc)) from None
     save_config(config, out)
     typer.echo(f"chain {config.chain_id}: USDC {config.token}, vault {config.vault}")
+    if config.router is not None:
+        typer.echo(f"Uniswap V2 router {config.router}, WETH {config.weth}")
     typer.echo(f"written to {out}")
     return 0
 

@@ -32,6 +32,8 @@ class ChainConfig:
     token_symbol: str = "USDC"
     token_decimals: int = 6
     vault: str | None = None  # an ERC-4626 vault over the token
+    router: str | None = None  # a Uniswap V2 router (swaps between the token and the coin)
+    weth: str | None = None  # the wrapped native coin the router's pool pairs with the token
     native_symbol: str = "ETH"
     confirmations: int = 1
     usd_prices: Mapping[str, Decimal] = field(
@@ -54,6 +56,8 @@ class ChainConfig:
             "token_symbol": self.token_symbol,
             "token_decimals": self.token_decimals,
             "vault": self.vault,
+            "router": self.router,
+            "weth": self.weth,
             "native_symbol": self.native_symbol,
             "confirmations": self.confirmations,
             "usd_prices": {k: str(v) for k, v in self.usd_prices.items()},
@@ -72,6 +76,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Ch
             token_symbol=str(data.get("token_symbol", "USDC")),
             token_decimals=int(data.get("token_decimals", 6)),
             vault=None if data.get("vault") is None else str(data["vault"]),
+            router=None if data.get("router") is None else str(data["router"]),
+            weth=None if data.get("weth") is None else str(data["weth"]),
             native_symbol=str(data.get("native_symbol", "ETH")),
             confirmations=int(data.get("confirmations", 1)),
             usd_prices={

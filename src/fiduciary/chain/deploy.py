@@ -5,8 +5,10 @@ the deployer receives the minted supply. The addresses go to a ``ChainConfig``."
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, cast
 
 from eth_abi.abi import encode
@@ -23,6 +25,13 @@ from .keys import Signer
 
 __all__ = ["deploy"]
 
+
+def _router_abi(node_modules: Path) -> list[dict[str, Any]]:
+    path = node_modules / "@uniswap" / "v2-periphery" / "build" / "UniswapV2Router02.json"
+    abi: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["abi"]
+    return abi
+
+
 DEPLOY_TIMEOUT = 60.0
 
 
@@ -32,9 +41,14 @@ async def deploy(
     *,
     mint: Decimal = Decimal(1_000_000),
     confirmations: int = 1,
+    uniswap: Path | None = None,
+    pool_usdc: Decimal = Decimal(6_000),
+    pool_eth: Decimal = Decimal(2),
 ) -> ChainConfig:
     """Deploy the stablecoin and the vault with ``signer`` (who pays the gas and receives
-    ``mint`` USDC); the configuration that names them."""
+    ``mint`` USDC); the configuration that names them. ``uniswap``: a ``node_modules`` holding
+    ``@uniswap/v2-core`` and ``v2-periphery``, whose published builds are deployed too (WETH9,
+    the factory, Router02) with a pool of ``pool_usdc`` USDC against ``pool_eth`` ETH."""
     w3 = AsyncWeb3(AsyncHTTPProvider(rpc_url))
     try:
         try:
@@ -90,11 +104,41 @@ async def deploy(
         stable = w3.eth.contract(address=token, abi=abi_of("UsdStablecoin"))
         units = int(mint.scaleb(6))
         await send({"to": token, "value": 0, "data": stable.encode_abi("mint", args=[me, units])})
+        router = weth = None
+        if uniswap is not None:
+
+            def published(package: str, name: str, *args: Any) -> dict[str, Any]:
+                path = uniswap / "@uniswap" / package / "build" / f"{name}.json"
+                build = json.loads(path.read_text(encoding="utf-8"))
+                ctor = next((e for e in build["abi"] if e["type"] == "constructor"), None)
+                types = [i["type"] for i in ctor["inputs"]] if ctor else []
+                code = "0x" + str(build["bytecode"]).removeprefix("0x")
+                return {"data": code + encode(types, list(args)).hex(), "value": 0}
+
+            weth = str((await send(published("v2-periphery", "WETH9")))["contractAddress"])
+            made = await send(published("v2-core", "UniswapV2Factory", me))
+            factory = str(made["contractAddress"])
+            made = await send(published("v2-periphery", "UniswapV2Router02", factory, weth))
+            router = str(made["contractAddress"])
+            usdc, eth = int(pool_usdc.scaleb(6)), int(pool_eth.scaleb(18))
+            approve = stable.encode_abi("approve", args=[router, usdc])
+            await send({"to": token, "value": 0, "data": approve})
+            pool = w3.eth.contract(
+                address=to_checksum_address(router),
+                abi=_router_abi(uniswap),
+            )
+            deadline = int((await w3.eth.get_block("latest"))["timestamp"]) + 600
+            liquidity = pool.encode_abi(
+                "addLiquidityETH", args=[token, usdc, usdc, eth, me, deadline]
+            )
+            await send({"to": router, "value": eth, "data": liquidity})
         return ChainConfig(
             rpc_url=rpc_url,
             chain_id=chain_id,
             token=str(token),
             vault=vault,
+            router=router,
+            weth=weth,
             confirmations=confirmations,
         )
     finally:

@@ -35,12 +35,15 @@ from .errors import ChainError, ChainOutcomeUnknown
 from .intents import Intent, IntentBook
 from .keys import Signer
 
-__all__ = ["ChainBalances", "ChainReceipt", "ChainWallet"]
+__all__ = ["NATIVE_DECIMALS", "ChainBalances", "ChainReceipt", "ChainWallet", "Made"]
 
 Step = Callable[[str], None]
 ZERO_ADDRESS = "0x" + "0" * 40
 NATIVE_DECIMALS = 18
+# the estimate is made on the latest block; mined in the next, a call may write more (a Uniswap
+# pair updates its price accumulators only when the block's time moved: two more fresh slots)
 GAS_MARGIN = Decimal("1.2")
+GAS_HEADROOM = 60_000
 
 
 class ChainReceipt(BaseModel):
@@ -146,8 +149,8 @@ class ChainWallet:
         """Send ``amount`` of ``asset`` to ``to``, once per ``key`` whatever happens."""
         recipient = self._recipient(to)
         symbol = asset.upper()
-        made = _Made(recipient, symbol, amount)
-        return await self._transact(key, lambda: self._build(recipient, symbol, amount), made)
+        made = Made(recipient, symbol, amount)
+        return await self.transact(key, lambda: self._build(recipient, symbol, amount), made)
 
     async def save(self, key: str, amount: Decimal) -> ChainReceipt:
         """Deposit ``amount`` of the stablecoin into the ERC-4626 vault: an allowance of exactly
@@ -165,16 +168,16 @@ class ChainWallet:
                     f"less than {amount}",
                 )
         approve = self.token.encode_abi("approve", args=[vault.address, units])
-        await self._transact(
+        await self.transact(
             f"{key}#approve",
-            lambda: self._prepare({"to": self.token.address, "value": 0, "data": approve}),
-            _Made(vault.address, symbol, amount),
+            lambda: self.prepare({"to": self.token.address, "value": 0, "data": approve}),
+            Made(vault.address, symbol, amount),
         )
         deposit = vault.encode_abi("deposit", args=[units, me])
-        return await self._transact(
+        return await self.transact(
             f"{key}#deposit",
-            lambda: self._prepare({"to": vault.address, "value": 0, "data": deposit}),
-            _Made(vault.address, symbol, amount),
+            lambda: self.prepare({"to": vault.address, "value": 0, "data": deposit}),
+            Made(vault.address, symbol, amount),
         )
 
     async def withdraw(self, key: str, amount: Decimal) -> ChainReceipt:
@@ -183,10 +186,10 @@ class ChainWallet:
         units = _units(amount, self.config.token_decimals, self.config.token_symbol)
         me = to_checksum_address(self.address)
         data = vault.encode_abi("withdraw", args=[units, me, me])
-        return await self._transact(
+        return await self.transact(
             key,
-            lambda: self._prepare({"to": vault.address, "value": 0, "data": data}),
-            _Made(me, self.config.token_symbol, amount),
+            lambda: self.prepare({"to": vault.address, "value": 0, "data": data}),
+            Made(me, self.config.token_symbol, amount),
         )
 
     async def savings(self) -> Decimal:
@@ -201,8 +204,8 @@ class ChainWallet:
             address=to_checksum_address(self.config.vault), abi=abi_of("SavingsVault")
         )
 
-    async def _transact(
-        self, key: str, build: Callable[[], Awaitable[dict[str, Any]]], made: _Made
+    async def transact(
+        self, key: str, build: Callable[[], Awaitable[dict[str, Any]]], made: Made
     ) -> ChainReceipt:
         """One transaction per ``key``: built, simulated, signed and recorded once; settled
         from its intent when called again (after a crash: the same ``key``)."""
@@ -230,7 +233,7 @@ class ChainWallet:
         intent = await self.intents.get(key)
         if intent is None:
             raise ChainError("unknown_intent", "no transaction was recorded for this call")
-        made = _Made(self._recipient(to), asset.upper(), amount)
+        made = Made(self._recipient(to), asset.upper(), amount)
         if intent.status == "mined":
             if await self._receipt(intent.tx_hash) is not None:
                 return made.receipt(self.config.chain_id, intent, replayed=True)
@@ -238,7 +241,7 @@ class ChainWallet:
             await self.intents.mark(key, "signed", detail="vanished from the chain (reorg)")
         return await self._settle(intent, made, fresh=False)
 
-    async def _settle(self, intent: Intent, made: _Made, *, fresh: bool) -> ChainReceipt:
+    async def _settle(self, intent: Intent, made: Made, *, fresh: bool) -> ChainReceipt:
         if intent.status == "mined":
             return made.receipt(self.config.chain_id, intent, replayed=True)
         if intent.status in ("reverted", "refused"):
@@ -257,7 +260,7 @@ class ChainWallet:
         self._step("receipt")
         block = int(receipt["blockNumber"])
         if int(receipt["status"]) != 1:
-            reason = await self._revert_reason(intent, block)
+            reason = await self._revert_reason(intent, block, int(receipt["gasUsed"]))
             detail = f"the transaction {intent.tx_hash} reverted in block {block}: {reason}"
             await self.intents.mark(intent.key, "reverted", block=block, detail=detail)
             raise ChainError("reverted", detail)
@@ -280,9 +283,9 @@ class ChainWallet:
                 "unknown_asset",
                 f"{symbol} is not on this chain: {cfg.token_symbol} or {cfg.native_symbol}",
             )
-        return await self._prepare(tx)
+        return await self.prepare(tx)
 
-    async def _prepare(self, tx: dict[str, Any]) -> dict[str, Any]:
+    async def prepare(self, tx: dict[str, Any]) -> dict[str, Any]:
         """``tx`` simulated (``eth_estimateGas``: refused here if the chain would refuse it),
         with its gas limit and EIP-1559 fees; ready to sign but for the nonce."""
         tx = {**tx, "chainId": self.config.chain_id, "type": 2}
@@ -297,7 +300,7 @@ class ChainWallet:
         base = int(block.get("baseFeePerGas", 0))
         tip = int(await self.w3.eth.max_priority_fee)
         tx.update(
-            gas=int(Decimal(gas) * GAS_MARGIN),
+            gas=int(Decimal(gas) * GAS_MARGIN) + GAS_HEADROOM,
             maxFeePerGas=2 * base + tip,
             maxPriorityFeePerGas=tip,
         )
@@ -370,8 +373,10 @@ class ChainWallet:
                 )
             await asyncio.sleep(self.config.poll_interval)
 
-    async def _revert_reason(self, intent: Intent, block: int) -> str:
+    async def _revert_reason(self, intent: Intent, block: int, gas_used: int) -> str:
         tx = await self.w3.eth.get_transaction(HexStr(intent.tx_hash))
+        if gas_used >= int(tx["gas"]):
+            return f"out of gas (its limit, {tx['gas']}, was all used)"
         call = {"from": intent.sender, "to": tx["to"], "data": tx["input"], "value": tx["value"]}
         try:
             # on the block's state: what made it fail there (a later block may differ)
@@ -384,7 +389,7 @@ class ChainWallet:
         return checked_recipient(to)
 
 
-class _Made:
+class Made:
     """What a send asked for, to state in its receipt."""
 
     def __init__(self, to: str, asset: str, amount: Decimal) -> None:
