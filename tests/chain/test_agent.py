@@ -52,7 +52,13 @@ async def test_an_approved_send_is_signed_only_after_the_approval_and_lands_once
         )
         events = await collect(agent.run("pay bob 100", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
-        assert pending.description == f"Send 100 USDC (about $100.00) to {bob} on chain 31337"
+        shown = pending.description
+        assert shown.startswith(f"Send 100 USDC (about $100.00) to {bob} on chain 31337; ")
+        assert f"from {signer.address}, to {bob} (a person's address (no contract code))" in shown
+        assert f"100000000 units of USDC at {chain.config.token}; chain 31337" in shown
+        assert "gas limit " in shown
+        assert ", max fee about $" in shown
+        assert shown.endswith("simulated: succeeds")
         assert pending.amount_usd == Decimal(100)
         assert nonce_of(chain.url, signer.address) == 3  # nothing signed, nothing sent
         assert await SQLiteIntentBook(chain.db).by_sender(31337, signer.address) == []
@@ -69,4 +75,28 @@ async def test_an_approved_send_is_signed_only_after_the_approval_and_lands_once
         assert (await agent.get_run(events[0].run_id)).status == "completed"
     finally:
         await store.close()
+        await wallet.close()
+
+
+async def test_the_card_says_a_contract_is_a_contract_and_what_the_simulation_found(
+    chain: ChainSetup,
+) -> None:
+    assert chain.config.vault is not None
+    vault = chain.config.vault
+    signer = chain.signer()
+    wallet = await ChainWallet.connect(chain.config, signer, SQLiteIntentBook(chain.db))
+    try:
+        cards = chain_capabilities(wallet)
+        send = next(c for c in cards if c.name == "send_transfer")
+        ctx = None
+        ok = send.input_model(to=vault, asset="USDC", amount="10")
+        assert await send.amount_usd(ok, ctx) == Decimal(10)  # type: ignore[misc, arg-type]
+        assert f"to {vault} (a contract)" in send.description_of(ok, Decimal(10))
+        short = send.input_model(to=vault, asset="USDC", amount="5000")  # 1000 were minted
+        assert await send.amount_usd(short, ctx) == Decimal(5000)  # type: ignore[misc, arg-type]
+        shown = send.description_of(short, Decimal(5000))
+        assert "simulated: refused (the chain would refuse this transaction: " in shown
+        assert "ERC20InsufficientBalance(sender=" in shown
+        assert nonce_of(chain.url, signer.address) == 3  # simulations sign and send nothing
+    finally:
         await wallet.close()

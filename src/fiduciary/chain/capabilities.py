@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
+from .cards import SendCards
 from .errors import ChainError
 from .swaps import SwapQuote, quote, swap
 from .wallet import ChainBalances, ChainReceipt, ChainWallet
@@ -39,6 +40,8 @@ Amount = Annotated[
 
 def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
     """``balance_check`` and ``send_transfer`` over one ``ChainWallet``."""
+
+    cards = SendCards(wallet)
 
     def amount_of(args: Any, ctx: CallContext) -> Decimal | None:
         return wallet.usd_value(args.asset, args.amount)
@@ -65,12 +68,12 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         risk="high",
         replay="resume",
         operation="send",
-        amount_usd=amount_of,
+        amount_usd=cards.price,
         flags={"mutating", "requires_balance", "irreversible"},
         modifiable_fields=["amount"],
         describe=lambda a: (
             f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to} "
-            f"on chain {wallet.config.chain_id}"
+            f"on chain {wallet.config.chain_id}{cards.describe(a)}"
         ),
     )
     async def send_transfer(

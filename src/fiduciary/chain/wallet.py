@@ -35,7 +35,7 @@ from .errors import ChainError, ChainOutcomeUnknown
 from .intents import Intent, IntentBook
 from .keys import Signer
 
-__all__ = ["NATIVE_DECIMALS", "ChainBalances", "ChainReceipt", "ChainWallet", "Made"]
+__all__ = ["NATIVE_DECIMALS", "ChainBalances", "ChainReceipt", "ChainWallet", "Made", "reason_of"]
 
 Step = Callable[[str], None]
 ZERO_ADDRESS = "0x" + "0" * 40
@@ -269,6 +269,10 @@ class ChainWallet:
         done = replace(intent, status="mined", block_number=block)
         return made.receipt(self.config.chain_id, done, replayed=not fresh, rebroadcast=rebroadcast)
 
+    async def build_send(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
+        """The transaction a send would sign (simulated, gas and fees; not the nonce)."""
+        return await self._build(to, symbol, amount)
+
     async def _build(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
         cfg = self.config
         checked_recipient(to, token=cfg.token, token_symbol=cfg.token_symbol)
@@ -425,6 +429,10 @@ def _units(amount: Decimal, decimals: int, symbol: str) -> int:
 
 def _amount(units: int, decimals: int) -> Decimal:
     return Decimal(units).scaleb(-decimals)
+
+
+def reason_of(exc: Exception) -> str:
+    return _reason(exc)
 
 
 def _reason(exc: Exception) -> str:
