@@ -6,6 +6,7 @@ and read when the card is written (which may not); kept for the last few calls o
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from decimal import Decimal
 from typing import Any, cast
@@ -50,9 +51,18 @@ class SendCards:
     async def _simulate(self, to: str, symbol: str, amount: Decimal) -> str:
         wallet, cfg = self.wallet, self.wallet.config
         recipient = checked_recipient(to, token=cfg.token, token_symbol=cfg.token_symbol)
-        code = await wallet.w3.eth.get_code(cast(ChecksumAddress, recipient))
-        kind = "a contract" if len(code) > 0 else "a person's address (no contract code)"
-        tx = await wallet.build_send(recipient, symbol, amount)
+        code, built = await asyncio.gather(
+            wallet.w3.eth.get_code(cast(ChecksumAddress, recipient)),
+            wallet.build_send(recipient, symbol, amount),
+            return_exceptions=True,
+        )
+        for answer in (built, code):  # the build's refusal first: it says why
+            if isinstance(answer, BaseException):
+                raise answer
+        tx = cast(dict[str, Any], built)
+        kind = (
+            "a contract" if len(cast(bytes, code)) > 0 else "a person's address (no contract code)"
+        )
         if symbol == cfg.token_symbol.upper():
             what = f"{int(amount.scaleb(cfg.token_decimals))} units of {symbol} at {cfg.token}"
         else:

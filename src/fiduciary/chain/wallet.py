@@ -294,15 +294,25 @@ class ChainWallet:
         with its gas limit and EIP-1559 fees; ready to sign but for the nonce."""
         tx = {**tx, "chainId": self.config.chain_id, "type": 2}
         tx["from"] = to_checksum_address(self.address)
-        try:
-            gas = await self.w3.eth.estimate_gas(cast(TxParams, tx))
-        except (ContractLogicError, Web3Exception) as exc:
+        eth = self.w3.eth
+        # three independent questions to the node, asked at once (each a round trip)
+        estimate, block, priority = await asyncio.gather(
+            eth.estimate_gas(cast(TxParams, tx)),
+            eth.get_block("latest"),
+            eth.max_priority_fee,
+            return_exceptions=True,
+        )
+        if isinstance(estimate, (ContractLogicError, Web3Exception)):
             raise ChainError(
-                "simulation_failed", f"the chain would refuse this transaction: {_reason(exc)}"
-            ) from None
-        block = await self.w3.eth.get_block("latest")
-        base = int(block.get("baseFeePerGas", 0))
-        tip = int(await self.w3.eth.max_priority_fee)
+                "simulation_failed",
+                f"the chain would refuse this transaction: {_reason(estimate)}",
+            )
+        for answer in (estimate, block, priority):
+            if isinstance(answer, BaseException):
+                raise answer
+        gas = cast(int, estimate)
+        base = int(cast(Any, block).get("baseFeePerGas", 0))
+        tip = int(cast(int, priority))
         tx.update(
             gas=int(Decimal(gas) * GAS_MARGIN) + GAS_HEADROOM,
             maxFeePerGas=2 * base + tip,
