@@ -100,3 +100,30 @@ async def test_the_card_says_a_contract_is_a_contract_and_what_the_simulation_fo
         assert nonce_of(chain.url, signer.address) == 3  # simulations sign and send nothing
     finally:
         await wallet.close()
+
+
+async def test_a_send_right_after_its_card_signs_what_the_card_simulated(
+    chain: ChainSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bob = str(Account.from_key(secrets.token_bytes(32)).address)
+    wallet = await ChainWallet.connect(chain.config, chain.signer(), SQLiteIntentBook(chain.db))
+    try:
+        send = next(c for c in chain_capabilities(wallet) if c.name == "send_transfer")
+        args = send.input_model(to=bob, asset="USDC", amount="3")
+        await send.amount_usd(args, None)  # type: ignore[misc, arg-type]
+        built: list[str] = []
+        real = wallet._build
+
+        async def counted(to: str, symbol: str, amount: Decimal) -> dict[str, object]:
+            built.append(to)
+            return await real(to, symbol, amount)
+
+        monkeypatch.setattr(wallet, "_build", counted)
+        receipt = await wallet.send("k", bob, "USDC", Decimal(3))
+        assert built == []  # no second simulation: the card's transaction was signed
+        assert token_balance(chain.url, chain.config.token, bob) == Decimal(3)
+        await wallet.send("k2", bob, "USDC", Decimal(3))  # no card for this one: built afresh
+        assert built == [bob]
+        assert receipt.nonce == 3
+    finally:
+        await wallet.close()

@@ -44,6 +44,9 @@ NATIVE_DECIMALS = 18
 # pair updates its price accumulators only when the block's time moved: two more fresh slots)
 GAS_MARGIN = Decimal("1.2")
 GAS_HEADROOM = 60_000
+# a send's transaction as simulated for its card is signed as is within this many seconds
+RECENT_SECONDS = 10.0
+RECENT_KEPT = 64
 
 
 class ChainReceipt(BaseModel):
@@ -90,6 +93,7 @@ class ChainWallet:
         self.signer = signer
         self.intents = intents
         self._step = step or _no_step
+        self._recent: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
         self.token = w3.eth.contract(
             address=to_checksum_address(config.token), abi=abi_of("UsdStablecoin")
         )
@@ -150,7 +154,8 @@ class ChainWallet:
         recipient = self._recipient(to)
         symbol = asset.upper()
         made = Made(recipient, symbol, amount)
-        return await self.transact(key, lambda: self._build(recipient, symbol, amount), made)
+        build = lambda: self._fresh_or_build(recipient, symbol, amount)  # noqa: E731
+        return await self.transact(key, build, made)
 
     async def save(self, key: str, amount: Decimal) -> ChainReceipt:
         """Deposit ``amount`` of the stablecoin into the ERC-4626 vault: an allowance of exactly
@@ -270,7 +275,18 @@ class ChainWallet:
         return made.receipt(self.config.chain_id, done, replayed=not fresh, rebroadcast=rebroadcast)
 
     async def build_send(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
-        """The transaction a send would sign (simulated, gas and fees; not the nonce)."""
+        """The transaction a send would sign (simulated, gas and fees; not the nonce). Kept
+        for a few seconds: the send that follows its card signs it without asking again."""
+        tx = await self._build(to, symbol, amount)
+        self._recent[(to.lower(), symbol, str(amount))] = (time.monotonic(), tx)
+        while len(self._recent) > RECENT_KEPT:
+            self._recent.pop(next(iter(self._recent)))
+        return tx
+
+    async def _fresh_or_build(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
+        made = self._recent.pop((to.lower(), symbol, str(amount)), None)
+        if made is not None and time.monotonic() - made[0] < RECENT_SECONDS:
+            return dict(made[1])
         return await self._build(to, symbol, amount)
 
     async def _build(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
