@@ -699,6 +699,15 @@ class Gates:
             return None  # not started, or its handler settles it (replay resume)
         return self._from_ledger(a, entry)
 
+    async def resumable(self, a: Attempt) -> bool:
+        """A ``resume`` call an interruption left started: admitted before it started, it goes
+        back to its handler as it was (no second admission: a guard or a policy that changed
+        meanwhile must not hold or refuse what may already have happened)."""
+        if a.cap.replay is not Replay.RESUME:
+            return False
+        entry = await self.store.ledger_get(self.context(a).idempotency_key)
+        return entry is not None and _resumable(a.cap, entry)
+
     def _from_ledger(self, a: Attempt, entry: LedgerEntry) -> Outcome:
         """A second attempt with a key already in the ledger: never execute again."""
         started = time.perf_counter()

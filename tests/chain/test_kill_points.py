@@ -81,6 +81,7 @@ async def test_a_kill_at_each_point_of_a_live_write_ends_in_one_transfer_on_chai
     assert sent[0]["transactionHash"] == intents[0].tx_hash  # the committed bytes were mined
     assert result["status"] == "completed"  # 0 stranded runs
     assert [e["is_error"] for e in result["ends"]] == [False]
+    assert [e["recovery"] for e in result["ends"]] == ["replayed"]  # back to its handler
     receipt = json.loads(result["ends"][0]["output"].split("\n\n")[0])
     assert receipt["tx_hash"] == intents[0].tx_hash
     # killed before the commit: nothing was recorded, the resumed call signs afresh; after it,

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from fiduciary import Agent, CallContext, ToolCallEnd, capability
+from fiduciary import Agent, AuthorizationRequest, CallContext, ToolCallEnd, capability
 from fiduciary.exceptions import ConfigurationError
 from fiduciary.stores.base import Store
 from fiduciary.testing import (
@@ -23,11 +23,17 @@ from fiduciary.testing import (
 )
 
 
+async def deny_all(request: AuthorizationRequest) -> bool:
+    return False
+
+
 class Crash(BaseException):
     """The process dies inside the handler (nothing after it runs)."""
 
 
-def make_agent(store: Store, clock: ManualClock, calls: list[str], *, crash: bool) -> Agent:
+def make_agent(
+    store: Store, clock: ManualClock, calls: list[str], *, crash: bool, authorized: bool = True
+) -> Agent:
     @capability(kind="execute", replay="resume", tier="auto", flags={"irreversible"})
     async def transfer(to: str, ctx: CallContext) -> dict[str, str]:
         """Move money; settles itself from its own record under the same key."""
@@ -42,7 +48,7 @@ def make_agent(store: Store, clock: ManualClock, calls: list[str], *, crash: boo
         capabilities=[transfer],
         store=store,
         clock=clock,
-        authorize=allow_all,
+        authorize=allow_all if authorized else deny_all,
         lease_seconds=5,
     )
 
@@ -69,10 +75,13 @@ async def test_a_started_resume_call_is_handed_back_to_its_handler_once_then_rec
     assert entry.status == "started"  # fenced like never: the row was committed first
 
     clock.advance(timedelta(seconds=6))  # the dead process's lease lapses
-    agent = make_agent(store, clock, calls, crash=False)
+    # admitted before it started, it is not admitted again: an authorizer that would now say
+    # no (or a policy that would now ask a person) must not disown what may have happened
+    agent = make_agent(store, clock, calls, crash=False, authorized=False)
     events = await collect(agent.resume(run.run_id))
     end = next(e for e in events if isinstance(e, ToolCallEnd))
     assert not end.is_error
+    assert end.recovery == "replayed"
     assert json.loads(end.output.split("\n\n")[0]) == {"to": "bob", "attempts": "2"}
     assert calls == [calls[0], calls[0]]  # the same key both times
     entry = await store.ledger_get(calls[0])

@@ -44,6 +44,10 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
                 call = gates.parse(use.id, use.name, use.input)
                 cap = call.cap
                 if cap is not None and cap.replay.value != "safe" and call.args is not None:
+                    resumed = d.attempt(call, recovery="replayed")
+                    if await gates.resumable(resumed):  # its handler settles it
+                        d.record(await gates.execute(resumed))
+                        continue
                     if d.end(await gates.recorded(d.attempt(call))):
                         continue
                     record = await dispatch(d, call)
