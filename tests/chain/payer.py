@@ -1,7 +1,8 @@
 """A process that pays once on chain through fiduciary, for the fault tests.
 
 ``python -m tests.chain.payer start|resume CHAIN_JSON KEYSTORE PASSPHRASE_FILE DB RUN_ID TO``:
-``start`` runs an agent whose scripted model sends 5 USDC to TO (auto tier) as run RUN_ID;
+``start`` runs an agent whose scripted model sends 5 USDC to TO (auto tier) as run RUN_ID (or
+``PAYER_AMOUNT``: 100 waits for a person, and the process approves it itself, then resumes);
 ``resume`` waits for the run's lease to lapse and resumes it. Both print the run's final
 status and the send's result as one JSON line. ``FIDUCIARY_CHAIN_KILL_AT=point`` SIGKILLs the
 process at that point of the live write ("signed", "committed", "broadcast", "receipt",
@@ -30,7 +31,7 @@ from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, all
 
 KILL_ENV = "FIDUCIARY_CHAIN_KILL_AT"
 PRINCIPAL = "alice"
-AMOUNT = "5"
+AMOUNT = os.environ.get("PAYER_AMOUNT", "5")  # 5: the auto tier; 100: a person approves
 LEASE_SECONDS = 1.0
 
 
@@ -71,6 +72,13 @@ async def main(mode: str, chain_json: str, keystore: str, passfile: str, db: str
             async for event in agent.run("pay bob", principal=PRINCIPAL, run_id=run_id):
                 if isinstance(event, ToolCallEnd):
                     ends.append(event)
+            for pending in await agent.pending_approvals(run_id=run_id):  # the confirm tier
+                await agent.approve(
+                    pending.approval_id, by=PRINCIPAL, confirm_amount=pending.amount_usd
+                )
+                async for event in agent.resume(run_id):
+                    if isinstance(event, ToolCallEnd):
+                        ends.append(event)
         else:
             while True:  # a lease left by a killed process must lapse first (a condition wait)
                 record = await agent.get_run(run_id)

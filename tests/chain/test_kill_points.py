@@ -29,8 +29,11 @@ POINTS = ("signed", "committed", "broadcast", "receipt", "done")
 DEPLOYMENT_TXS = 3  # the stablecoin, the vault, the mint
 
 
-def _payer(mode: str, chain: ChainSetup, run_id: str, to: str, kill: str | None) -> tuple[int, str]:
+def _payer(
+    mode: str, chain: ChainSetup, run_id: str, to: str, kill: str | None, amount: str = "5"
+) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k != "FIDUCIARY_CHAIN_KILL_AT"}
+    env["PAYER_AMOUNT"] = amount
     if kill is not None:
         env["FIDUCIARY_CHAIN_KILL_AT"] = kill
     args = [mode, str(chain.config_path), str(chain.keystore), str(chain.passphrase_file),
@@ -87,4 +90,26 @@ async def test_a_kill_at_each_point_of_a_live_write_ends_in_one_transfer_on_chai
     # killed before the commit: nothing was recorded, the resumed call signs afresh; after it,
     # the resumed call settles from the intent, and only an unbroadcast one sends the bytes again
     assert receipt["replayed"] is (point != "signed")
+    assert receipt["rebroadcast"] is (point == "committed")
+
+
+@pytest.mark.parametrize("point", ["committed", "receipt"])
+async def test_a_kill_during_an_approved_live_write_ends_in_one_transfer_on_chain(
+    chain: ChainSetup, point: str
+) -> None:
+    bob = str(Account.from_key(secrets.token_bytes(32)).address)
+    owner = chain.signer().address
+    run_id = str(uuid4())
+    code, out = _payer("start", chain, run_id, bob, kill=point, amount="100")
+    assert code == -signal.SIGKILL, out
+    code, out = _payer("resume", chain, run_id, bob, kill=None, amount="100")
+    assert code == 0, out
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    assert len(transfers(chain.url, chain.config.token, owner)) == 1
+    assert token_balance(chain.url, chain.config.token, bob) == Decimal(100)
+    assert nonce_of(chain.url, owner) == DEPLOYMENT_TXS + 1
+    assert result["status"] == "completed"
+    assert [e["is_error"] for e in result["ends"]] == [False]
+    receipt = json.loads(result["ends"][0]["output"].split("\n\n")[0])
+    assert receipt["replayed"] is True
     assert receipt["rebroadcast"] is (point == "committed")
