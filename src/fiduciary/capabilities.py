@@ -91,6 +91,10 @@ class Risk(StrEnum):
 class Replay(StrEnum):
     SAFE = "safe"
     NEVER = "never"
+    # ledgered like never, but a call interrupted while started is handed back to its handler
+    # (same idempotency key), which settles it from its own durable record: for backends that
+    # keep one (a signed chain transaction is broadcast again, never signed twice)
+    RESUME = "resume"
 
 
 class Executor(StrEnum):
@@ -348,7 +352,8 @@ def capability(
     built from the signature) or as a single pydantic model parameter (``input_model``, or a
     parameter annotated with a ``BaseModel`` subclass). A parameter annotated ``CallContext``
     receives the call's context. ``replay`` defaults to ``safe`` for read/preview and ``never``
-    otherwise.
+    otherwise; ``resume`` is ``never`` whose handler settles a call a crash interrupted itself
+    (it is called again with the same ``ctx.idempotency_key`` and must not act twice).
 
     A sync handler runs in a worker thread, so that it cannot stall the event loop. One that
     never blocks (no I/O, no lock, no sleep: it computes and returns at once) may say so with

@@ -615,7 +615,7 @@ class Gates:
         or ``before_effect``. The ledger row is fenced by the scope's lease epoch:
         ``StaleEpochError`` (the handler not entered) if the run was taken over since."""
         cap, call, args, scope = a.cap, a.call, a.args, a.scope
-        ledgered = cap.replay is Replay.NEVER
+        ledgered = cap.replay is not Replay.SAFE
         begin = None if a.concurrent or not ledgered else scope.begin
         if not a.concurrent and begin is None:
             await scope.before_effect()
@@ -631,9 +631,13 @@ class Gates:
                 existing = await begin(entry)
             else:
                 existing = await self.store.ledger_begin(entry, epoch=scope.epoch)
-            if existing is not None and not (
-                _retryable(existing)
-                and await self.store.ledger_retry(existing.key, at=entry.started_at)
+            if (
+                existing is not None
+                and not _resumable(cap, existing)
+                and not (
+                    _retryable(existing)
+                    and await self.store.ledger_retry(existing.key, at=entry.started_at)
+                )
             ):
                 return self._from_ledger(a, existing)
         # 8 execute with timeout
@@ -687,7 +691,7 @@ class Gates:
                 " Its outcome is unknown: check the current state with a read capability "
                 "before doing anything else, and do not simply retry."
             )
-        if cap.replay is Replay.NEVER:
+        if cap.replay is not Replay.SAFE:
             error = json.dumps({"code": code, "message": message, "unknown": effect_possible})
             await self._finish(a, LedgerFinish(key, "failed", self.clock.now(), error=error))
         content = error_content(code, message)
@@ -703,13 +707,26 @@ class Gates:
             return
         await done.write(self.store)
 
-    async def recorded(self, a: Attempt) -> Outcome | None:
+    async def recorded(self, a: Attempt, *, resuming: bool = True) -> Outcome | None:
         """What the ledger recorded of a non-replayable call (it may have acted), or None when
-        the ledger has no row for it (or the call is replayable: it can simply run again)."""
-        if a.cap.replay is not Replay.NEVER:
+        the ledger has no row for it (or the call is replayable: it can simply run again).
+        ``resuming``: a started ``resume`` call is None (its handler settles it); when the
+        call will not run again (a cancel), it is reported as it stands."""
+        if a.cap.replay is Replay.SAFE:
             return None
         entry = await self.store.ledger_get(self.context(a).idempotency_key)
-        return None if entry is None else self._from_ledger(a, entry)
+        if entry is None or (resuming and _resumable(a.cap, entry)):
+            return None  # not started, or its handler settles it (replay resume)
+        return self._from_ledger(a, entry)
+
+    async def resumable(self, a: Attempt) -> bool:
+        """A ``resume`` call an interruption left started: admitted before it started, it goes
+        back to its handler as it was (no second admission: a guard or a policy that changed
+        meanwhile must not hold or refuse what may already have happened)."""
+        if a.cap.replay is not Replay.RESUME:
+            return False
+        entry = await self.store.ledger_get(self.context(a).idempotency_key)
+        return entry is not None and _resumable(a.cap, entry)
 
     def _from_ledger(self, a: Attempt, entry: LedgerEntry) -> Outcome:
         """A second attempt with a key already in the ledger: never execute again."""
@@ -798,6 +815,11 @@ _ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
 _READS = PolicyDecision("auto", "reads and previews run on their own", None)
 _AUTHORIZED = frozenset({Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE})  # (enum lookups, once)
 _NO_EFFECT = frozenset({Kind.READ.value, Kind.PREVIEW.value})
+
+
+def _resumable(cap: Capability, entry: LedgerEntry) -> bool:
+    """A call left started whose handler settles it itself (replay ``resume``)."""
+    return cap.replay is Replay.RESUME and entry.status == "started"
 
 
 def _retryable(entry: LedgerEntry) -> bool:

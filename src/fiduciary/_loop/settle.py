@@ -43,7 +43,11 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
                     continue
                 call = gates.parse(use.id, use.name, use.input)
                 cap = call.cap
-                if cap is not None and cap.replay.value == "never" and call.args is not None:
+                if cap is not None and cap.replay.value != "safe" and call.args is not None:
+                    resumed = d.attempt(call, recovery="replayed")
+                    if await gates.resumable(resumed):  # its handler settles it
+                        d.record(await gates.execute(resumed))
+                        continue
                     if d.end(await gates.recorded(d.attempt(call))):
                         continue
                     record = await dispatch(d, call)
@@ -183,7 +187,7 @@ async def cancel(d: Drive, *, by: str, reason: str) -> None:
                 d.record(gates.client_result(attempt, record.client_result))
                 continue
             # a write already in the ledger may have acted: say what is known
-            if d.end(await gates.recorded(d.attempt(call))):
+            if d.end(await gates.recorded(d.attempt(call), resuming=False)):
                 continue
         reject(d, call, "cancelled", f"{told}; this call was not executed.")
     message = f"cancelled by {by}" + (f": {reason}" if reason else "")

@@ -201,6 +201,16 @@ def _register_wallet() -> None:
     register(app)
 
 
+def _register_chain() -> None:
+    """``chain`` (web3 is imported only when one of its commands runs)."""
+    from ..chain.cli import register
+
+    register(app)
+
+
+_register_chain()
+
+
 def _register_apps() -> None:
     """``apps`` (fiduciary.apps registers its own commands; PyYAML is the apps extra)."""
     try:

@@ -1,0 +1,177 @@
+"""The chain wallet's capabilities, under the paper wallet's names: ``balance_check``,
+``send_transfer``, with a vault ``save_deposit`` and ``withdraw``, with a router
+``swap_quote`` and ``swap_execute`` (same arguments,
+operations, risks and flags, so the same finance guards,
+policy tiers and approval cards apply; an agent switches by giving these instead).
+
+``send_transfer`` is declared ``replay="resume"``: the core's ledger fences it like any
+``never`` write (a ``started`` row committed before the effect, a recorded result after), but a
+call a crash left started is handed back to the handler with the same idempotency key instead
+of being reported unknown. The handler settles it from its intent row (``intents``): receipt,
+wait, the same signed bytes again, or outcome unknown; it never signs twice.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from ..capabilities import CallContext, Capability, capability
+from .cards import SendCards
+from .errors import ChainError
+from .swaps import SwapQuote, quote, swap
+from .wallet import ChainBalances, ChainReceipt, ChainWallet
+
+__all__ = ["chain_capabilities"]
+
+Asset = Annotated[
+    str, Field(description="The asset: the USD stablecoin (USDC) or the native coin.")
+]
+Slippage = Annotated[
+    Decimal | None,
+    Field(ge=0, le=50, description="The most the output may fall short of the quote, in percent."),
+]
+Amount = Annotated[
+    Decimal, Field(gt=0, description='An amount of the asset, as a decimal string (e.g. "12.5").')
+]
+
+
+def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
+    """``balance_check`` and ``send_transfer`` over one ``ChainWallet``."""
+
+    cards = SendCards(wallet)
+
+    def amount_of(args: Any, ctx: CallContext) -> Decimal | None:
+        return wallet.usd_value(args.asset, args.amount)
+
+    def amount_of_swap(args: Any, ctx: CallContext) -> Decimal | None:
+        return wallet.usd_value(args.from_asset, args.amount)
+
+    def about(asset: str, amount: Decimal) -> str:
+        value = wallet.usd_value(asset, amount)
+        return "" if value is None else f" (about ${value:,.2f})"
+
+    @capability(kind="read")
+    async def balance_check(
+        ctx: CallContext,
+        address: Annotated[
+            str | None, Field(description="A 0x address; omit it for your own wallet.")
+        ] = None,
+    ) -> ChainBalances:
+        """The balances of the wallet (or of an address) read from the chain."""
+        return await wallet.balances(address)
+
+    @capability(
+        kind="execute",
+        risk="high",
+        replay="resume",
+        operation="send",
+        amount_usd=cards.price,
+        flags={"mutating", "requires_balance", "irreversible"},
+        modifiable_fields=["amount"],
+        describe=lambda a: (
+            f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to} "
+            f"on chain {wallet.config.chain_id}{cards.describe(a)}"
+        ),
+    )
+    async def send_transfer(
+        ctx: CallContext,
+        to: Annotated[
+            str,
+            Field(description="The recipient: a 0x address the person gave (EIP-55 checksum)."),
+        ],
+        asset: Asset,
+        amount: Amount,
+        memo: Annotated[str, Field(max_length=140)] = "",
+    ) -> ChainReceipt:
+        """Send an amount to an address as a transaction on chain. It cannot be undone."""
+        return await wallet.send(ctx.idempotency_key, to, asset, amount)
+
+    def stable_only(asset: str) -> None:
+        if asset.upper() != wallet.config.token_symbol.upper():
+            raise ChainError(
+                "unknown_asset", f"the vault holds {wallet.config.token_symbol} only, not {asset}"
+            )
+
+    @capability(
+        kind="execute",
+        risk="low",
+        replay="resume",
+        operation="save",
+        amount_usd=amount_of,
+        flags={"mutating", "requires_balance"},
+        modifiable_fields=["amount"],
+        describe=lambda a: (
+            f"Save {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} into the vault "
+            f"{wallet.config.vault} on chain {wallet.config.chain_id} (an allowance of exactly "
+            "that amount, then the deposit)"
+        ),
+    )
+    async def save_deposit(ctx: CallContext, asset: Asset, amount: Amount) -> ChainReceipt:
+        """Move an amount of the stablecoin from the wallet into the savings vault (ERC-4626),
+        where it earns the vault's yield."""
+        stable_only(asset)
+        return await wallet.save(ctx.idempotency_key, amount)
+
+    @capability(
+        kind="execute",
+        risk="medium",
+        replay="resume",
+        operation="withdraw",
+        amount_usd=amount_of,
+        flags={"mutating"},
+        modifiable_fields=["amount"],
+        describe=lambda a: (
+            f"Withdraw {a.amount} {a.asset.upper()} from the vault to the wallet on chain "
+            f"{wallet.config.chain_id}"
+        ),
+    )
+    async def withdraw(ctx: CallContext, asset: Asset, amount: Amount) -> ChainReceipt:
+        """Move savings back from the vault to the wallet."""
+        stable_only(asset)
+        return await wallet.withdraw(ctx.idempotency_key, amount)
+
+    @capability(kind="preview")
+    async def swap_quote(
+        ctx: CallContext, from_asset: Asset, to_asset: Asset, amount: Amount
+    ) -> SwapQuote:
+        """Quote a swap between the stablecoin and the native coin from the pool's reserves,
+        without doing it: the expected output and the least accepted at 1% slippage."""
+        return await quote(wallet, from_asset, to_asset, amount, Decimal(1))
+
+    @capability(
+        kind="execute",
+        risk="medium",
+        replay="resume",
+        operation="swap",
+        amount_usd=amount_of_swap,
+        flags={"mutating", "requires_balance", "irreversible"},
+        describe=lambda a: (
+            f"Swap {a.amount} {a.from_asset.upper()}{about(a.from_asset, a.amount)} for "
+            f"{a.to_asset.upper()} through the pool on chain {wallet.config.chain_id}, at most "
+            f"{a.max_slippage_pct if a.max_slippage_pct is not None else 1}% slippage"
+        ),
+    )
+    async def swap_execute(
+        ctx: CallContext,
+        from_asset: Asset,
+        to_asset: Asset,
+        amount: Amount,
+        max_slippage_pct: Slippage = None,
+    ) -> ChainReceipt:
+        """Swap an amount of the stablecoin for the native coin or back, through the pool. The
+        least output (the quote less the slippage) is signed into the transaction: the chain
+        refuses the swap rather than give less."""
+        slip = Decimal(1) if max_slippage_pct is None else max_slippage_pct
+        return await swap(
+            wallet, ctx.idempotency_key, from_asset, to_asset, amount, max_slippage_pct=slip
+        )
+
+    caps = [balance_check, send_transfer]
+    if wallet.config.vault is not None:
+        caps += [save_deposit, withdraw]
+    if wallet.config.router is not None:
+        caps += [swap_quote, swap_execute]
+    return caps

@@ -1,0 +1,163 @@
+"""``fiduciary chain``: ``new-key`` (an encrypted v3 keystore) and ``deploy`` (the stablecoin
+and the vault on a dev chain, their addresses written to a configuration file). web3 is
+imported only when a command runs."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..cli._common import DEFAULT_DB, CliError, Db, _command
+from ..exceptions import ConfigurationError
+
+__all__ = ["register"]
+
+chain_app = typer.Typer(
+    help="The live backend on an EVM node: keystores and dev-chain deployments.",
+    no_args_is_help=True,
+)
+
+PassphraseFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--passphrase-file",
+        help="A file holding the keystore passphrase (default: FIDUCIARY_KEYSTORE_PASSPHRASE).",
+    ),
+]
+
+
+def _require_extra() -> None:
+    try:
+        import web3  # noqa: F401
+    except ImportError:
+        raise CliError(
+            "this command needs the chain extra: pip install 'fiduciary[chain]'"
+        ) from None
+
+
+@_command(chain_app, "new-key")
+async def new_key(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the keystore (JSON).")],
+    passphrase_file: PassphraseFile = None,
+) -> int:
+    """Create a new account and write its key encrypted (v3 keystore); print its address."""
+    _require_extra()
+    import os
+    import secrets
+
+    from .keys import write_keystore
+
+    if out.exists():
+        raise CliError(f"{out} exists already: not overwriting a keystore")
+    if passphrase_file is not None:
+        try:
+            passphrase = passphrase_file.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError:
+            raise CliError(f"cannot read the passphrase file {passphrase_file}") from None
+    else:
+        passphrase = os.environ.get("FIDUCIARY_KEYSTORE_PASSPHRASE", "")
+    if not passphrase:
+        raise CliError("no passphrase: set FIDUCIARY_KEYSTORE_PASSPHRASE or --passphrase-file")
+    address = write_keystore(out, secrets.token_bytes(32), passphrase)
+    typer.echo(address)
+    return 0
+
+
+@_command(chain_app, "deploy")
+async def deploy_command(
+    rpc: Annotated[str, typer.Option("--rpc", help="The node's JSON-RPC URL.")],
+    keystore: Annotated[Path, typer.Option("--keystore", help="The deployer's v3 keystore.")],
+    out: Annotated[Path, typer.Option("--out", help="The configuration file to write.")] = Path(
+        "chain.json"
+    ),
+    passphrase_file: PassphraseFile = None,
+    mint: Annotated[str, typer.Option(help="USDC minted to the deployer.")] = "1000000",
+    confirmations: Annotated[int, typer.Option(min=1, help="Blocks a receipt needs.")] = 1,
+    uniswap: Annotated[
+        Path | None,
+        typer.Option(
+            "--uniswap",
+            help="A node_modules holding @uniswap/v2-core and v2-periphery: deploy their "
+            "published builds too, with a USDC/ETH pool (6,000 USDC against 2 ETH).",
+        ),
+    ] = None,
+) -> int:
+    """Deploy the USD stablecoin (OpenZeppelin ERC20, 6 decimals) and an ERC-4626 vault on a
+    dev chain and write their addresses to --out."""
+    _require_extra()
+    from .config import save_config
+    from .deploy import deploy
+    from .keys import load_keystore
+
+    try:
+        amount = Decimal(mint)
+    except InvalidOperation:
+        raise CliError(f"--mint: {mint!r} is not a number") from None
+    try:
+        signer = load_keystore(keystore, passphrase_file=passphrase_file)
+        if uniswap is not None and not (uniswap / "@uniswap" / "v2-periphery").is_dir():
+            raise CliError(f"--uniswap: no @uniswap/v2-periphery in {uniswap} (npm ci)")
+        config = await deploy(
+            rpc, signer, mint=amount, confirmations=confirmations, uniswap=uniswap
+        )
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    save_config(config, out)
+    typer.echo(f"chain {config.chain_id}: USDC {config.token}, vault {config.vault}")
+    if config.router is not None:
+        typer.echo(f"Uniswap V2 router {config.router}, WETH {config.weth}")
+    typer.echo(f"written to {out}")
+    return 0
+
+
+@_command(chain_app, "reconcile")
+async def reconcile_command(
+    address: Annotated[str, typer.Option("--address", help="The account to reconcile.")],
+    config_file: Annotated[
+        Path, typer.Option("--config", help="The chain configuration (from deploy).")
+    ] = Path("chain.json"),
+    db: Db = DEFAULT_DB,
+) -> int:
+    """Compare the account's recorded intents with the chain (receipts and the token's
+    Transfer logs) and list every difference; exit 1 if there is any."""
+    _require_extra()
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+    from .addresses import checked_recipient
+    from .config import load_config
+    from .errors import ChainError
+    from .intents import SQLiteIntentBook
+    from .reconcile import reconcile
+
+    try:
+        account = checked_recipient(address)
+        config = load_config(config_file)
+    except ChainError as exc:
+        raise CliError(f"--address: {exc.message}") from None
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    if not db.exists():
+        raise CliError(f"no database at {db}")
+    w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
+    try:
+        if await w3.eth.chain_id != config.chain_id:
+            raise CliError(f"the node at {config.rpc_url} is not on chain {config.chain_id}")
+        found = await reconcile(w3, config, SQLiteIntentBook(db), account)
+    except OSError:
+        raise CliError(f"cannot reach the chain node at {config.rpc_url}") from None
+    finally:
+        await w3.provider.disconnect()
+    for difference in found:
+        typer.echo(f"{difference.kind}: {difference.tx_hash} ({difference.detail})")
+    typer.echo(
+        f"{len(found)} difference(s) between the intents of {account} and chain {config.chain_id}"
+    )
+    return 1 if found else 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``chain`` group to the main command."""
+    app.add_typer(chain_app, name="chain")
