@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
@@ -33,6 +35,16 @@ from .builders import (
 )
 
 TIMEOUT = 5.0
+
+
+@contextmanager
+def refused(kind: type[StoreError], message: str) -> Iterator[None]:
+    """The store refused with exactly ``kind`` (not its parent or a sibling) saying ``message``:
+    which refusal, not merely that something failed."""
+    with pytest.raises(StoreError) as caught:
+        yield
+    assert type(caught.value) is kind, repr(caught.value)
+    assert str(caught.value) == message
 
 
 @runtime_checkable
@@ -96,7 +108,7 @@ async def test_create_run_twice_is_a_conflict_and_changes_nothing(store: Store) 
     run = await new_run(store)
     before = await snapshot(store, run.run_id)
 
-    with pytest.raises(ConflictError):
+    with refused(ConflictError, f"run {run.run_id} already exists"):
         await store.create_run(
             replace(run, principal="mallory", title="other"), deltas(run.run_id, 1, 2)
         )
@@ -106,7 +118,7 @@ async def test_create_run_twice_is_a_conflict_and_changes_nothing(store: Store) 
 
 async def test_create_run_with_bad_seqs_is_a_conflict_and_creates_nothing(store: Store) -> None:
     run = make_run()
-    with pytest.raises(ConflictError):
+    with refused(ConflictError, f"run {run.run_id}: expected seq 1, got 2"):
         await store.create_run(run, deltas(run.run_id, 2, 2))
 
     assert await store.get_run(run.run_id) is None
@@ -186,20 +198,30 @@ async def test_commit_with_wrong_seqs_is_a_conflict_and_writes_nothing(
     run = await new_run(store)
     await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 2))  # last_seq 3
     before = await snapshot(store, run.run_id)
-    rid = run.run_id
-    bad: dict[str, list[Event]] = {
-        "gap": deltas(rid, 5, 2),
-        "already_written": deltas(rid, 3, 2),
-        "not_consecutive": [*deltas(rid, 4, 1), *deltas(rid, 6, 1)],
-        "other_run": [*deltas(rid, 4, 1), *deltas(uuid4(), 5, 1)],
-        "starts_at_zero": [UserMessage.model_construct(run_id=rid, seq=0, at=at(9), text="x")],
+    rid, stranger = run.run_id, uuid4()
+    bad: dict[str, tuple[list[Event], str]] = {
+        "gap": (deltas(rid, 5, 2), f"run {rid}: expected seq 4, got 5"),
+        "already_written": (deltas(rid, 3, 2), f"run {rid}: expected seq 4, got 3"),
+        "not_consecutive": (
+            [*deltas(rid, 4, 1), *deltas(rid, 6, 1)],
+            f"run {rid}: expected seq 5, got 6",
+        ),
+        "other_run": (
+            [*deltas(rid, 4, 1), *deltas(stranger, 5, 1)],
+            f"event for run {stranger} appended to run {rid}",
+        ),
+        "starts_at_zero": (
+            [UserMessage.model_construct(run_id=rid, seq=0, at=at(9), text="x")],
+            f"run {rid}: expected seq 4, got 0",
+        ),
     }
+    events, message = bad[case]
 
-    with pytest.raises(ConflictError):
+    with refused(ConflictError, message):
         await store.commit(
             rid,
             epoch=0,
-            events=bad[case],
+            events=events,
             status="awaiting_approval",
             approvals=[make_approval(rid)],
             audit=[make_audit(rid)],
@@ -217,7 +239,7 @@ async def test_commit_with_an_existing_approval_is_a_conflict_and_writes_nothing
     await store.commit(run.run_id, epoch=0, approvals=[approval])
     before = await snapshot(store, run.run_id)
 
-    with pytest.raises(ConflictError):
+    with refused(ConflictError, f"approval {approval.approval_id} already exists"):
         await store.commit(
             run.run_id,
             epoch=0,
@@ -238,7 +260,7 @@ async def test_commit_with_a_stale_epoch_is_refused_and_writes_nothing(store: St
     before = await snapshot(store, run.run_id)
 
     for epoch in (0, 2):
-        with pytest.raises(StaleEpochError):
+        with refused(StaleEpochError, f"run {run.run_id}: epoch {epoch} is stale (now 1)"):
             await store.commit(
                 run.run_id,
                 epoch=epoch,
@@ -286,8 +308,12 @@ async def test_a_refused_commit_with_release_keeps_the_lease(store: Store, case:
     before = await snapshot(store, run.run_id)
     epoch = lease.epoch + 1 if case == "stale_epoch" else lease.epoch
     first = 2 if case == "stale_epoch" else 5
+    kind, message = {
+        "stale_epoch": (StaleEpochError, f"epoch {epoch} is stale (now {lease.epoch})"),
+        "wrong_seqs": (ConflictError, "expected seq 2, got 5"),
+    }[case]
 
-    with pytest.raises((StaleEpochError, ConflictError)):
+    with refused(kind, f"run {run.run_id}: {message}"):
         await store.commit(
             run.run_id,
             epoch=epoch,
@@ -384,8 +410,19 @@ async def test_a_refused_commit_begins_no_ledger_row(store: Store, case: str) ->
     first = 5 if case == "wrong_seqs" else 2
     entry = make_ledger(uuid4() if case == "another_run" else run.run_id)
     before = await snapshot(store, run.run_id)
+    kind, message = {
+        "stale_epoch": (
+            StaleEpochError,
+            f"run {run.run_id}: epoch {epoch} is stale (now {lease.epoch})",
+        ),
+        "wrong_seqs": (ConflictError, f"run {run.run_id}: expected seq 2, got 5"),
+        "another_run": (
+            StoreError,
+            f"ledger row of run {entry.run_id} in a commit of {run.run_id}",
+        ),
+    }[case]
 
-    with pytest.raises((StaleEpochError, ConflictError, StoreError)):
+    with refused(kind, message):
         await store.commit(
             run.run_id, epoch=epoch, events=deltas(run.run_id, first, 1), ledger_begin=entry
         )
@@ -396,7 +433,7 @@ async def test_a_refused_commit_begins_no_ledger_row(store: Store, case: str) ->
 
 async def test_commit_to_an_unknown_run_is_refused(store: Store) -> None:
     run_id = uuid4()
-    with pytest.raises(StoreError):
+    with refused(StoreError, f"run {run_id} does not exist"):
         await store.commit(run_id, epoch=0, events=deltas(run_id, 1, 1))
     assert await store.get_run(run_id) is None
     assert await store.read_events(run_id) == []
@@ -463,7 +500,9 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_epoch_fenced(store: Stor
     assert new is not None
     assert new.lease_owner == "w2"
     assert new.epoch > old.epoch
-    with pytest.raises(StaleEpochError):
+    with refused(
+        StaleEpochError, f"run {run.run_id}: epoch {old.epoch} is stale (now {new.epoch})"
+    ):
         await store.commit(run.run_id, epoch=old.epoch, events=deltas(run.run_id, 2, 1))
     assert await store.renew(run.run_id, epoch=old.epoch, now=at(41), ttl_seconds=30) is False
     await store.release(run.run_id, epoch=old.epoch)
@@ -760,21 +799,25 @@ async def test_ledger_begin_with_a_stale_epoch_is_refused_and_writes_nothing(
     before = await snapshot(store, run.run_id)
 
     for epoch in (old.epoch, new.epoch + 1):
-        with pytest.raises(StaleEpochError):
+        with refused(
+            StaleEpochError, f"run {run.run_id}: epoch {epoch} is stale (now {new.epoch})"
+        ):
             await store.ledger_begin(entry, epoch=epoch)
 
     assert await store.ledger_get(entry.key) is None
     assert await snapshot(store, run.run_id) == before
     # a key that exists is not handed to a stale holder either
     assert await store.ledger_begin(entry, epoch=new.epoch) is None
-    with pytest.raises(StaleEpochError):
+    with refused(
+        StaleEpochError, f"run {run.run_id}: epoch {old.epoch} is stale (now {new.epoch})"
+    ):
         await store.ledger_begin(replace(entry, tool_use_id="toolu_99"), epoch=old.epoch)
     assert await store.ledger_get(entry.key) == entry
 
 
 async def test_ledger_begin_for_an_unknown_run_is_refused(store: Store) -> None:
     entry = make_ledger(uuid4())
-    with pytest.raises(StoreError):
+    with refused(StoreError, f"run {entry.run_id} does not exist"):
         await store.ledger_begin(entry, epoch=0)
     assert await store.ledger_get(entry.key) is None
 
@@ -800,7 +843,7 @@ async def test_ledger_finish_records_the_outcome(store: Store) -> None:
     assert await store.ledger_begin(make_ledger(run.run_id, key="k:done"), epoch=0) == replace(
         done, status="done", finished_at=at(21.5), result=result
     )
-    with pytest.raises(StoreError):
+    with refused(StoreError, "no ledger entry 'k:missing'"):
         await store.ledger_finish("k:missing", status="done", at=at(23))
 
 
@@ -964,9 +1007,9 @@ async def test_subscribers_see_committed_events_only_in_order(store: Store) -> N
 
     listener = asyncio.create_task(listen())
     await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 2))
-    with pytest.raises(ConflictError):
+    with refused(ConflictError, f"run {run.run_id}: expected seq 4, got 9"):
         await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 9, 1))
-    with pytest.raises(StaleEpochError):
+    with refused(StaleEpochError, f"run {run.run_id}: epoch 7 is stale (now 0)"):
         await store.commit(run.run_id, epoch=7, events=deltas(run.run_id, 4, 1))
     await store.commit(other.run_id, epoch=0, events=deltas(other.run_id, 2, 1))
     await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 4, 3))
@@ -1032,15 +1075,15 @@ async def test_a_closed_store_refuses_every_call(store: Store) -> None:
     await store.close()
     await store.close()  # idempotent
 
-    with pytest.raises(StoreError):
+    with refused(StoreError, "the store is closed"):
         await store.get_run(run.run_id)
-    with pytest.raises(StoreError):
+    with refused(StoreError, "the store is closed"):
         await store.commit(run.run_id, epoch=0, events=deltas(run.run_id, 2, 1))
-    with pytest.raises(StoreError):
+    with refused(StoreError, "the store is closed"):
         await store.create_run(make_run())
-    with pytest.raises(StoreError):
+    with refused(StoreError, "the store is closed"):
         await store.read_events(run.run_id)
-    with pytest.raises(StoreError):
+    with refused(StoreError, "the store is closed"):
         await store.ledger_begin(make_ledger(run.run_id), epoch=0)
 
 

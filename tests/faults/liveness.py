@@ -18,8 +18,8 @@ It submits RUNS runs (``Agent.submit``: recorded, driven by nobody here), one ev
 sees until SIGTERM. Its submissions keep pace with the strikes (``strikes_before``, read from
 the ``strikes`` file the parent appends to as it strikes), so that at least ``MIN_STRIKES``
 strikes land while runs are still in flight however slow the machine is; a submission waits
-for them at most ``PACE_SECONDS`` (the parent strikes on a time window too, so it never waits
-for the people in turn: the wait only bounds a parent that stopped striking).
+for them at most ``PACE_SECONDS`` (the parent strikes on a time window, so it never waits for
+the people in turn: the wait only bounds a parent that stopped striking).
 
 Every run reads a balance (slowly: a window in which its driver is mid-run), then pays its own
 payee 150 USD (tier ``confirm``: the people approve it), then replies. Effects land in a SQLite

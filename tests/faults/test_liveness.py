@@ -7,10 +7,12 @@ approves their payments: on SQLite two ``fiduciary serve`` on one file; on Postg
 seed in the failure message; ``LIVENESS_SEED`` replays it) while runs are in flight: a SIGKILL
 followed at once by a restart, as a supervisor would (before the dead process's leases lapse),
 or a SIGSTOP for up to twice the lease, then SIGCONT; and just after an approval, a SIGKILL of
-the driver seen taking it up before it wrote anything. A strike follows the runs' progress (a
-few more balance reads or approvals), or a few seconds when they made none (it never waits on
-the people); the people keep their submissions in step with the strikes, so at least
-``MIN_STRIKES`` of them land before the last run is submitted, on a slow machine too. Then
+the driver seen taking it up before it wrote anything. Strikes are paced by time: each waits
+for a little of the runs' progress (a few more balance reads or approvals) at most
+``STRIKE_WINDOW``, then strikes, whatever happened — all ``STRIKES`` of them, however far the
+runs got, so a loaded machine cannot end the test with fewer. The people keep their
+submissions in step with the strikes, so at least ``MIN_STRIKES`` of them land before the last
+run is submitted, on a slow machine too. Once every strike was made and every run submitted,
 every driver is left alone,
 and within a bound (the lease, a sweep period and the work left; the timeout only catches a
 hang) every run must be terminal: **zero stranded runs**. Besides: no handler entered twice for
@@ -44,8 +46,8 @@ from fiduciary.events import decode_event
 from .liveness import LEASE_SECONDS, MIN_STRIKES
 
 RUNS = 60
-STRIKES = 12  # per backend, at most (fewer if the runs end first; at least MIN_STRIKES)
-STRIKE_WINDOW = 3 * LEASE_SECONDS  # a strike waits for the runs' progress at most so long
+STRIKES = 12  # per backend, every one of them (MIN_STRIKES before the last submission)
+STRIKE_WINDOW = LEASE_SECONDS  # a strike waits for the runs' progress at most so long
 SWEEP_SECONDS = 0.5
 SETTLE_SECONDS = 90.0  # after the last strike; catches a stranded run (a hang), not slowness
 
@@ -207,16 +209,16 @@ def strike_and_settle(
         def reached(counter: Path, goal: int) -> bool:
             return lines(counter) >= goal or (all_submitted() and lines(counter) >= RUNS)
 
-        for _ in range(STRIKES):
+        # the first run is in (the store exists, the people are at work): strikes begin
+        wait_for(lambda: submitted.exists() and submitted.read_text() != "", "a run", 120.0)
+        for _ in range(STRIKES):  # each one, whatever the runs' progress: paced by time
             # strike while runs are in flight: after a few more balance reads (mid-run), or
-            # just after a decision (as a driver takes it up) — unless every run is past it.
-            # Runs that made no progress for STRIKE_WINDOW are struck anyway: the people wait
-            # for the strikes (liveness.strikes_before), so waiting for them here could stall.
+            # just after a decision (as a driver takes it up). Runs that made no progress for
+            # STRIKE_WINDOW are struck anyway: the people wait for the strikes
+            # (liveness.strikes_before), so waiting for them here could stall.
             counter = files / rng.choice(["reads", "approved"])
             goal = lines(counter) + rng.randint(1, 3)
             within(partial(reached, counter, goal), STRIKE_WINDOW)
-            if lines(counter) < goal and all_submitted() and lines(counter) >= RUNS:
-                break  # no run left to strike in
             if not all_submitted():
                 drivers_fleet.figures["struck_before_the_last_submission"] += 1
             victim = rng.choice(names)
@@ -245,8 +247,8 @@ def strike_and_settle(
         figures["settle_seconds"] = round(time.monotonic() - calm)
     figures["runs"] = RUNS
     figures["seed"] = seed
-    # the strikes really happened, while runs were still being submitted (so in flight)
-    assert figures["sigkill"] + figures["sigstop"] >= MIN_STRIKES, figures
+    # every strike happened, MIN_STRIKES of them while runs were still being submitted
+    assert figures["sigkill"] + figures["sigstop"] == STRIKES, figures
     assert figures["struck_before_the_last_submission"] >= MIN_STRIKES, figures
     return figures, read()
 

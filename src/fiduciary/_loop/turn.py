@@ -39,6 +39,7 @@ from ..models.tiers import plan_turn
 from .context import prepare
 from .dispatch import reject, run_read, start
 from .state import Drive
+from .stream_redaction import StreamRedactor
 
 __all__ = ["model_turn"]
 
@@ -55,6 +56,22 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     """
     rt, t = d.rt, d.t
     gates, redact = rt.gates, rt.redactor.redact_text
+    # the answer and each thinking block are redacted as streams: a secret split across
+    # deltas is caught whole (what a stream holds is emitted before any other event)
+    text = StreamRedactor(redact)
+    thinking: dict[int, StreamRedactor] = {}
+
+    def flush(*, keep_text: bool = False, keep_thinking: int | None = None) -> None:
+        if not keep_text and (said := text.flush()):
+            d.emit(TextDeltaDraft(text=said))
+        for index in [i for i in thinking if i != keep_thinking]:
+            if thought := thinking.pop(index).flush():
+                d.emit(ThinkingDeltaDraft(text=thought, block_index=index))
+
+    def discard() -> None:
+        text.discard()
+        thinking.clear()
+
     if d.tools is None:
         d.tools = gates.tool_specs(sorted(d.allowed))
     if d.plan is None:  # (a new run's first drive is given the plan its run_started records)
@@ -96,14 +113,21 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     try:
         async for item in rt.model.stream(request):
             match item:
-                case StreamTextDelta(text=text):
-                    if text:
-                        d.emit(TextDeltaDraft(text=redact(text)))
-                case StreamThinkingDelta(text=text, block_index=index):
-                    d.emit(ThinkingDeltaDraft(text=redact(text), block_index=index))
+                case StreamTextDelta(text=delta):
+                    flush(keep_text=True)
+                    if said := text.feed(delta):
+                        d.emit(TextDeltaDraft(text=said))
+                case StreamThinkingDelta(text=delta, block_index=index):
+                    flush(keep_thinking=index)
+                    opens = index not in thinking  # its first event opens the block (if empty)
+                    block = thinking.setdefault(index, StreamRedactor(redact))
+                    if (thought := block.feed(delta)) or opens:
+                        d.emit(ThinkingDeltaDraft(text=thought, block_index=index))
                 case StreamThinkingDone(block_index=index, signature=signature):
+                    flush()
                     d.emit(ThinkingDoneDraft(block_index=index, signature=signature))
                 case StreamToolCall(id=call_id, name=name, arguments=arguments):
+                    flush()
                     any_calls = True
                     call = gates.parse(t.new_call_id(call_id), name, arguments)
                     over = t.calls_since_user >= max_calls
@@ -137,13 +161,16 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
                     stop = reason
                 case StreamRetry():
                     # the model is asked again: what this turn streamed so far is void
+                    discard()
                     if t.partial_from is not None:
                         d.emit(TurnRetractedDraft(from_seq=t.partial_from))
     except (asyncio.CancelledError, StoreError):  # a failing store is not the model's
+        discard()
         for task in reads:
             task.cancel()
         raise
     except Exception as exc:
+        discard()  # the partial turn is retracted: what it held never reaches the log
         for task in reads:
             task.cancel()
         await asyncio.gather(*reads, return_exceptions=True)
@@ -155,6 +182,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         events.append(RunFailedDraft(reason="error", message=f"model error: {message}"))
         d.emit(*events, status="failed")
         return None
+    flush()
     cost = cost_usd(d.price(answering, answered_by), usage)
     reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     if prepared.tokens is not None:  # the next call of the drive is measured from this one

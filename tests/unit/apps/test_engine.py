@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fiduciary import ManualClock, MemoryStore, RunError
-from fiduciary.apps import MemoryAppTables, SQLiteAppTables
+from fiduciary.apps import TIER_SECONDS, MemoryAppTables, SQLiteAppTables
 
 from .support import Book, Hooks, card, engine
 
@@ -306,7 +306,12 @@ async def test_tick_ids_derive_from_the_app_and_the_slot() -> None:
     await a.enable("watch")
     await b.enable("watch")
     ra, rb = await a.tick("watch"), await b.tick("watch")
-    assert ra.run_id == rb.run_id is not None
+    assert ra.run_id == rb.run_id is not None  # one slot, two engines: one id
+    clock.advance(TIER_SECONDS["active"])  # the next slot: another id, the same on both
+    na, nb = await a.tick("watch"), await b.tick("watch")
+    assert na.slot != ra.slot
+    assert na.run_id == nb.run_id is not None
+    assert na.run_id != ra.run_id
 
 
 CHAT = """---

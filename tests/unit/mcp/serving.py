@@ -23,7 +23,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from fiduciary import Agent, ToolCallEnd, ToolCallStart
+from fiduciary import Agent, ApprovalError, ToolCallEnd, ToolCallStart
 from fiduciary.server.app import create_app
 from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.sqlite import SQLiteStore
@@ -130,8 +130,9 @@ async def http_served(agent: Agent, effects: Path) -> Served:
                 json={"args_digest": digest},
                 headers={"authorization": f"Bearer {issued[by]}"},
             )
-            if answer.status_code != 200:
-                raise AssertionError(answer.text)
+            if answer.status_code != 200:  # refused as in-process: the problem's code
+                problem = answer.json()
+                raise ApprovalError(problem["code"], problem["detail"])
 
     return Served(agent, connect, approve, effects, "http")
 

@@ -13,7 +13,10 @@ from uuid import UUID, uuid4
 import anyio
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS
 
+from fiduciary import ApprovalError
 from fiduciary.server.app import create_app
 from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.sqlite import SQLiteStore
@@ -86,14 +89,23 @@ async def test_another_principal_sees_and_decides_nothing_of_the_first(served: S
         theirs = {str(r.uri) for r in (await other.list_resources()).resources}
         assert approval_uri not in theirs
         assert f"fiduciary://runs/{pending['run_id']}" not in theirs
-        with pytest.raises(Exception, match="no resource"):
+        with pytest.raises(MCPError) as unseen:
             await other.read_resource(approval_uri)
+        assert (unseen.value.code, unseen.value.message) == (
+            INVALID_PARAMS,
+            f"no resource {approval_uri}",
+        )
         # the same call by bob is bob's own, waiting for bob: not alice's outcome
         own = _result(await other.call_tool("send", {"to": "eve", "amount": 70}))
         assert own["status"] == "pending_approval"
         assert own["approval_id"] != pending["approval_id"]
-    with pytest.raises(Exception):  # noqa: B017, PT011 - not found (HTTP) / someone else's
+    with pytest.raises(ApprovalError) as refused:
         await served.approve(pending["approval_id"], pending["args_digest"], "bob")
+    # in-process, the store says whose it is; over HTTP, bob's key cannot even see it
+    assert (refused.value.code, refused.value.message) == {
+        "stdio": ("forbidden", "this approval belongs to another principal"),
+        "http": ("not_found", f"no approval {pending['approval_id']}"),
+    }[served.transport]
     assert served.effects() == []
 
 
@@ -127,8 +139,12 @@ async def test_a_write_killed_after_its_started_row_is_unknown_and_never_runs_tw
             async with served.connect("alice") as client, anyio.create_task_group() as tg:
 
                 async def call_and_be_killed() -> None:
-                    with pytest.raises(Exception):  # noqa: B017, PT011 - the server died
+                    with pytest.raises(MCPError) as died:
                         await client.call_tool("slow_send", {"to": "bob"})
+                    assert (died.value.code, died.value.message) == (
+                        CONNECTION_CLOSED,
+                        "Connection closed",
+                    )
 
                 tg.start_soon(call_and_be_killed)
                 while not pid_file.exists() or not pid_file.read_text():  # noqa: ASYNC110

@@ -150,11 +150,14 @@ class Stuttering:
 async def test_a_retried_call_retracts_what_it_had_streamed() -> None:
     events = await collect(agent(Stuttering()).run("hello", principal="alice"))
     kinds = [e.type for e in events]
-    assert kinds[2:6] == ["text_delta", "turn_retracted", "text_delta", "usage"]
+    assert kinds[2:7] == ["text_delta", "turn_retracted", "text_delta", "text_delta", "usage"]
     retracted = events[3]
     assert isinstance(retracted, TurnRetracted)
     assert retracted.from_seq == events[2].seq
-    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Sent 6", "Nothing was sent."]
+    # a line's last word is held until what follows it shows it is not a piece of a secret:
+    # the retried turn's held "6" is dropped, the answer's last word comes at the turn's end
+    texts = [e.text for e in events if isinstance(e, TextDelta)]
+    assert texts == ["Sent ", "Nothing was ", "sent."]
     completed = events[-1]
     assert isinstance(completed, RunCompleted)
     assert completed.text == "Nothing was sent."

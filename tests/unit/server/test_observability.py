@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
+from contextlib import AsyncExitStack
+
+import anyio
+import httpx
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from fiduciary import Agent
 from fiduciary.observability import instrument
+from fiduciary.server import Server
+from fiduciary.stores.base import Store
 
-from .conftest import AppFactory
+from .conftest import AppFactory, Keys, bearer, client_for, settle, start_run
+from .sse_client import blocks
 
 
 def gauge(reader: InMemoryMetricReader) -> list[int | float]:
@@ -26,13 +32,37 @@ def gauge(reader: InMemoryMetricReader) -> list[int | float]:
     ]
 
 
+async def opened(streams: AsyncExitStack, client: httpx.AsyncClient, url: str, key: str) -> None:
+    """Open a stream and read its opening ``retry:`` block: subscribed from here on."""
+    response = await streams.enter_async_context(client.stream("GET", url, headers=bearer(key)))
+    assert response.status_code == 200, url
+    async for block in blocks(response):
+        assert block.message is not None, block.raw
+        assert block.message.id is None, block.raw
+        return
+    raise AssertionError(f"{url} ended before it opened")
+
+
 async def test_the_server_reports_its_sse_subscribers(
-    agent: Agent, make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+    agent: Agent, make_app: AppFactory, keys: Keys, store: Store
 ) -> None:
     reader = InMemoryMetricReader()
     instrument(agent, meter_provider=MeterProvider(metric_readers=[reader]))
     app = make_app()
+    server: Server = app.state.server
     assert gauge(reader) == [0]
-    hub = app.state.server.hub
-    monkeypatch.setattr(type(hub), "subscriber_count", property(lambda self: 3))
-    assert gauge(reader) == [3]
+    async with client_for(app) as client:
+        run_id = await start_run(client, keys.alice, "send 500")  # waits for a person
+        await settle(server)
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert run.status == "awaiting_approval"
+        with anyio.fail_after(30):
+            async with AsyncExitStack() as streams:
+                # two followers of one run and one of the global stream: real subscribers
+                await opened(streams, client, f"/runs/{run_id}/events", keys.alice)
+                await opened(streams, client, f"/runs/{run_id}/events", keys.alice)
+                assert gauge(reader) == [2]
+                await opened(streams, client, "/events", keys.alice)
+                assert gauge(reader) == [3]
+            assert gauge(reader) == [0]  # each closed stream left

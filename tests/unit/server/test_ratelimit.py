@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fiduciary import ManualClock
@@ -32,7 +34,8 @@ def test_parse() -> None:
     assert RateLimit.parse("10/60") == RateLimit(10, 60)
     assert RateLimit.parse("5") == RateLimit(5, 60)
     for bad in ["ten/60", "10/x", "0/60", "10/0"]:
-        with pytest.raises(ValueError):  # noqa: PT011
+        said = f"a rate limit is written N/SECONDS, like 10/60, not {bad!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
             RateLimit.parse(bad)
 
 

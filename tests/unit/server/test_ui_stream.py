@@ -70,7 +70,9 @@ async def test_a_run_with_text_reads_a_write_and_its_approval() -> None:
         "start",
         "start-step",
         "text-start",
-        f"text-delta {READS_TEXT}",
+        # the loop holds a line's last word until what follows shows it is no piece of a secret
+        f"text-delta {READS_TEXT.rsplit(' ', 1)[0]}",
+        f"text-delta {READS_TEXT.rsplit(' ', 1)[1]}",
         "text-end",
         "tool-input-start balance",
         "tool-input-available balance",
@@ -111,7 +113,7 @@ async def test_a_run_with_text_reads_a_write_and_its_approval() -> None:
             "argsDigest": pending.args_digest,
         },
     }
-    send = first[14]
+    send = first[15]
     assert send["type"] == "tool-input-available"
     assert send["toolCallId"] == pending.tool_use_id
     assert send["input"] == {"to": "bob", "amount": "60", "memo": ""}
@@ -122,9 +124,10 @@ async def test_a_run_with_text_reads_a_write_and_its_approval() -> None:
         "tool-output-available reference,sent,to",
         "start-step",
         "text-start",
-        "text-delta Sent 60 USD to bob. Your",
-        "text-delta  balance was 250 USD bef",
-        "text-delta ore it.",
+        "text-delta Sent 60 USD to bob.",
+        "text-delta Your balance was 250 USD",
+        "text-delta before",
+        "text-delta it.",
         "text-end",
         "finish-step",
         "finish stop",

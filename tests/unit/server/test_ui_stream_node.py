@@ -2,8 +2,10 @@
 
 A real server (uvicorn on a free loopback socket) serves ``UIChat``; ``ui_stream_js/use_chat.mjs``
 drives it with the package's ``DefaultChatTransport`` and ``readUIMessageStream``, answers the
-approval as ``addToolApprovalResponse`` does and sends the chat again. Skipped without node and
-npm, or when the package cannot be installed (it is installed once, outside the repository).
+approval as ``addToolApprovalResponse`` does and sends the chat again. The package is pinned by
+``ui_stream_js/package-lock.json``; ``.ci/run`` installs it in place (``npm ci``), and in CI the
+test fails without it. Elsewhere it is installed once into a cache folder, or the test is
+skipped (no node or npm, or the install failed), saying why.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import socket
 import subprocess
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -33,26 +35,43 @@ pytestmark = pytest.mark.timeout(300)
 HERE = Path(__file__).parent / "ui_stream_js"
 
 
+def _missing(why: str) -> NoReturn:
+    """Skip saying why; in CI (``CI=true``), where ``.ci/run`` installs it, fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{why} (.ci/run installs node and runs npm ci in {HERE})")
+    pytest.skip(why)
+
+
 def _installed() -> Path:
-    """A folder with the client script and the pinned ``ai`` package installed beside it."""
+    """A folder with the client script and the pinned ``ai`` package installed beside it (``npm
+    ci``: exactly the versions of ``package-lock.json``): this folder when ``.ci/run`` installed
+    it there, else a cache folder outside the repository, installed once."""
     node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed")
-    manifest = (HERE / "package.json").read_bytes()
+    if node is None:
+        _missing("node is needed")
+    if (HERE / "node_modules" / "ai" / "package.json").exists():
+        return HERE
+    if os.environ.get("CI") == "true":
+        _missing(f"the ai package is not installed in {HERE}")
+    if npm is None:
+        _missing("npm is needed to install the ai package")
+    pinned = [(HERE / name).read_bytes() for name in ("package.json", "package-lock.json")]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    folder = cache / "fiduciary-tests" / f"ui-stream-{hashlib.sha256(manifest).hexdigest()[:12]}"
+    digest = hashlib.sha256(b"".join(pinned)).hexdigest()[:12]
+    folder = cache / "fiduciary-tests" / f"ui-stream-{digest}"
     if not (folder / "node_modules" / "ai" / "package.json").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(HERE / "package.json", folder / "package.json")
+        for name in ("package.json", "package-lock.json"):
+            shutil.copy(HERE / name, folder / name)
         done = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=folder,
             capture_output=True,
             timeout=240,
             check=False,
         )
         if done.returncode != 0:
-            pytest.skip(f"npm could not install the ai package: {done.stderr[-300:]!r}")
+            _missing(f"npm could not install the ai package: {done.stderr[-300:]!r}")
     shutil.copy(HERE / "use_chat.mjs", folder / "use_chat.mjs")
     return folder
 
