@@ -31,7 +31,10 @@ class RecipientGuard:
                 token_symbol=self.config.token_symbol,
             )
         except ChainError as exc:
-            return Verdict.block(f"Refused: {exc.message}.")
+            return Verdict.block(
+                f"Refused: {exc.message}.",
+                for_person=f"This transfer was refused before signing: {exc.message}.",
+            )
         return Verdict.ok()
 
 

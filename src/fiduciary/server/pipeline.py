@@ -9,6 +9,7 @@ query and the body, calls ``op.handler(server, call)`` and turns every refusal i
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -132,9 +133,31 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+# what a depth count skips: JSON strings (their brackets are text), then every byte but brackets
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def brackets_deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether the brackets of ``raw`` (outside strings) nest more than ``limit`` deep, counted
+    before parsing: the parser recurses once per level, and a process whose recursion limit a
+    library raised (py_ecc, under web3, sets 100,000) overflows the C stack on a deep body
+    instead of raising RecursionError."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    depth = 0
+    for byte in _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS):
+        depth += 1 if byte in b"[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
 def parse_json(raw: bytes) -> Any:
     """The body as JSON; ``invalid_json`` when it is not, or nests too deep."""
     too_deep = f"the body is nested more than {MAX_JSON_DEPTH} levels deep"
+    if brackets_deeper_than(raw, MAX_JSON_DEPTH):
+        raise ProblemError("invalid_json", too_deep)
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:

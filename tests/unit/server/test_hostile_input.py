@@ -3,6 +3,11 @@ for the store are 4xx problems, never a 500 or a stream cut half-way."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -78,3 +83,36 @@ async def test_a_list_limit_out_of_range_is_refused(
 ) -> None:
     response = await client.get(f"/runs?limit={limit}", headers=bearer(keys.alice))
     problem(response, 422, "invalid_request")
+
+
+def test_depth_is_counted_before_parsing_even_where_a_library_raised_the_recursion_limit(
+    tmp_path: Path,
+) -> None:
+    """py_ecc (under web3, the chain extra) sets the recursion limit to 100,000: the parser then
+    overflows the C stack on a deep body instead of raising RecursionError. The depth is counted
+    before parsing, so the process answers invalid_json and lives (a subprocess: a regression
+    would be a segfault)."""
+    script = tmp_path / "deep.py"
+    script.write_text(
+        textwrap.dedent(
+            r"""
+            import sys
+            sys.setrecursionlimit(100_000)
+            from fiduciary.server.pipeline import ProblemError, parse_json
+            deep = (b"[" * 90_000 + b"]" * 90_000, b'{"a":' * 60_000 + b"1" + b"}" * 60_000)
+            for body in deep:
+                try:
+                    parse_json(body)
+                except ProblemError as exc:
+                    print(exc.code, exc.detail)
+            print(parse_json(b'{"text": "' + b"[" * 40 + b'\\""}'))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["invalid_json the body is nested more than 32 levels deep"] * 2
+    assert lines[2].startswith("{'text': '[[[[")  # brackets inside a string are text
