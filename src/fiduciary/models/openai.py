@@ -18,6 +18,7 @@ only the variable named by ``api_key_env``, never OpenAI's own key).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,6 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..exceptions import ModelError
+from ._errors import api_error, key_source, mapped_errors
 from ._openai_chat import ChatTurn, chat_tools, to_chat_messages
 from .base import (
     AssistantMessage,
@@ -75,13 +77,10 @@ from .base import (
 from .pricing import Price
 from .retry import (
     RetryPolicy,
-    auth_error,
     classify_status,
-    is_transport_error,
     parse_retry_after,
     retry_call,
     retry_stream,
-    scrub_provider_text,
     transport_error,
 )
 
@@ -204,7 +203,7 @@ class OpenAIModel:
         instructions = "\n\n".join(s for s in request.system if s)
         tools = responses_tools(request.tools)
         turn = ResponsesTurn(self.name)
-        try:
+        with self._errors(stream=True):
             stream = await client.responses.create(
                 model=self.model,
                 input=to_responses_input(request.messages),
@@ -227,18 +226,6 @@ class OpenAIModel:
                 async for event in stream:
                     for out in turn.feed(event):
                         yield out
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from exc
-        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
-            raise ModelError(
-                f"{self.name}: the stream carried malformed JSON",
-                code="invalid_output",
-                retryable=True,
-            ) from exc
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise transport_error(exc, self.name) from exc
-            raise
         for out in turn.finish():
             yield out
 
@@ -249,7 +236,7 @@ class OpenAIModel:
         temperature = request.settings.get("temperature")
         tools = chat_tools(request.tools)
         turn = ChatTurn(self.name)
-        try:
+        with self._errors(stream=True):
             stream = await client.chat.completions.create(
                 model=self.model,
                 messages=to_chat_messages(request.system, request.messages),
@@ -275,18 +262,6 @@ class OpenAIModel:
                 async for chunk in stream:
                     for out in turn.feed(chunk):
                         yield out
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from exc
-        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
-            raise ModelError(
-                f"{self.name}: the stream carried malformed JSON",
-                code="invalid_output",
-                retryable=True,
-            ) from exc
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise transport_error(exc, self.name) from exc
-            raise
         for out in turn.finish():
             yield out
 
@@ -298,7 +273,7 @@ class OpenAIModel:
 
         async def once() -> Any:
             client = self._client()
-            try:
+            with self._errors():
                 if self.api == "responses":
                     response = await client.responses.create(
                         model=self.model,
@@ -335,12 +310,6 @@ class OpenAIModel:
                     message = completion.choices[0].message
                     text = message.content or ""
                     refused = bool(message.refusal)
-            except openai.OpenAIError as exc:
-                raise self._error(exc) from exc
-            except Exception as exc:
-                if is_transport_error(exc):
-                    raise transport_error(exc, self.name) from exc
-                raise
             if refused:
                 raise ModelError(f"{self.name} refused to answer", code="refused")
             try:
@@ -353,40 +322,38 @@ class OpenAIModel:
         return await retry_call(once, self._retry, model=self.name)
 
     # --- errors ---------------------------------------------------------------------------
-    def _key_from(self) -> str:
-        if self._api_key is not None:
-            return "the key your api_key= callable returns"
-        if self._api_key_env:
-            return self._api_key_env
-        return "the server's key: name the variable that holds it with api_key_env="
+    def _errors(self, *, stream: bool = False) -> contextlib.AbstractContextManager[None]:
+        malformed = json.JSONDecodeError if stream else ()
+        return mapped_errors(self.name, openai.OpenAIError, self._error, malformed=malformed)
 
     def _error(self, exc: openai.OpenAIError) -> ModelError:
+        key_from = key_source(
+            self._api_key,
+            self._api_key_env
+            or "the server's key: name the variable that holds it with api_key_env=",
+        )
         if isinstance(exc, openai.APIStatusError):
             error_type = _error_code(exc.body) or exc.code or exc.type
-            code, retryable = classify_status(exc.status_code, error_type)
-            shown = " ".join(p for p in (error_type, _error_message(exc.body)) if p)
-            if code == "auth":
-                return auth_error(
-                    self.name,
-                    exc.status_code,
-                    shown,
-                    key_from=self._key_from(),
-                    retry_after=parse_retry_after(exc.response.headers),
-                )
-            shown = scrub_provider_text(shown)
-            return ModelError(
-                f"{self.name}: {exc.status_code} {shown}".strip(),
-                code=code,
-                retryable=retryable,
-                retry_after=parse_retry_after(exc.response.headers),
+            return api_error(
+                self.name,
                 status=exc.status_code,
+                error_type=error_type,
+                label=error_type,
+                message=_error_message(exc.body),
+                key_from=key_from,
+                retry_after=parse_retry_after(exc.response.headers),
             )
         if isinstance(exc, openai.APIConnectionError):
             return transport_error(exc, self.name)
         if isinstance(exc, openai.APIError):  # an error inside the stream
-            code, retryable = classify_status(None, exc.code or exc.type)
-            message = scrub_provider_text(exc.message)
-            return ModelError(f"{self.name}: {message}", code=code, retryable=retryable)
+            return api_error(
+                self.name,
+                status=None,
+                error_type=exc.code or exc.type,
+                message=exc.message,
+                key_from=key_from,
+                fallback=type(exc).__name__,
+            )
         return ModelError(f"{self.name}: {type(exc).__name__}", code="error")
 
 
