@@ -15,7 +15,7 @@ import contextlib
 import json
 import shutil
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypedDict
 
 from ..exceptions import ModelError
 from .base import (
@@ -32,7 +32,7 @@ from .base import (
 from .pricing import Price
 from .retry import RetryPolicy, retry_stream
 
-__all__ = ["CLIAgentModel", "CLITurn", "render_transcript"]
+__all__ = ["CLIAgentModel", "CLISettings", "CLITurn", "render_transcript"]
 
 _STDOUT_LIMIT = 1 << 24  # one JSON line may carry a long message
 
@@ -142,26 +142,41 @@ def last_line(stderr: list[str]) -> str:
     return text.splitlines()[-1][:300] if text else ""
 
 
+class CLISettings(TypedDict, total=False):
+    """The settings every CLI agent takes (keyword arguments of ``CLIAgentModel``)."""
+
+    executable: str
+    extra_args: Sequence[str]
+    timeout: float
+    env: Mapping[str, str] | None
+    retry: RetryPolicy | None
+    price: Price | None
+
+
 class CLIAgentModel:
     """A CLI agent as a model: ``{provider}:{model}``; subclasses build its arguments, prompt
-    and turn (``_attempt``)."""
+    and turn (``_attempt``). ``executable`` is the command looked up on PATH at each request,
+    ``extra_args`` go at the end of its arguments, ``timeout`` bounds one run of it, ``env``
+    replaces its environment."""
 
     provider: ClassVar[str]
+    default_model: ClassVar[str]
+    default_executable: ClassVar[str]
 
     def __init__(
         self,
-        model: str,
+        model: str | None = None,
         *,
-        executable: str,
-        extra_args: Sequence[str],
-        timeout: float,
-        env: Mapping[str, str] | None,
-        retry: RetryPolicy | None,
-        price: Price | None,
+        executable: str | None = None,
+        extra_args: Sequence[str] = (),
+        timeout: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        price: Price | None = None,
     ) -> None:
-        self.model = model
+        self.model = self.default_model if model is None else model
         self.price = price
-        self._executable = executable
+        self._executable = self.default_executable if executable is None else executable
         self._extra = list(extra_args)
         self._timeout = timeout
         self._env = env

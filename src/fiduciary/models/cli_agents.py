@@ -21,13 +21,13 @@ import importlib.util
 import json
 import sys
 import tempfile
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ..exceptions import ModelError
-from ._cli_agent import CLIAgentModel, render_transcript
+from ._cli_agent import CLIAgentModel, CLISettings, render_transcript
 from .base import (
     ModelEvent,
     ModelRequest,
@@ -39,8 +39,7 @@ from .base import (
     StreamUsage,
     ToolSpec,
 )
-from .pricing import Price
-from .retry import RetryPolicy, classify_status, retry_call
+from .retry import classify_status, retry_call
 
 __all__ = [
     "DEFERRED_RESULT",
@@ -73,29 +72,20 @@ class ClaudeCLIModel(CLIAgentModel):
     """The ``claude`` CLI in print mode as a model (``claude-cli:sonnet``)."""
 
     provider = "claude-cli"
+    default_model = "sonnet"
+    default_executable = "claude"
 
     def __init__(
         self,
-        model: str = "sonnet",
+        model: str | None = None,
         *,
-        executable: str = "claude",
-        extra_args: Sequence[str] = (),
         partial_messages: bool = True,
-        timeout: float = 600.0,
-        env: Mapping[str, str] | None = None,
         python: str = sys.executable,
-        retry: RetryPolicy | None = None,
-        price: Price | None = None,
+        **settings: Unpack[CLISettings],
     ) -> None:
-        super().__init__(
-            model,
-            executable=executable,
-            extra_args=extra_args,
-            timeout=timeout,
-            env=env,
-            retry=retry,
-            price=price,
-        )
+        """``partial_messages``: stream token by token; ``python``: the interpreter that runs
+        fiduciary's MCP server for the CLI."""
+        super().__init__(model, **settings)
         self._partial = partial_messages
         self._python = python
 

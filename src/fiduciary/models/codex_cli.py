@@ -32,8 +32,7 @@ from .base import (
     StreamUsage,
     ToolSpec,
 )
-from .pricing import Price
-from .retry import RetryPolicy, retry_call
+from .retry import retry_call
 
 __all__ = ["CODEX_KINDS", "CODEX_TOOLS_OFF", "CodexCLIModel", "CodexTurn", "parse_tool_calls"]
 
@@ -65,27 +64,8 @@ class CodexCLIModel(CLIAgentModel):
     """``codex exec --json`` as a model (``codex-cli:gpt-5.3-codex``)."""
 
     provider = "codex-cli"
-
-    def __init__(
-        self,
-        model: str = "gpt-5.3-codex",
-        *,
-        executable: str = "codex",
-        extra_args: Sequence[str] = (),
-        timeout: float = 600.0,
-        env: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        price: Price | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            executable=executable,
-            extra_args=extra_args,
-            timeout=timeout,
-            env=env,
-            retry=retry,
-            price=price,
-        )
+    default_model = "gpt-5.3-codex"
+    default_executable = "codex"
 
     def _args(self, exe: str, workdir: str, effort: str | None, schema: str | None) -> list[str]:
         args = [
