@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..exceptions import ModelError
 from ._errors import api_error, key_source, mapped_errors
+from ._pool import ConnectionPool
 from .base import (
     AssistantMessage,
     Message,
@@ -120,8 +121,7 @@ class AnthropicModel:
         self._api_key_env = api_key_env
         self._api_key = api_key
         self._base_url = base_url
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._pool = ConnectionPool(http_client, anthropic.DefaultAsyncHttpxClient)
         self._max_tokens = max_tokens
         self._thinking: ThinkingMode = thinking
         self._cache = cache
@@ -143,21 +143,17 @@ class AnthropicModel:
             raise ModelError(
                 f"{self.name}: no API key; set {self._api_key_env}", code="auth", retryable=False
             )
-        if self._http is None:
-            self._http = anthropic.DefaultAsyncHttpxClient()
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=self._base_url,
-            http_client=self._http,
+            http_client=self._pool.client(),
             max_retries=0,
             timeout=self._timeout,
         )
 
     async def aclose(self) -> None:
         """Close the connection pool this model opened (not one it was given)."""
-        if self._http is not None and self._owns_http:
-            await self._http.aclose()
-            self._http = None
+        await self._pool.aclose()
 
     # --- streaming ------------------------------------------------------------------------
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

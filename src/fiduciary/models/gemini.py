@@ -37,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..exceptions import ModelError
 from ._errors import api_error, key_source, mapped_errors
+from ._pool import ConnectionPool
 from .base import (
     AssistantMessage,
     Message,
@@ -139,8 +140,7 @@ class GeminiModel:
         self._api_key_env = (api_key_env,) if isinstance(api_key_env, str) else tuple(api_key_env)
         self._api_key = api_key
         self._base_url = base_url
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._pool = ConnectionPool(http_client, httpx2.AsyncClient)
         self._max_tokens = max_tokens
         self._thinking: ThinkingMode = thinking
         self._retry = retry or RetryPolicy()
@@ -169,11 +169,9 @@ class GeminiModel:
 
     def _client(self) -> genai.Client:
         key = self._key()
-        if self._http is None:
-            self._http = httpx2.AsyncClient()
         options = gt.HttpOptions(
             base_url=self._base_url,
-            httpx_async_client=self._http,
+            httpx_async_client=self._pool.client(),
             timeout=int(self._timeout * 1000),  # milliseconds
             retry_options=None,  # fiduciary retries (retry.py); the SDK does not
         )
@@ -181,9 +179,7 @@ class GeminiModel:
 
     async def aclose(self) -> None:
         """Close the connection pool this model opened (not one it was given)."""
-        if self._http is not None and self._owns_http:
-            await self._http.aclose()
-            self._http = None
+        await self._pool.aclose()
 
     # --- streaming ------------------------------------------------------------------------
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

@@ -38,6 +38,7 @@ from ..exceptions import ModelError
 from ._errors import api_error, key_source, mapped_errors
 from ._openai_chat import ChatTurn, chat_tools, to_chat_messages
 from ._openai_responses import ResponsesTurn, responses_tools, to_responses_input
+from ._pool import ConnectionPool
 from .base import ModelEvent, ModelRequest, ToolSpec
 from .pricing import Price
 from .retry import RetryPolicy, parse_retry_after, retry_call, retry_stream, transport_error
@@ -87,8 +88,7 @@ class OpenAIModel:
         self.price = price
         self._api_key_env = api_key_env
         self._api_key = api_key
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._pool = ConnectionPool(http_client, openai.DefaultAsyncHttpxClient)
         self._reasoning = is_reasoning_model(model) if reasoning is None else reasoning
         self._max_tokens = max_tokens
         self._include_usage = include_usage
@@ -118,21 +118,17 @@ class OpenAIModel:
             if not self.compatible:
                 raise ModelError(f"{self.name}: no API key; set {self._api_key_env}", code="auth")
             key = "not-needed"  # local servers ignore it, and the SDK needs one
-        if self._http is None:
-            self._http = openai.DefaultAsyncHttpxClient()
         return openai.AsyncOpenAI(
             api_key=key,
             base_url=self.base_url if self.base_url is not None else openai.not_given,
-            http_client=self._http,
+            http_client=self._pool.client(),
             max_retries=0,
             timeout=self._timeout,
         )
 
     async def aclose(self) -> None:
         """Close the connection pool this model opened (not one it was given)."""
-        if self._http is not None and self._owns_http:
-            await self._http.aclose()
-            self._http = None
+        await self._pool.aclose()
 
     def _effort(self, request: ModelRequest) -> Literal["low", "medium", "high"] | None:
         if not self._reasoning:
