@@ -12,6 +12,7 @@ the short-lived SDK client of that request.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
@@ -50,6 +51,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..exceptions import ModelError
+from ._errors import api_error, key_source, mapped_errors
+from ._pool import ConnectionPool
 from .base import (
     AssistantMessage,
     Message,
@@ -69,17 +72,7 @@ from .base import (
     UserTextMessage,
 )
 from .pricing import Price
-from .retry import (
-    RetryPolicy,
-    auth_error,
-    classify_status,
-    is_transport_error,
-    parse_retry_after,
-    retry_call,
-    retry_stream,
-    scrub_provider_text,
-    transport_error,
-)
+from .retry import RetryPolicy, parse_retry_after, retry_call, retry_stream, transport_error
 
 if TYPE_CHECKING:
     import httpx2
@@ -128,8 +121,7 @@ class AnthropicModel:
         self._api_key_env = api_key_env
         self._api_key = api_key
         self._base_url = base_url
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._pool = ConnectionPool(http_client, anthropic.DefaultAsyncHttpxClient)
         self._max_tokens = max_tokens
         self._thinking: ThinkingMode = thinking
         self._cache = cache
@@ -151,21 +143,17 @@ class AnthropicModel:
             raise ModelError(
                 f"{self.name}: no API key; set {self._api_key_env}", code="auth", retryable=False
             )
-        if self._http is None:
-            self._http = anthropic.DefaultAsyncHttpxClient()
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=self._base_url,
-            http_client=self._http,
+            http_client=self._pool.client(),
             max_retries=0,
             timeout=self._timeout,
         )
 
     async def aclose(self) -> None:
         """Close the connection pool this model opened (not one it was given)."""
-        if self._http is not None and self._owns_http:
-            await self._http.aclose()
-            self._http = None
+        await self._pool.aclose()
 
     # --- streaming ------------------------------------------------------------------------
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
@@ -176,7 +164,7 @@ class AnthropicModel:
         thinking, output_config, max_tokens = self._thinking_config(request)
         temperature = request.settings.get("temperature")
         turn = AnthropicTurn()
-        try:
+        with self._errors(stream=True):
             stream = await client.messages.create(
                 model=self.model,
                 max_tokens=max_tokens,
@@ -197,18 +185,6 @@ class AnthropicModel:
                 async for event in stream:
                     for out in turn.feed(event):
                         yield out
-        except anthropic.AnthropicError as exc:
-            raise self._error(exc) from exc
-        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
-            raise ModelError(
-                f"{self.name}: the stream carried malformed JSON",
-                code="invalid_output",
-                retryable=True,
-            ) from exc
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise transport_error(exc, self.name) from exc
-            raise
         for out in turn.finish(self.name):
             yield out
 
@@ -284,7 +260,7 @@ class AnthropicModel:
 
         async def once() -> Any:
             client = self._client()
-            try:
+            with self._errors():
                 message = await client.messages.create(
                     model=self.model,
                     max_tokens=self._max_tokens,
@@ -292,12 +268,6 @@ class AnthropicModel:
                     messages=[{"role": "user", "content": prompt}],
                     output_config={"format": {"type": "json_schema", "schema": schema}},
                 )
-            except anthropic.AnthropicError as exc:
-                raise self._error(exc) from exc
-            except Exception as exc:
-                if is_transport_error(exc):
-                    raise transport_error(exc, self.name) from exc
-                raise
             if message.stop_reason == "refusal":
                 raise ModelError(f"{self.name} refused to answer", code="refused")
             text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
@@ -312,43 +282,34 @@ class AnthropicModel:
         return await retry_call(once, self._retry, model=self.name)
 
     # --- errors ---------------------------------------------------------------------------
-    def _key_from(self) -> str:
-        if self._api_key is not None:
-            return "the key your api_key= callable returns"
-        return self._api_key_env
+    def _errors(self, *, stream: bool = False) -> contextlib.AbstractContextManager[None]:
+        malformed = json.JSONDecodeError if stream else ()
+        return mapped_errors(self.name, anthropic.AnthropicError, self._error, malformed=malformed)
 
     def _error(self, exc: anthropic.AnthropicError) -> ModelError:
+        key_from = key_source(self._api_key, self._api_key_env)
         if isinstance(exc, anthropic.APIStatusError):
             error_type, message = _error_body(exc.body)
-            status = exc.status_code if exc.status_code >= 400 else None  # an error mid-stream
-            code, retryable = classify_status(status, error_type)
-            if code == "auth":
-                return auth_error(
-                    self.name,
-                    status,
-                    " ".join(p for p in (error_type, message) if p),
-                    key_from=self._key_from(),
-                    retry_after=None,
-                )
-            shown = scrub_provider_text(
-                " ".join(str(p) for p in (status, error_type, message) if p)
-            )
-            return ModelError(
-                f"{self.name}: {shown or 'the API refused the request'}",
-                code=code,
-                retryable=retryable,
+            return api_error(
+                self.name,
+                status=exc.status_code if exc.status_code >= 400 else None,  # 200: mid-stream
+                error_type=error_type,
+                label=error_type,
+                message=message,
+                key_from=key_from,
                 retry_after=parse_retry_after(exc.response.headers),
-                status=status,
             )
         if isinstance(exc, anthropic.APIConnectionError):
             return transport_error(exc, self.name)
         if isinstance(exc, anthropic.APIError):
             error_type, message = _error_body(exc.body)
-            code, retryable = classify_status(None, error_type)
-            return ModelError(
-                f"{self.name}: {scrub_provider_text(message or '') or type(exc).__name__}",
-                code=code,
-                retryable=retryable,
+            return api_error(
+                self.name,
+                status=None,
+                error_type=error_type,
+                message=message,
+                key_from=key_from,
+                fallback=type(exc).__name__,
             )
         return ModelError(f"{self.name}: {type(exc).__name__}", code="error")
 

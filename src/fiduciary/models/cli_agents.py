@@ -1,41 +1,34 @@
-"""CLI agents as models: ``claude`` (print mode, stream-json) and ``codex exec --json``.
+"""The ``claude`` CLI as a model (print mode, stream-json): ``claude-cli:sonnet``.
 
 Each model turn runs the CLI once, with the whole conversation in its prompt, and ends it as soon
 as the model has proposed its tool calls: fiduciary, not the CLI, runs them (through its gates)
 and gives the results in the next turn. Nothing of a CLI session survives a turn, so a run resumes
-in any process.
+in any process. What the CLI agents share (the prompt, the subprocess, the timeout, the retries)
+is ``_cli_agent.py``; ``codex exec --json`` is ``codex_cli.py``.
 
-- ``claude``: fiduciary's capabilities are offered through an MCP config naming fiduciary's own
-  MCP server over stdio (``python -m fiduciary.mcp.proposals SPEC``, the ``mcp`` extra) with
-  tools that *never run*: a call is only recorded. Built-in tools are switched off. With partial
-  messages on, text and thinking stream token by token and the end of the model's message is
-  seen exactly.
-- ``codex exec --json`` (``codex_cli.py``, on this module's subprocess helpers): the
-  capabilities are described in the prompt; codex's own tools are switched off as far as its
-  configuration allows, and it is refused for a run offering any capability with an effect.
+fiduciary's capabilities are offered through an MCP config naming fiduciary's own MCP server over
+stdio (``python -m fiduciary.mcp.proposals SPEC``, the ``mcp`` extra) with tools that *never
+run*: a call is only recorded. Built-in tools are switched off. With partial messages on, text
+and thinking stream token by token and the end of the model's message is seen exactly.
 
-These models run only where the binary exists; otherwise a request fails with
+This model runs only where the binary exists; otherwise a request fails with
 ``ModelError(code="unavailable")``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib.util
 import json
-import shutil
 import sys
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ..exceptions import ModelError
+from ._cli_agent import CLIAgentModel, CLISettings, render_transcript
 from .base import (
-    AssistantMessage,
-    Message,
     ModelEvent,
     ModelRequest,
     StreamStop,
@@ -44,15 +37,9 @@ from .base import (
     StreamThinkingDone,
     StreamToolCall,
     StreamUsage,
-    TextPart,
-    ThinkingPart,
-    ToolResultsMessage,
     ToolSpec,
-    ToolUsePart,
-    UserTextMessage,
 )
-from .pricing import Price
-from .retry import RetryPolicy, classify_status, retry_call, retry_stream
+from .retry import classify_status, retry_call
 
 __all__ = [
     "DEFERRED_RESULT",
@@ -68,109 +55,6 @@ DEFERRED_RESULT = (
     "Recorded. fiduciary runs this call itself, after its checks, and gives you its result in "
     "the next message. End your turn now."
 )
-_STDOUT_LIMIT = 1 << 24  # one JSON line may carry a long message
-
-
-# --- the conversation as a prompt --------------------------------------------------------------
-
-
-def render_transcript(messages: Sequence[Message]) -> str:
-    """The conversation as text for a CLI agent (which keeps no state between turns)."""
-    lines: list[str] = []
-    for message in messages:
-        if isinstance(message, UserTextMessage):
-            lines += ["<user>", message.text, "</user>"]
-        elif isinstance(message, AssistantMessage):
-            body: list[str] = []
-            for part in message.parts:
-                if isinstance(part, TextPart) and part.text:
-                    body.append(part.text)
-                elif isinstance(part, ToolUsePart):
-                    args = json.dumps(part.input, sort_keys=True)
-                    body.append(f'<tool_call id="{part.id}" name="{part.name}">{args}</tool_call>')
-                elif isinstance(part, ThinkingPart):
-                    continue  # not sent back: only the provider that made it can verify it
-            if body:
-                lines += ["<assistant>", *body, "</assistant>"]
-        elif isinstance(message, ToolResultsMessage):
-            for r in message.results:
-                status = ' error="true"' if r.is_error else ""
-                lines += [
-                    f'<tool_result id="{r.tool_use_id}"{status}>',
-                    r.content,
-                    "</tool_result>",
-                ]
-    return "\n".join(lines)
-
-
-# --- the subprocess ------------------------------------------------------------------------------
-
-
-async def _json_lines(
-    args: Sequence[str],
-    stdin: str,
-    *,
-    cwd: str | None,
-    env: Mapping[str, str] | None,
-    stderr_tail: list[str],
-) -> AsyncGenerator[dict[str, Any], None]:
-    """Run a CLI and yield the JSON objects it prints, one per line; kill it when closed early."""
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        limit=_STDOUT_LIMIT,
-    )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    err = proc.stderr
-
-    async def drain_stderr() -> None:
-        while chunk := await err.read(4096):
-            stderr_tail.append(chunk.decode(errors="replace"))
-            while sum(len(s) for s in stderr_tail) > 4000:
-                stderr_tail.pop(0)
-
-    errors = asyncio.create_task(drain_stderr())
-    try:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            proc.stdin.write(stdin.encode())
-            await proc.stdin.drain()
-            proc.stdin.close()
-        async for raw in proc.stdout:
-            line = raw.strip()
-            if not line.startswith(b"{"):
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                yield data
-        await proc.wait()
-        await errors
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-        if not errors.done():
-            errors.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await errors
-
-
-def _which(executable: str, name: str) -> str:
-    found = shutil.which(executable)
-    if found is None:
-        raise ModelError(
-            f"{name}: the {executable!r} command was not found on PATH", code="unavailable"
-        )
-    return found
 
 
 def _needs_mcp(name: str) -> None:
@@ -181,45 +65,29 @@ def _needs_mcp(name: str) -> None:
         )
 
 
-def _tail(stderr: list[str]) -> str:
-    return "".join(stderr).strip().splitlines()[-1][:300] if "".join(stderr).strip() else ""
-
-
 # --- claude -------------------------------------------------------------------------------------
 
 
-class ClaudeCLIModel:
+class ClaudeCLIModel(CLIAgentModel):
     """The ``claude`` CLI in print mode as a model (``claude-cli:sonnet``)."""
+
+    provider = "claude-cli"
+    default_model = "sonnet"
+    default_executable = "claude"
 
     def __init__(
         self,
-        model: str = "sonnet",
+        model: str | None = None,
         *,
-        executable: str = "claude",
-        extra_args: Sequence[str] = (),
         partial_messages: bool = True,
-        timeout: float = 600.0,
-        env: Mapping[str, str] | None = None,
         python: str = sys.executable,
-        retry: RetryPolicy | None = None,
-        price: Price | None = None,
+        **settings: Unpack[CLISettings],
     ) -> None:
-        self.model = model
-        self.price = price
-        self._executable = executable
-        self._extra = list(extra_args)
+        """``partial_messages``: stream token by token; ``python``: the interpreter that runs
+        fiduciary's MCP server for the CLI."""
+        super().__init__(model, **settings)
         self._partial = partial_messages
-        self._timeout = timeout
-        self._env = env
         self._python = python
-        self._retry = retry or RetryPolicy(max_attempts=2)
-
-    @property
-    def name(self) -> str:
-        return f"claude-cli:{self.model}"
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        return retry_stream(lambda: self._attempt(request), self._retry, model=self.name)
 
     def _args(self, exe: str, system: str, mcp_config: str, effort: str | None) -> list[str]:
         args = [exe, "-p", "--output-format", "stream-json", "--verbose", "--model", self.model]
@@ -253,7 +121,7 @@ class ClaudeCLIModel:
         return "\n\n".join(layers)
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        exe = _which(self._executable, self.name)
+        exe = self._binary()
         effort = request.settings.get("effort")
         with tempfile.TemporaryDirectory(prefix="fiduciary-claude-") as tmp:
             spec = Path(tmp) / "tools.json"
@@ -276,29 +144,14 @@ class ClaudeCLIModel:
             )
             prompt = render_transcript(request.messages)
             turn = ClaudeStreamTurn(self.name)
-            stderr: list[str] = []
-            lines = _json_lines(args, prompt, cwd=tmp, env=self._env, stderr_tail=stderr)
-            try:
-                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
-                    async for data in lines:
-                        for event in turn.feed(data):
-                            yield event
-                        if turn.finished:
-                            break
-            except TimeoutError as exc:
-                raise ModelError(
-                    f"{self.name}: no answer within {self._timeout:.0f}s",
-                    code="timeout",
-                    retryable=True,
-                ) from exc
-            for event in turn.finish(_tail(stderr)):
+            async for event in self._turn(args, prompt, cwd=tmp, turn=turn):
                 yield event
 
     async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
         """One JSON value matching ``schema``, through ``--json-schema``."""
 
         async def once() -> Any:
-            exe = _which(self._executable, self.name)
+            exe = self._binary()
             with tempfile.TemporaryDirectory(prefix="fiduciary-claude-") as tmp:
                 args = [
                     exe,
@@ -320,15 +173,11 @@ class ClaudeCLIModel:
                     "--no-session-persistence",
                     *self._extra,
                 ]
-                stderr: list[str] = []
-                result: dict[str, Any] | None = None
-                lines = _json_lines(args, prompt, cwd=tmp, env=self._env, stderr_tail=stderr)
-                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
-                    async for data in lines:
-                        if data.get("type") == "result":
-                            result = data
-            if result is None:
-                raise ModelError(f"{self.name}: no result ({_tail(stderr)})", code="error")
+                lines, stderr = await self._lines(args, prompt, cwd=tmp)
+            results = [data for data in lines if data.get("type") == "result"]
+            if not results:
+                raise ModelError(f"{self.name}: no result ({stderr})", code="error")
+            result = results[-1]
             _raise_for_result(self.name, result)
             value = result.get("structured_output")
             if value is None:

@@ -1,28 +1,26 @@
 """``codex exec --json`` as a model (``codex-cli:gpt-5.3-codex``).
 
-Each model turn runs the CLI once, with the whole conversation in its prompt (see
-``cli_agents``): the capabilities are described in the prompt, with a JSON reply format for
-calls; the agent runs in an empty directory under a read-only sandbox, with codex's own tools
-switched off as far as its configuration allows (``CODEX_TOOLS_OFF``: the shell, the unified
-exec tool, apply_patch, web search). Codex has no switch for every tool it may ship
+Each model turn runs the CLI once, with the whole conversation in its prompt (the CLI agents'
+shared base: ``_cli_agent.py``): the capabilities are described in the prompt, with a JSON reply
+format for calls; the agent runs in an empty directory under a read-only sandbox, with codex's
+own tools switched off as far as its configuration allows (``CODEX_TOOLS_OFF``: the shell, the
+unified exec tool, apply_patch, web search). Codex has no switch for every tool it may ship
 (``view_image`` reads a file from disk, and new ones come with new versions), so it is refused
 (``ModelError(code="unsafe_tools")``) for a request offering any capability that is not a read
-or a preview: a run that can move money never runs on it.
-"""
+or a preview: a run that can move money never runs on it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
 import tempfile
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..exceptions import ModelError
+from ._cli_agent import CLIAgentModel, render_transcript
 from .base import (
     ModelEvent,
     ModelRequest,
@@ -34,9 +32,7 @@ from .base import (
     StreamUsage,
     ToolSpec,
 )
-from .cli_agents import _json_lines, _tail, _which, render_transcript
-from .pricing import Price
-from .retry import RetryPolicy, retry_call, retry_stream
+from .retry import retry_call
 
 __all__ = ["CODEX_KINDS", "CODEX_TOOLS_OFF", "CodexCLIModel", "CodexTurn", "parse_tool_calls"]
 
@@ -64,34 +60,12 @@ _CALL_FORMAT = (
 )
 
 
-class CodexCLIModel:
+class CodexCLIModel(CLIAgentModel):
     """``codex exec --json`` as a model (``codex-cli:gpt-5.3-codex``)."""
 
-    def __init__(
-        self,
-        model: str = "gpt-5.3-codex",
-        *,
-        executable: str = "codex",
-        extra_args: Sequence[str] = (),
-        timeout: float = 600.0,
-        env: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        price: Price | None = None,
-    ) -> None:
-        self.model = model
-        self.price = price
-        self._executable = executable
-        self._extra = list(extra_args)
-        self._timeout = timeout
-        self._env = env
-        self._retry = retry or RetryPolicy(max_attempts=2)
-
-    @property
-    def name(self) -> str:
-        return f"codex-cli:{self.model}"
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        return retry_stream(lambda: self._attempt(request), self._retry, model=self.name)
+    provider = "codex-cli"
+    default_model = "gpt-5.3-codex"
+    default_executable = "codex"
 
     def _args(self, exe: str, workdir: str, effort: str | None, schema: str | None) -> list[str]:
         args = [
@@ -143,7 +117,7 @@ class CodexCLIModel:
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         self.refuse_effects(request.tools)
-        exe = _which(self._executable, self.name)
+        exe = self._binary()
         effort = request.settings.get("effort")
         known = {t.name for t in request.tools}
         with tempfile.TemporaryDirectory(prefix="fiduciary-codex-") as tmp:
@@ -151,45 +125,27 @@ class CodexCLIModel:
                 exe, tmp, effort if effort in ("low", "medium", "high") else None, None
             )
             turn = CodexTurn(self.name, known)
-            stderr: list[str] = []
-            lines = _json_lines(
-                args, self.prompt(request), cwd=tmp, env=self._env, stderr_tail=stderr
-            )
-            try:
-                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
-                    async for data in lines:
-                        for event in turn.feed(data):
-                            yield event
-            except TimeoutError as exc:
-                raise ModelError(
-                    f"{self.name}: no answer within {self._timeout:.0f}s",
-                    code="timeout",
-                    retryable=True,
-                ) from exc
-            for event in turn.finish(_tail(stderr)):
+            async for event in self._turn(args, self.prompt(request), cwd=tmp, turn=turn):
                 yield event
 
     async def complete_json(self, system: str, prompt: str, schema: dict[str, Any]) -> Any:
         """One JSON value matching ``schema``, through ``--output-schema``."""
 
         async def once() -> Any:
-            exe = _which(self._executable, self.name)
+            exe = self._binary()
             with tempfile.TemporaryDirectory(prefix="fiduciary-codex-") as tmp:
                 schema_file = Path(tmp) / "schema.json"
                 schema_file.write_text(json.dumps(schema), encoding="utf-8")
                 args = self._args(exe, tmp, None, str(schema_file))
-                stderr: list[str] = []
-                turn = CodexTurn(self.name, set())
-                text: list[str] = []
-                lines = _json_lines(
-                    args, f"{system}\n\n{prompt}", cwd=tmp, env=self._env, stderr_tail=stderr
-                )
-                async with asyncio.timeout(self._timeout), contextlib.aclosing(lines):
-                    async for data in lines:
-                        for event in turn.feed(data):
-                            if isinstance(event, StreamTextDelta):
-                                text.append(event.text)
-                list(turn.finish(_tail(stderr)))
+                lines, stderr = await self._lines(args, f"{system}\n\n{prompt}", cwd=tmp)
+            turn = CodexTurn(self.name, set())
+            text = [
+                event.text
+                for data in lines
+                for event in turn.feed(data)
+                if isinstance(event, StreamTextDelta)
+            ]
+            list(turn.finish(stderr))
             try:
                 return json.loads("".join(text))
             except ValueError as exc:
@@ -243,6 +199,7 @@ class CodexTurn:
         self._failed: str | None = None  # turn.failed: the turn's outcome
         self._last_error: str | None = None  # "error" frames are notices (codex reconnecting)
         self._completed = False
+        self.finished = False  # codex's lines are read to its end
 
     def feed(self, data: Mapping[str, Any]) -> Iterator[ModelEvent]:
         kind = data.get("type")

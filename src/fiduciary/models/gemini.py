@@ -36,6 +36,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..exceptions import ModelError
+from ._errors import api_error, key_source, mapped_errors
+from ._pool import ConnectionPool
 from .base import (
     AssistantMessage,
     Message,
@@ -55,16 +57,7 @@ from .base import (
     UserTextMessage,
 )
 from .pricing import Price
-from .retry import (
-    RetryPolicy,
-    auth_error,
-    classify_status,
-    is_transport_error,
-    retry_call,
-    retry_stream,
-    scrub_provider_text,
-    transport_error,
-)
+from .retry import RetryPolicy, retry_call, retry_stream
 
 __all__ = [
     "GENERATED_ID",
@@ -147,8 +140,7 @@ class GeminiModel:
         self._api_key_env = (api_key_env,) if isinstance(api_key_env, str) else tuple(api_key_env)
         self._api_key = api_key
         self._base_url = base_url
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._pool = ConnectionPool(http_client, httpx2.AsyncClient)
         self._max_tokens = max_tokens
         self._thinking: ThinkingMode = thinking
         self._retry = retry or RetryPolicy()
@@ -177,11 +169,9 @@ class GeminiModel:
 
     def _client(self) -> genai.Client:
         key = self._key()
-        if self._http is None:
-            self._http = httpx2.AsyncClient()
         options = gt.HttpOptions(
             base_url=self._base_url,
-            httpx_async_client=self._http,
+            httpx_async_client=self._pool.client(),
             timeout=int(self._timeout * 1000),  # milliseconds
             retry_options=None,  # fiduciary retries (retry.py); the SDK does not
         )
@@ -189,9 +179,7 @@ class GeminiModel:
 
     async def aclose(self) -> None:
         """Close the connection pool this model opened (not one it was given)."""
-        if self._http is not None and self._owns_http:
-            await self._http.aclose()
-            self._http = None
+        await self._pool.aclose()
 
     # --- streaming ------------------------------------------------------------------------
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
@@ -200,7 +188,7 @@ class GeminiModel:
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         client = self._client()
         turn = GeminiTurn(self.name)
-        try:
+        with self._errors(stream=True):
             stream = await client.aio.models.generate_content_stream(
                 model=self.model,
                 contents=to_contents(request.messages),
@@ -209,18 +197,6 @@ class GeminiModel:
             async for chunk in stream:
                 for out in turn.feed(chunk):
                     yield out
-        except genai_errors.APIError as exc:
-            raise self._error(exc) from exc
-        except ValueError as exc:  # a garbled event (UnknownApiResponseError, bad JSON)
-            raise ModelError(
-                f"{self.name}: the stream carried malformed JSON",
-                code="invalid_output",
-                retryable=True,
-            ) from exc
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise transport_error(exc, self.name) from exc
-            raise
         for out in turn.finish():
             yield out
 
@@ -280,7 +256,7 @@ class GeminiModel:
 
         async def once() -> Any:
             client = self._client()
-            try:
+            with self._errors():
                 response = await client.aio.models.generate_content(
                     model=self.model,
                     contents=[gt.Content(role="user", parts=[gt.Part(text=prompt)])],
@@ -292,12 +268,6 @@ class GeminiModel:
                         max_output_tokens=self._max_tokens,
                     ),
                 )
-            except genai_errors.APIError as exc:
-                raise self._error(exc) from exc
-            except Exception as exc:
-                if is_transport_error(exc):
-                    raise transport_error(exc, self.name) from exc
-                raise
             feedback = response.prompt_feedback
             candidate = response.candidates[0] if response.candidates else None
             finish = _finish_name(candidate.finish_reason) if candidate is not None else None
@@ -316,35 +286,25 @@ class GeminiModel:
         return await retry_call(once, self._retry, model=self.name)
 
     # --- errors ---------------------------------------------------------------------------
-    def _key_from(self) -> str:
-        if self._api_key is not None:
-            return "the key your api_key= callable returns"
-        return " or ".join(self._api_key_env)
+    def _errors(self, *, stream: bool = False) -> contextlib.AbstractContextManager[None]:
+        # a garbled event raises a ValueError (UnknownApiResponseError, bad JSON)
+        malformed = ValueError if stream else ()
+        return mapped_errors(self.name, genai_errors.APIError, self._error, malformed=malformed)
 
     def _error(self, exc: genai_errors.APIError) -> ModelError:
-        status = exc.code if isinstance(exc.code, int) and exc.code >= 400 else None
         google_status = exc.status if isinstance(exc.status, str) else None
-        message = exc.message if isinstance(exc.message, str) else ""
         reasons, retry_after = _details(exc.details)
         error_type = _STATUSES.get(google_status or "")
         if reasons & _KEY_REASONS:  # Gemini answers a bad key with 400 INVALID_ARGUMENT
             error_type = "authentication_error"
-        code, retryable = classify_status(status, error_type)
-        if code == "auth":
-            return auth_error(
-                self.name,
-                status,
-                " ".join(p for p in (google_status, message) if p),
-                key_from=self._key_from(),
-                retry_after=None,
-            )
-        shown = scrub_provider_text(" ".join(str(p) for p in (status, google_status, message) if p))
-        return ModelError(
-            f"{self.name}: {shown or 'the API refused the request'}",
-            code=code,
-            retryable=retryable,
+        return api_error(
+            self.name,
+            status=exc.code if isinstance(exc.code, int) and exc.code >= 400 else None,
+            error_type=error_type,
+            label=google_status,
+            message=exc.message if isinstance(exc.message, str) else "",
+            key_from=key_source(self._api_key, " or ".join(self._api_key_env)),
             retry_after=retry_after,
-            status=status,
         )
 
 

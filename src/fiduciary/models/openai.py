@@ -13,82 +13,40 @@ Two APIs, both streamed:
   side channel. A call is handed out only once its arguments are whole.
 
 Keys are read from the environment at each request (``OPENAI_API_KEY``; for a compatible server,
-only the variable named by ``api_key_env``, never OpenAI's own key).
+only the variable named by ``api_key_env``, never OpenAI's own key). Each API's messages and
+stream fold live beside this module (``_openai_responses.py``, ``_openai_chat.py``); its errors
+go through the providers' one skeleton (``_errors.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 try:
     import openai
-    from openai.types.responses import (
-        FunctionToolParam,
-        ResponseCompletedEvent,
-        ResponseErrorEvent,
-        ResponseFailedEvent,
-        ResponseFunctionCallArgumentsDeltaEvent,
-        ResponseFunctionToolCall,
-        ResponseIncompleteEvent,
-        ResponseInputItemParam,
-        ResponseOutputItemAddedEvent,
-        ResponseOutputItemDoneEvent,
-        ResponseReasoningItem,
-        ResponseReasoningSummaryPartAddedEvent,
-        ResponseReasoningSummaryTextDeltaEvent,
-        ResponseReasoningTextDeltaEvent,
-        ResponseRefusalDeltaEvent,
-        ResponseStreamEvent,
-        ResponseTextDeltaEvent,
-        ResponseUsage,
-    )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "fiduciary's OpenAI models need the openai SDK: pip install 'fiduciary[openai]'"
     ) from exc
 
 from ..exceptions import ModelError
+from ._errors import api_error, key_source, mapped_errors
 from ._openai_chat import ChatTurn, chat_tools, to_chat_messages
-from .base import (
-    AssistantMessage,
-    Message,
-    ModelEvent,
-    ModelRequest,
-    StreamStop,
-    StreamTextDelta,
-    StreamThinkingDelta,
-    StreamThinkingDone,
-    StreamToolCall,
-    StreamUsage,
-    TextPart,
-    ThinkingPart,
-    ToolResultsMessage,
-    ToolSpec,
-    ToolUsePart,
-    UserTextMessage,
-)
+from ._openai_responses import ResponsesTurn, responses_tools, to_responses_input
+from ._pool import ConnectionPool
+from .base import ModelEvent, ModelRequest, ToolSpec
 from .pricing import Price
-from .retry import (
-    RetryPolicy,
-    auth_error,
-    classify_status,
-    is_transport_error,
-    parse_retry_after,
-    retry_call,
-    retry_stream,
-    scrub_provider_text,
-    transport_error,
-)
+from .retry import RetryPolicy, parse_retry_after, retry_call, retry_stream, transport_error
 
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["OpenAIModel", "is_reasoning_model", "openai_compatible"]
+__all__ = ["OpenAIModel", "is_reasoning_model", "openai_compatible", "to_responses_input"]
 
 Api = Literal["responses", "chat"]
 _EFFORTS = ("low", "medium", "high")
@@ -130,8 +88,7 @@ class OpenAIModel:
         self.price = price
         self._api_key_env = api_key_env
         self._api_key = api_key
-        self._http = http_client
-        self._owns_http = http_client is None
+        self._pool = ConnectionPool(http_client, openai.DefaultAsyncHttpxClient)
         self._reasoning = is_reasoning_model(model) if reasoning is None else reasoning
         self._max_tokens = max_tokens
         self._include_usage = include_usage
@@ -161,21 +118,17 @@ class OpenAIModel:
             if not self.compatible:
                 raise ModelError(f"{self.name}: no API key; set {self._api_key_env}", code="auth")
             key = "not-needed"  # local servers ignore it, and the SDK needs one
-        if self._http is None:
-            self._http = openai.DefaultAsyncHttpxClient()
         return openai.AsyncOpenAI(
             api_key=key,
             base_url=self.base_url if self.base_url is not None else openai.not_given,
-            http_client=self._http,
+            http_client=self._pool.client(),
             max_retries=0,
             timeout=self._timeout,
         )
 
     async def aclose(self) -> None:
         """Close the connection pool this model opened (not one it was given)."""
-        if self._http is not None and self._owns_http:
-            await self._http.aclose()
-            self._http = None
+        await self._pool.aclose()
 
     def _effort(self, request: ModelRequest) -> Literal["low", "medium", "high"] | None:
         if not self._reasoning:
@@ -204,7 +157,7 @@ class OpenAIModel:
         instructions = "\n\n".join(s for s in request.system if s)
         tools = responses_tools(request.tools)
         turn = ResponsesTurn(self.name)
-        try:
+        with self._errors(stream=True):
             stream = await client.responses.create(
                 model=self.model,
                 input=to_responses_input(request.messages),
@@ -227,18 +180,6 @@ class OpenAIModel:
                 async for event in stream:
                     for out in turn.feed(event):
                         yield out
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from exc
-        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
-            raise ModelError(
-                f"{self.name}: the stream carried malformed JSON",
-                code="invalid_output",
-                retryable=True,
-            ) from exc
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise transport_error(exc, self.name) from exc
-            raise
         for out in turn.finish():
             yield out
 
@@ -249,7 +190,7 @@ class OpenAIModel:
         temperature = request.settings.get("temperature")
         tools = chat_tools(request.tools)
         turn = ChatTurn(self.name)
-        try:
+        with self._errors(stream=True):
             stream = await client.chat.completions.create(
                 model=self.model,
                 messages=to_chat_messages(request.system, request.messages),
@@ -275,18 +216,6 @@ class OpenAIModel:
                 async for chunk in stream:
                     for out in turn.feed(chunk):
                         yield out
-        except openai.OpenAIError as exc:
-            raise self._error(exc) from exc
-        except json.JSONDecodeError as exc:  # a garbled event: the stream is not usable
-            raise ModelError(
-                f"{self.name}: the stream carried malformed JSON",
-                code="invalid_output",
-                retryable=True,
-            ) from exc
-        except Exception as exc:
-            if is_transport_error(exc):
-                raise transport_error(exc, self.name) from exc
-            raise
         for out in turn.finish():
             yield out
 
@@ -298,7 +227,7 @@ class OpenAIModel:
 
         async def once() -> Any:
             client = self._client()
-            try:
+            with self._errors():
                 if self.api == "responses":
                     response = await client.responses.create(
                         model=self.model,
@@ -335,12 +264,6 @@ class OpenAIModel:
                     message = completion.choices[0].message
                     text = message.content or ""
                     refused = bool(message.refusal)
-            except openai.OpenAIError as exc:
-                raise self._error(exc) from exc
-            except Exception as exc:
-                if is_transport_error(exc):
-                    raise transport_error(exc, self.name) from exc
-                raise
             if refused:
                 raise ModelError(f"{self.name} refused to answer", code="refused")
             try:
@@ -353,40 +276,38 @@ class OpenAIModel:
         return await retry_call(once, self._retry, model=self.name)
 
     # --- errors ---------------------------------------------------------------------------
-    def _key_from(self) -> str:
-        if self._api_key is not None:
-            return "the key your api_key= callable returns"
-        if self._api_key_env:
-            return self._api_key_env
-        return "the server's key: name the variable that holds it with api_key_env="
+    def _errors(self, *, stream: bool = False) -> contextlib.AbstractContextManager[None]:
+        malformed = json.JSONDecodeError if stream else ()
+        return mapped_errors(self.name, openai.OpenAIError, self._error, malformed=malformed)
 
     def _error(self, exc: openai.OpenAIError) -> ModelError:
+        key_from = key_source(
+            self._api_key,
+            self._api_key_env
+            or "the server's key: name the variable that holds it with api_key_env=",
+        )
         if isinstance(exc, openai.APIStatusError):
             error_type = _error_code(exc.body) or exc.code or exc.type
-            code, retryable = classify_status(exc.status_code, error_type)
-            shown = " ".join(p for p in (error_type, _error_message(exc.body)) if p)
-            if code == "auth":
-                return auth_error(
-                    self.name,
-                    exc.status_code,
-                    shown,
-                    key_from=self._key_from(),
-                    retry_after=parse_retry_after(exc.response.headers),
-                )
-            shown = scrub_provider_text(shown)
-            return ModelError(
-                f"{self.name}: {exc.status_code} {shown}".strip(),
-                code=code,
-                retryable=retryable,
-                retry_after=parse_retry_after(exc.response.headers),
+            return api_error(
+                self.name,
                 status=exc.status_code,
+                error_type=error_type,
+                label=error_type,
+                message=_error_message(exc.body),
+                key_from=key_from,
+                retry_after=parse_retry_after(exc.response.headers),
             )
         if isinstance(exc, openai.APIConnectionError):
             return transport_error(exc, self.name)
         if isinstance(exc, openai.APIError):  # an error inside the stream
-            code, retryable = classify_status(None, exc.code or exc.type)
-            message = scrub_provider_text(exc.message)
-            return ModelError(f"{self.name}: {message}", code=code, retryable=retryable)
+            return api_error(
+                self.name,
+                status=None,
+                error_type=exc.code or exc.type,
+                message=exc.message,
+                key_from=key_from,
+                fallback=type(exc).__name__,
+            )
         return ModelError(f"{self.name}: {type(exc).__name__}", code="error")
 
 
@@ -441,208 +362,3 @@ def is_strict_schema(schema: Any) -> bool:
     if isinstance(schema, list):
         return all(is_strict_schema(v) for v in schema)
     return True
-
-
-# --- reasoning items travel as a ThinkingPart's signature -------------------------------------
-
-
-def _reasoning_signature(item: ResponseReasoningItem) -> str | None:
-    if not item.encrypted_content:
-        return None
-    return json.dumps({"id": item.id, "encrypted_content": item.encrypted_content})
-
-
-def _reasoning_item(part: ThinkingPart) -> ResponseInputItemParam | None:
-    if not part.signature:
-        return None
-    try:
-        data = json.loads(part.signature)
-    except ValueError:
-        return None  # another provider's signature
-    if not isinstance(data, dict) or "encrypted_content" not in data or "id" not in data:
-        return None
-    summary: list[Any] = [{"type": "summary_text", "text": part.text}] if part.text else []
-    return {
-        "type": "reasoning",
-        "id": str(data["id"]),
-        "summary": summary,
-        "encrypted_content": str(data["encrypted_content"]),
-    }
-
-
-# --- fiduciary messages → Responses input ----------------------------------------------------
-
-
-def responses_tools(tools: Sequence[ToolSpec]) -> list[FunctionToolParam]:
-    return [
-        {
-            "type": "function",
-            "name": t.name,
-            "description": t.description,
-            "parameters": t.input_schema,
-            "strict": False,
-        }
-        for t in tools
-    ]
-
-
-def to_responses_input(messages: Sequence[Message]) -> list[ResponseInputItemParam]:
-    items: list[ResponseInputItemParam] = []
-    for message in messages:
-        if isinstance(message, UserTextMessage):
-            items.append({"role": "user", "content": message.text})
-        elif isinstance(message, ToolResultsMessage):
-            for r in message.results:
-                items.append(
-                    {"type": "function_call_output", "call_id": r.tool_use_id, "output": r.content}
-                )
-        elif isinstance(message, AssistantMessage):
-            for part in message.parts:
-                if isinstance(part, TextPart):
-                    if part.text:
-                        items.append({"role": "assistant", "content": part.text})
-                elif isinstance(part, ThinkingPart):
-                    reasoning = _reasoning_item(part)
-                    if reasoning is not None:
-                        items.append(reasoning)
-                elif isinstance(part, ToolUsePart):
-                    items.append(
-                        {
-                            "type": "function_call",
-                            "call_id": part.id,
-                            "name": part.name,
-                            "arguments": json.dumps(part.input),
-                        }
-                    )
-    return items
-
-
-# --- Responses stream → fiduciary events -----------------------------------------------------
-
-
-@dataclass
-class _Reasoning:
-    ordinal: int
-    said: bool = False
-    parts: int = 0
-
-
-class ResponsesTurn:
-    """Folds one streamed response (``ResponseStreamEvent``s) into fiduciary's model events."""
-
-    def __init__(self, model: str) -> None:
-        self._model = model
-        self._reasoning: dict[str, _Reasoning] = {}
-        self._thinking = 0
-        self._calls: dict[str, ResponseFunctionToolCall] = {}
-        self._arguments: dict[str, list[str]] = {}
-        self._emitted: set[str] = set()
-        self._refused = False
-        self._usage: ResponseUsage | None = None
-        self._stop: str | None = None
-
-    def feed(self, event: ResponseStreamEvent) -> Iterator[ModelEvent]:
-        if isinstance(event, ResponseTextDeltaEvent):
-            if event.delta:
-                yield StreamTextDelta(event.delta)
-        elif isinstance(event, ResponseRefusalDeltaEvent):
-            self._refused = True
-            if event.delta:
-                yield StreamTextDelta(event.delta)
-        elif isinstance(event, ResponseOutputItemAddedEvent):
-            item = event.item
-            if isinstance(item, ResponseReasoningItem):
-                self._reasoning[item.id] = _Reasoning(self._thinking)
-                self._thinking += 1
-            elif isinstance(item, ResponseFunctionToolCall):
-                self._calls[item.id or item.call_id] = item
-        elif isinstance(event, ResponseReasoningSummaryPartAddedEvent):
-            state = self._reasoning.get(event.item_id)
-            if state is not None:
-                if state.parts and state.said:  # a new summary part: keep them apart
-                    yield StreamThinkingDelta("\n\n", state.ordinal)
-                state.parts += 1
-        elif isinstance(
-            event, ResponseReasoningSummaryTextDeltaEvent | ResponseReasoningTextDeltaEvent
-        ):
-            state = self._reasoning.get(event.item_id)
-            if state is not None and event.delta:
-                state.said = True
-                yield StreamThinkingDelta(event.delta, state.ordinal)
-        elif isinstance(event, ResponseFunctionCallArgumentsDeltaEvent):
-            self._arguments.setdefault(event.item_id, []).append(event.delta)
-        elif isinstance(event, ResponseOutputItemDoneEvent):
-            yield from self._item_done(event)
-        elif isinstance(event, ResponseCompletedEvent | ResponseIncompleteEvent):
-            self._usage = event.response.usage
-            reason = (
-                event.response.incomplete_details.reason
-                if event.response.incomplete_details
-                else None
-            )
-            if reason == "max_output_tokens":
-                self._stop = "max_tokens"
-            elif reason == "content_filter":
-                self._stop = "refusal"
-            elif isinstance(event, ResponseIncompleteEvent):
-                self._stop = reason or "incomplete"
-            else:
-                self._stop = "completed"
-        elif isinstance(event, ResponseFailedEvent):
-            error = event.response.error
-            code = error.code if error is not None else None
-            message = error.message if error is not None else "the response failed"
-            kind, retryable = classify_status(None, code)
-            raise ModelError(
-                f"{self._model}: {code or ''} {message}".strip(), code=kind, retryable=retryable
-            )
-        elif isinstance(event, ResponseErrorEvent):
-            kind, retryable = classify_status(None, event.code)
-            raise ModelError(
-                f"{self._model}: {event.code or ''} {event.message}".strip(),
-                code=kind,
-                retryable=retryable,
-            )
-
-    def _item_done(self, event: ResponseOutputItemDoneEvent) -> Iterator[ModelEvent]:
-        item = event.item
-        if isinstance(item, ResponseReasoningItem):
-            state = self._reasoning.pop(item.id, None) or _Reasoning(self._thinking)
-            signature = _reasoning_signature(item)
-            if not state.said and signature is None:
-                return  # nothing to show and nothing to send back
-            if not state.said:
-                yield StreamThinkingDelta("", state.ordinal)
-            yield StreamThinkingDone(state.ordinal, signature)
-        elif isinstance(item, ResponseFunctionToolCall):
-            key = item.id or item.call_id
-            if key in self._emitted:
-                return
-            self._emitted.add(key)
-            arguments = item.arguments or "".join(self._arguments.get(key, [])) or "{}"
-            yield StreamToolCall(id=item.call_id, name=item.name, arguments=arguments)
-
-    def finish(self) -> Iterator[ModelEvent]:
-        if self._stop is None:
-            raise ModelError(
-                f"{self._model}: the answer broke off before its end",
-                code="stream_cut",
-                retryable=True,
-            )
-        usage = self._usage
-        if usage is not None:
-            details = getattr(usage, "input_tokens_details", None)
-            cached = getattr(details, "cached_tokens", 0) or 0
-            written = getattr(details, "cache_write_tokens", 0) or 0
-            yield StreamUsage(
-                input_tokens=max(0, usage.input_tokens - cached - written),
-                output_tokens=usage.output_tokens,
-                cache_read_tokens=cached,
-                cache_write_tokens=written,
-            )
-        if self._stop != "completed":
-            yield StreamStop(self._stop)
-        elif self._emitted:
-            yield StreamStop("tool_use")
-        else:
-            yield StreamStop("refusal" if self._refused else "end_turn")
