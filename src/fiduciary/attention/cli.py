@@ -18,6 +18,7 @@ from ..agent import Agent
 from ..agent_factory import agent_of, load_factory
 from ..cli._common import print_error
 from ..exceptions import ConfigurationError, FiduciaryError
+from ..observability.environment import trace_from_env
 from ..stores.sqlite import SQLiteStore
 from .config import AttentionConfig, load_config
 from .evaluation import Report
@@ -126,7 +127,7 @@ async def _run(config_path: Path, once: bool) -> int:
     try:
         agent: Agent | None = None
         if config.agent is not None:
-            agent = agent_of(load_factory(config.agent)(store), config.agent)
+            agent = trace_from_env(agent_of(load_factory(config.agent)(store), config.agent))
 
         async def notify(decision: DecisionRecord, message: str) -> None:
             console.print(f"[yellow]attention[/] {escape(message)}", soft_wrap=True)
