@@ -217,7 +217,7 @@ def webhook_route(
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from ..server.webhooks import SignatureError, SignatureVerifier
+    from ..signing import SignatureError, SignatureVerifier
 
     by_name = {c.name: c for c in channels}
     verifier = SignatureVerifier(clock=clock)

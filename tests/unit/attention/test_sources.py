@@ -19,7 +19,7 @@ from fiduciary.attention.sources import FiduciaryEvents, WalletWatch, Webhooks, 
 from fiduciary.attention.testing import RuleJudge
 from fiduciary.attention.watch import Attention
 from fiduciary.events import RunFailed, RunStarted, ToolCallEnd, UserMessage
-from fiduciary.server.webhooks import InboundChannel, sign
+from fiduciary.signing import InboundChannel, sign
 from fiduciary.stores.base import ApprovalRecord, RunRecord, Store
 from fiduciary.wallet.addresses import address_of
 from fiduciary.wallet.operations import Borrow, Send
