@@ -56,7 +56,7 @@ from .stores.memory import MemoryStore
 from .tracing import NO_TRACER, RunTracer
 
 if TYPE_CHECKING:
-    from .memory.base import Memory
+    from .context.memory import Memory
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
 

@@ -23,10 +23,10 @@ from ..cli.terminal import (
     drive_with_approvals,
     resume_with_approvals,
 )
+from ..context.memory import Memory
 from ..display import show_usd
 from ..events import UserMessage
 from ..exceptions import ConfigurationError
-from ..memory.base import Memory
 from ..models.base import Model
 from ..observability.environment import trace_from_env
 from ..stores.base import RunRecord
