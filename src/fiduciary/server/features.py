@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..attention.sources import Webhooks
     from ..attention.watch import Attention
     from ..channels.inbox import Inbox
-    from .cli import AppsSettings
+    from .settings import AppsSettings
 
 __all__ = ["AppsSettings", "AttentionFeature", "Features", "open_features"]
 
