@@ -19,8 +19,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from .. import __version__
 from .._sweep import SWEEP_SECONDS, sweep_forever
+from .._version import __version__
 from ..agent import Agent
 from ..exceptions import ConfigurationError
 from ..stores.base import RunRecord
