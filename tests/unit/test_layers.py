@@ -28,7 +28,6 @@ KNOWN_UP: dict[tuple[str, str], str] = {
     ("fiduciary.apps.samples", "fiduciary.wallet.wallet"): "issue 26 step 1",
     ("fiduciary.apps.served", "fiduciary.wallet.demo"): "issue 26 step 1",
     ("fiduciary.apps.served", "fiduciary.wallet.wallet"): "issue 26 step 1",
-    ("fiduciary.attention.sources", "fiduciary.wallet.wallet"): "issue 26 step 1",
 }
 # each a set of modules that import one another
 KNOWN_CIRCLES: dict[frozenset[str], str] = {

@@ -20,13 +20,14 @@ from ..cli._common import print_error
 from ..exceptions import ConfigurationError, FiduciaryError
 from ..observability.environment import trace_from_env
 from ..stores.sqlite import SQLiteStore
+from ..wallet.watch import WalletWatch
 from .config import AttentionConfig, load_config
 from .evaluation import Report
 from .events_file import EventsFile
 from .feed import decision_json
 from .judge import Judge, llm_judge
 from .record import AttentionRecord, DecisionRecord
-from .sources import FiduciaryEvents, WalletWatch
+from .sources import FiduciaryEvents
 from .watch import Attention, Source
 from .watch import Report as WatchReport
 

@@ -281,8 +281,9 @@ async def _open_attention(
     from ..attention.cli import load_judge
     from ..attention.config import load_config
     from ..attention.record import AttentionRecord
-    from ..attention.sources import FiduciaryEvents, WalletWatch, Webhooks
+    from ..attention.sources import FiduciaryEvents, Webhooks
     from ..attention.watch import Attention, Source
+    from ..wallet.watch import WalletWatch
 
     config = load_config(path)
     dsn = getattr(store, "dsn", None)
