@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-import loop  # bench/loop.py: the scenario
+import workload  # bench/workload.py: the scenario of bench/loop.py
 from fiduciary import Agent
 from fiduciary.stores._sql import sqlite_writer
 from fiduciary.stores.sqlite import SQLiteStore
@@ -57,7 +57,7 @@ async def timed(agent: Agent, queries: Any, n: int, concurrency: int) -> float:
     sqlite_writer.QUERIES = queries
     try:
         started = time.perf_counter()
-        await loop.fiduciary_batch(agent, n, concurrency)
+        await workload.fiduciary_batch(agent, n, concurrency)
         return time.perf_counter() - started
     finally:
         sqlite_writer.QUERIES = WITH
@@ -68,7 +68,7 @@ async def sqlite_cost(runs: int, batch: int, concurrency: int) -> dict[str, floa
         plain = await SQLiteStore.open(Path(tmp) / "without.sqlite3")
         plain._connection().executescript(EVENTS_BEFORE_0004)
         numbered = await SQLiteStore.open(Path(tmp) / "with.sqlite3")
-        without, with_ = loop.make_agent(plain), loop.make_agent(numbered)
+        without, with_ = workload.make_agent(plain), workload.make_agent(numbered)
         await timed(without, WITHOUT, 5, 1)
         await timed(with_, WITH, 5, 1)
         out: dict[str, float] = {}

@@ -40,7 +40,7 @@ from uuid import uuid4
 
 from fiduciary.stores.memory import MemoryStore
 from fiduciary.stores.sqlite import SQLiteStore
-from loop import FINAL, MESSAGE, balance_fn, fiduciary_batch, make_agent, rate_fn, save_fn
+from workload import FINAL, MESSAGE, balance_fn, fiduciary_batch, make_agent, rate_fn, save_fn
 
 INSTALL = "not installed: pip install 'fiduciary[bench]'"
 

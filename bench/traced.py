@@ -47,7 +47,7 @@ from fiduciary.redaction import Redactor
 from fiduciary.stores.base import AuditRecord, RunRecord
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.tracing import DriveTrace
-from loop import fiduciary_batch, make_agent
+from workload import fiduciary_batch, make_agent
 
 Template = tuple[str, trace.SpanKind, dict[str, Any]]  # a span's name, kind and attributes
 

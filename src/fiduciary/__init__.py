@@ -5,6 +5,7 @@ action at most once, and records everything. This module is the whole public API
 """
 
 from ._sync import RunResult, approve_sync, call_sync, deny_sync, resume_sync, run_sync
+from ._version import __version__
 from .agent import Agent
 from .capabilities import (
     CallContext,
@@ -53,8 +54,6 @@ from .redaction import Redactor
 from .stores.base import Store
 from .stores.memory import MemoryStore
 from .stores.sqlite import SQLiteStore
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ActionResolved",

@@ -153,6 +153,14 @@ async def _settle(
     return RunResult(run_id=rid, status=run.status, events=tuple(events), pending=pending)
 
 
+def _traced(agent: Agent) -> Agent:
+    """The sync API is an entry point: it turns tracing on as the ``OTEL_*`` variables ask
+    (imported when called: importing fiduciary loads no feature package)."""
+    from .observability.environment import trace_from_env
+
+    return trace_from_env(agent)
+
+
 def run_sync(
     agent: Agent,
     message: str,
@@ -166,7 +174,7 @@ def run_sync(
     """``agent.run``, blocking: start a run (or continue an idle one) and drive it to its next
     stop: completed, failed, or waiting for a person (then ``result.pending`` holds the cards).
     """
-    stream = agent.run(
+    stream = _traced(agent).run(
         message,
         principal=principal,
         run_id=run_id,
@@ -180,7 +188,8 @@ def run_sync(
 def resume_sync(agent: Agent, run_id: UUID, *, any_model: bool = False) -> RunResult:
     """``agent.resume``, blocking: continue a run once its approvals are decided (or after a
     crash) to its next stop."""
-    return _PORTAL.call(_settle(agent, run_id, agent.resume(run_id, any_model=any_model)))
+    stream = _traced(agent).resume(run_id, any_model=any_model)
+    return _PORTAL.call(_settle(agent, run_id, stream))
 
 
 def approve_sync(

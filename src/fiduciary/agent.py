@@ -53,10 +53,10 @@ from .stores.base import (
     existing_run,
 )
 from .stores.memory import MemoryStore
-from .tracing import RunTracer, tracer_from_env
+from .tracing import NO_TRACER, RunTracer
 
 if TYPE_CHECKING:
-    from .memory.base import Memory
+    from .context.memory import Memory
 
 __all__ = ["DEFAULT_SYSTEM", "Agent"]
 
@@ -142,8 +142,8 @@ class Agent:
         self.max_tool_calls = max_tool_calls
         self.model_settings: dict[str, Any] = dict(model_settings or {})
         self.lease_seconds = lease_seconds
-        # spans and metrics of each drive (fiduciary.observability): off unless OTEL_* asks
-        self.tracer: RunTracer = tracer_from_env()
+        # spans and metrics of each drive: none unless an entry point or instrument() sets one
+        self.tracer: RunTracer = NO_TRACER
         self.skills = skill_table(skills)  # playbooks: use_skill, and the prompt's skill layer
         self.gates = Gates(
             with_skills(capabilities, self.skills),

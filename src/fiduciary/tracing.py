@@ -4,25 +4,22 @@ The loop calls a ``RunTracer`` (``Runtime.tracer``) once per drive of a run and 
 ``DriveTrace`` it returns each event as it is emitted, the audit rows beside them, the start
 of each model call and the size of each group commit. The default does nothing and costs a
 method call; ``fiduciary.observability`` implements it with OpenTelemetry. The core never
-imports that package, except ``tracer_from_env``, which loads it by name only when the
-standard ``OTEL_*`` environment variables ask for an exporter.
+imports that package nor reads ``OTEL_*``: an ``Agent`` starts with ``NO_TRACER``, and the
+entry points (the server, the worker, the CLI, the sync API) hand it the tracer the
+environment asks for (``fiduciary.observability.trace_from_env``).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
-
-from .exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from .events import Event
     from .redaction import Redactor
     from .stores.base import AuditRecord, RunRecord
 
-__all__ = ["NO_DRIVE", "NO_TRACER", "DriveTrace", "RunTracer", "tracer_from_env"]
+__all__ = ["NO_DRIVE", "NO_TRACER", "DriveTrace", "RunTracer"]
 
 
 class DriveTrace(Protocol):
@@ -82,27 +79,3 @@ class _NoTracer:
 
 
 NO_TRACER: RunTracer = _NoTracer()
-
-_ASKING = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-
-
-def tracer_from_env(environ: Mapping[str, str] | None = None) -> RunTracer:
-    """``NO_TRACER`` unless an OTLP endpoint or a traces exporter is configured the standard
-    way (and ``OTEL_SDK_DISABLED`` is not true); then the OpenTelemetry tracer of
-    ``fiduciary.observability`` (which needs the ``observability`` extra)."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return NO_TRACER
-    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter == "none" or (not exporter and not any(env.get(k) for k in _ASKING)):
-        return NO_TRACER
-    try:
-        observability = importlib.import_module("fiduciary.observability.otel")
-        tracer: RunTracer = observability.tracer_from_env()
-    except ImportError:
-        asked = next((k for k in _ASKING if env.get(k)), "OTEL_TRACES_EXPORTER")
-        raise ConfigurationError(
-            f"{asked} is set: tracing needs the 'observability' extra: "
-            "pip install 'fiduciary[observability]' (or unset it)"
-        ) from None
-    return tracer

@@ -64,7 +64,7 @@ PUBLIC: dict[str, tuple[str, What]] = {
     "ToolCallRejected": ("fiduciary.events", "event"),
     "ToolCallStart": ("fiduciary.events", "event"),
     "Verdict": ("fiduciary.guards", "class"),
-    "__version__": ("fiduciary", "version"),
+    "__version__": ("fiduciary._version", "version"),
     "approve_sync": ("fiduciary._sync", "function"),
     "call_sync": ("fiduciary._sync", "function"),
     "capability": ("fiduciary.capabilities", "function"),

@@ -1,5 +1,6 @@
-"""The loop's tracing seam: off unless the standard OTEL_* variables ask, and then the
-OpenTelemetry tracer of fiduciary.observability; the core never imports OpenTelemetry itself."""
+"""The loop's tracing seam: an Agent starts untraced; the entry points turn the OpenTelemetry
+tracer of fiduciary.observability on when the standard OTEL_* variables ask; the core never
+reads them, nor imports OpenTelemetry or the observability package."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sys
 
 import pytest
 
-from fiduciary.tracing import NO_TRACER, tracer_from_env
+from fiduciary import Agent, run_sync
+from fiduciary.observability.environment import trace_from_env, tracer_from_env
+from fiduciary.testing import Reply, Script, ScriptedModel
+from fiduciary.tracing import NO_TRACER
 
 
 @pytest.mark.parametrize(
@@ -30,8 +34,61 @@ def test_an_otlp_endpoint_turns_the_opentelemetry_tracer_on(
     import fiduciary.observability.otel as observability
 
     made = observability.OtelTracer()  # the global (no-op) providers: nothing is exported
-    monkeypatch.setattr(observability, "tracer_from_env", lambda: made)
+    monkeypatch.setattr(observability, "otlp_tracer", lambda: made)
     assert tracer_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}) is made
+
+
+def test_an_agent_made_with_an_otlp_endpoint_set_stays_untraced_and_loads_no_feature() -> None:
+    """The core composes nothing: the entry points do (``trace_from_env``)."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'opentelemetry' or name.startswith('opentelemetry.'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from fiduciary import Agent\n"
+        "from fiduciary.testing import ScriptedModel\n"
+        "from fiduciary.tracing import NO_TRACER\n"
+        "agent = Agent(model=ScriptedModel([]), capabilities=[])\n"
+        "assert agent.tracer is NO_TRACER\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fiduciary.observability')))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_an_entry_point_keeps_a_tracer_the_agent_already_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fiduciary.observability.otel as observability
+
+    mine = observability.OtelTracer()
+    agent = Agent(model=ScriptedModel([]), capabilities=[])
+    agent.tracer = mine
+    monkeypatch.setattr(observability, "otlp_tracer", observability.OtelTracer)
+    assert trace_from_env(agent, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}) is agent
+    assert agent.tracer is mine
+    untraced = Agent(model=ScriptedModel([]), capabilities=[])
+    assert trace_from_env(untraced, {}).tracer is NO_TRACER
+
+
+def test_the_sync_api_turns_tracing_on_as_the_environment_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fiduciary.observability.otel as observability
+
+    made = observability.OtelTracer()  # the global (no-op) providers: nothing is exported
+    monkeypatch.setattr(observability, "otlp_tracer", lambda: made)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    agent = Agent(model=ScriptedModel([Script("hi", [Reply("hello")])]), capabilities=[])
+    assert agent.tracer is NO_TRACER
+    result = run_sync(agent, "hi", principal="alice")
+    assert result.status == "completed"
+    assert agent.tracer is made
 
 
 def test_a_run_without_tracing_never_imports_opentelemetry() -> None:

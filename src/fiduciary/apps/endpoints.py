@@ -8,7 +8,7 @@ capabilities, and a per-action intent's permissions must be exactly its capabili
 (``intents.py``), so each permission maps to its endpoints and a mismatch either way is refused
 before any request.
 
-Every call goes through ``UrlGuard`` (``fiduciary.server.webhooks``): http/https only (https by
+Every call goes through ``UrlGuard`` (``fiduciary.signing``): http/https only (https by
 default), the host resolved and every address public unless the guard allows private ones, the
 connection made to the checked address; plus the endpoints' ``allowed_hosts``, checked when they
 are declared and again at each call. Redirects are never followed (a 3xx is refused); the
@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..capabilities import CallContext, Capability, capability
 from ..exceptions import CapabilityError, ConfigurationError
-from ..server.webhooks import UnsafeUrlError, UrlGuard
+from ..signing import UnsafeUrlError, UrlGuard
 
 __all__ = ["DEFAULT_TIMEOUT", "Endpoint", "EndpointCallError", "endpoint_capabilities"]
 

@@ -41,6 +41,7 @@ from ..models.base import Model
 from ..policy import Policy, Threshold
 from ..redaction import Redactor
 from ..stores.base import ApprovalRecord, Store
+from ..tracing import NO_TRACER, RunTracer
 from . import runs
 from ._caps import (
     HOOK_TOOL_CALLS,
@@ -144,6 +145,7 @@ class AppEngine:
         self.guards = guards
         self.authorize = authorize
         self.clock: Clock = clock or SystemClock()
+        self.tracer: RunTracer = NO_TRACER  # the hooks' agents': set where the apps are served
         self.sources = dict(sources or {})
         self.tiers = dict(TIER_SECONDS if tiers is None else tiers)
         self.max_errors = max_errors
@@ -236,7 +238,7 @@ class AppEngine:
     def _agent(
         self, model: Model, caps: Iterable[Capability], policy: Policy, *, fast: bool = False
     ) -> Agent:
-        return Agent(
+        agent = Agent(
             redactor=self.redactor,
             model=model,
             capabilities=caps,
@@ -249,6 +251,8 @@ class AppEngine:
             lease_seconds=self.lease_seconds,
             model_tier="fast" if fast else None,
         )
+        agent.tracer = self.tracer
+        return agent
 
     def hook_agent(self, manifest: Manifest, hook: str, record: AppRecord | None) -> Agent:
         """The agent of one hook invocation: the app's model; reads only, except for the message

@@ -18,6 +18,7 @@ from typing import cast
 
 from .. import agent_factory
 from ..exceptions import ConfigurationError
+from ..observability.environment import tracer_from_env
 from ..stores.base import Store
 from .engine import AppEngine
 from .manifest import load_manifests
@@ -114,6 +115,7 @@ async def open_apps(
             raise ConfigurationError(
                 f"{factory} must return an AppEngine or a ServedApps, not {type(made).__name__}"
             )
+        served.engine.tracer = tracer_from_env()  # the entry point composes tracing
     except BaseException:
         if close_tables is not None:
             done = close_tables()

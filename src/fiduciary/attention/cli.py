@@ -18,14 +18,16 @@ from ..agent import Agent
 from ..agent_factory import agent_of, load_factory
 from ..cli._common import print_error
 from ..exceptions import ConfigurationError, FiduciaryError
+from ..observability.environment import trace_from_env
 from ..stores.sqlite import SQLiteStore
+from ..wallet.watch import WalletWatch
 from .config import AttentionConfig, load_config
 from .evaluation import Report
 from .events_file import EventsFile
 from .feed import decision_json
 from .judge import Judge, llm_judge
 from .record import AttentionRecord, DecisionRecord
-from .sources import FiduciaryEvents, WalletWatch
+from .sources import FiduciaryEvents
 from .watch import Attention, Source
 from .watch import Report as WatchReport
 
@@ -126,7 +128,7 @@ async def _run(config_path: Path, once: bool) -> int:
     try:
         agent: Agent | None = None
         if config.agent is not None:
-            agent = agent_of(load_factory(config.agent)(store), config.agent)
+            agent = trace_from_env(agent_of(load_factory(config.agent)(store), config.agent))
 
         async def notify(decision: DecisionRecord, message: str) -> None:
             console.print(f"[yellow]attention[/] {escape(message)}", soft_wrap=True)

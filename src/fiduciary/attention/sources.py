@@ -1,4 +1,4 @@
-"""Sources shipped with fiduciary: its own events, inbound webhooks, the paper wallet.
+"""Sources shipped with fiduciary: its own events, inbound webhooks.
 
 Each is a ``Source``: ``batches(cursor)`` yields ``Batch``es from the committed cursor. A source
 keeps no cursor of its own; the record persists the one each batch carries.
@@ -10,8 +10,9 @@ keeps no cursor of its own; the record persists the one each batch carries.
   order) and the seen ring drops what it already took.
 - ``Webhooks`` turns signed ``POST``s (the server's HMAC channel) into events; a delivery is
   answered only once its batch is taken, so a 2xx means it is in the record.
-- ``WalletWatch`` polls a ``PaperWallet``: price moves beyond a threshold, payments received,
-  a health factor below a threshold.
+
+``polled`` is the loop of a polling source (the paper wallet's ``WalletWatch``, in
+``fiduciary.wallet.watch``, is one).
 """
 
 from __future__ import annotations
@@ -20,18 +21,14 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..events import RunFailed, ToolCallEnd
 from ..stores.base import Store
 from .types import Batch, Incoming
 
-if TYPE_CHECKING:
-    from ..wallet.wallet import PaperWallet
-
-__all__ = ["FiduciaryEvents", "WalletWatch", "Webhooks"]
+__all__ = ["FiduciaryEvents", "Webhooks", "polled"]
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -40,7 +37,7 @@ def _parse(cursor: str | None) -> datetime | None:
     return None if cursor is None else datetime.fromisoformat(cursor)
 
 
-async def _polled(
+async def polled(
     cursor: str | None,
     scan: Callable[[datetime | None, datetime], Awaitable[list[Incoming]]],
     clock: Clock,
@@ -93,7 +90,7 @@ class FiduciaryEvents:
         async def scan(since: datetime | None, now: datetime) -> list[Incoming]:
             return await self.scan(None if since is None else since - self._overlap, now)
 
-        return _polled(cursor, scan, self._clock, self._sleep, self._every, self._once)
+        return polled(cursor, scan, self._clock, self._sleep, self._every, self._once)
 
     async def scan(self, since: datetime | None, now: datetime) -> list[Incoming]:
         out: list[Incoming] = []
@@ -217,7 +214,7 @@ def webhook_route(
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from ..server.webhooks import SignatureError, SignatureVerifier
+    from ..signing import SignatureError, SignatureVerifier
 
     by_name = {c.name: c for c in channels}
     verifier = SignatureVerifier(clock=clock)
@@ -250,105 +247,3 @@ def webhook_route(
         return JSONResponse({"accepted": True}, status_code=202)
 
     return Route(path, receive, methods=["POST"])
-
-
-class WalletWatch:
-    """Polls a ``PaperWallet`` for ``principals`` every ``every`` seconds.
-
-    A price moving more than ``price_move_pct`` over 24 h is one event per asset and hour; a
-    payment received is one event per transaction; a health factor under ``health_below`` is
-    one event per principal, hour and risk level.
-    """
-
-    def __init__(
-        self,
-        wallet: PaperWallet,
-        principals: Sequence[str],
-        *,
-        name: str = "wallet",
-        symbols: Sequence[str] | None = None,
-        price_move_pct: Decimal = Decimal(5),
-        health_below: Decimal = Decimal("1.5"),
-        every: float = 60.0,
-        clock: Clock | None = None,
-        sleep: Sleep = asyncio.sleep,
-        once: bool = False,
-    ) -> None:
-        self._wallet = wallet
-        self._principals = list(principals)
-        self._name = name
-        self._symbols = list(symbols) if symbols else None
-        self._price_move_pct = price_move_pct
-        self._health_below = health_below
-        self._every = every
-        self._clock: Clock = clock or SystemClock()
-        self._sleep = sleep
-        self._once = once
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def batches(self, cursor: str | None) -> AsyncIterator[Batch]:
-        async def scan(since: datetime | None, now: datetime) -> list[Incoming]:
-            return self.scan(since, now)
-
-        return _polled(cursor, scan, self._clock, self._sleep, self._every, self._once)
-
-    def scan(self, since: datetime | None, now: datetime) -> list[Incoming]:
-        out: list[Incoming] = []
-        hour = now.strftime("%Y-%m-%dT%H")
-        for price in self._wallet.prices(self._symbols, at=now):
-            if abs(price.change_24h_pct) >= self._price_move_pct:
-                out.append(
-                    Incoming(
-                        id=f"price_move:{price.asset}:{hour}",
-                        source=self._name,
-                        type="price_move",
-                        at=now,
-                        data={
-                            "asset": price.asset,
-                            "usd": str(price.usd),
-                            "change_24h_pct": str(price.change_24h_pct),
-                        },
-                    )
-                )
-        for principal in self._principals:
-            for entry in self._wallet.history(principal, limit=50):
-                if not entry.kind.endswith("(received)"):
-                    continue
-                if since is not None and entry.at < since:
-                    continue
-                out.append(
-                    Incoming(
-                        id=f"payment_received:{entry.digest}",
-                        source=self._name,
-                        type="payment_received",
-                        at=entry.at,
-                        principal=principal,
-                        data={
-                            "label": entry.label,
-                            "changes": [
-                                {"asset": c.asset, "amount": str(c.amount)} for c in entry.changes
-                            ],
-                        },
-                    )
-                )
-            health = self._wallet.health(principal, at=now)
-            factor = health.health_factor
-            if factor is not None and factor < self._health_below:
-                out.append(
-                    Incoming(
-                        id=f"health_factor:{principal}:{hour}:{health.risk}",
-                        source=self._name,
-                        type="health_factor_low",
-                        at=now,
-                        principal=principal,
-                        data={
-                            "health_factor": str(factor),
-                            "risk": health.risk,
-                            "debt_usd": str(health.debt_usd),
-                        },
-                    )
-                )
-        return out

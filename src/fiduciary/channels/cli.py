@@ -33,6 +33,7 @@ from rich.markup import escape
 from ..agent_factory import agent_of, load_factory
 from ..clock import SystemClock
 from ..exceptions import ConfigurationError, FiduciaryError
+from ..observability.environment import trace_from_env
 from ..stores.base import Store
 from .agent_chat import AgentChat
 from .inbox import Inbox
@@ -208,7 +209,7 @@ async def _serve(
     store = await _open_store(db, postgres)
     records = None
     try:
-        made = agent_of(factory(store), agent)
+        made = trace_from_env(agent_of(factory(store), agent))
         records = await ChannelRecords.open(
             name,
             sqlite_path=None if postgres else os.fspath(db),

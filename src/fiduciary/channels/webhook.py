@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..server.webhooks import InboundChannel, SignatureError, SignatureVerifier
+from ..signing import InboundChannel, SignatureError, SignatureVerifier
 from .inbox import ChannelError, Inbox, RateLimitError, Reply
 
 __all__ = ["SignedMessages"]

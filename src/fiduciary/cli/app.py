@@ -33,6 +33,7 @@ from rich.markup import escape
 
 from .._gc import for_many_runs
 from ..agent_factory import agent_of
+from ..observability.environment import trace_from_env
 from ._common import McpConfig, _command, load_agent_factory, missing_extra, with_mcp
 from .audit import audit_app
 from .records import register as _register_records
@@ -117,7 +118,7 @@ async def worker(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        made = agent_of(factory(store), agent)
+        made = trace_from_env(agent_of(factory(store), agent))
         async with (
             with_mcp(made, [], mcp_config or []),
             _ticking(store, apps, apps_engine, apps_principal, poll_interval),

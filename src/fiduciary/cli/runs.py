@@ -28,6 +28,7 @@ from ..display import show_text, show_value
 from ..dual_control import standing
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
+from ..observability.environment import trace_from_env
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
 from ..stores.sqlite import SQLiteStore
 from ._app_decisions import app_engine, continue_apps, is_app_run
@@ -95,7 +96,7 @@ async def _wallet_agent(
             await check(build_wallet_agent(store, probe, model=chosen))
     memory = wallet_memory(store)
     with PaperWallet(store.path) as wallet:
-        agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
+        agent = trace_from_env(build_wallet_agent(store, wallet, model=chosen, memory=memory))
         try:
             yield agent
         finally:
@@ -120,7 +121,7 @@ async def _agent(
     except Exception as exc:  # someone else's code: its failure is one line too
         raise CliError(f"the agent factory {spec} failed: {type(exc).__name__}: {exc}") from exc
     try:
-        agent = agent_of(made, spec)
+        agent = trace_from_env(agent_of(made, spec))
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
     # the external MCP servers the agent's server and workers are given (its runs may call them)

@@ -18,7 +18,7 @@ from .._logs import logger
 from ..clock import Clock, SystemClock
 
 if TYPE_CHECKING:
-    from ..memory.base import Memory
+    from .memory import Memory
 
 __all__ = ["MemoryLayer"]
 

@@ -27,6 +27,7 @@ from ..capabilities import Principal
 from ..cli._common import McpConfig, with_mcp
 from ..cli._holding import holding
 from ..exceptions import FiduciaryError
+from ..observability.environment import trace_from_env
 
 __all__ = ["mcp_command", "register"]
 
@@ -86,7 +87,7 @@ async def _serve(
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
     try:
-        agent = agent_of(factory(store), spec)
+        agent = trace_from_env(agent_of(factory(store), spec))
         async with with_mcp(agent, [], mcp_files):
             gateway = McpGateway(agent, console_url=console_url)
             await serve_stdio(gateway, principal=Principal(principal), skills=skills)

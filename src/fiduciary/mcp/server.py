@@ -22,7 +22,7 @@ from contextlib import AsyncExitStack, suppress
 from typing import Any, Protocol
 from uuid import UUID
 
-from .. import __version__
+from .._version import __version__
 from ..capabilities import Principal
 from ..context.skills import Skill
 from ..exceptions import FiduciaryError

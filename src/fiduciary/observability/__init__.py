@@ -2,8 +2,9 @@
 over recorded runs (replay, fork, diff) and a run's trace as a waterfall built from its log
 (``waterfall``: the console's trace view); these need no extra.
 
-``instrument``, ``tracer_from_env``, ``OtelTracer`` and ``RunIds`` live in ``.otel`` and are
-imported on first use, so importing this package never needs OpenTelemetry.
+``instrument``, ``OtelTracer`` and ``RunIds`` live in ``.otel`` and are imported on first use,
+so importing this package never needs OpenTelemetry. ``tracer_from_env`` and ``trace_from_env``
+(``.environment``) are how the entry points turn tracing on when the ``OTEL_*`` variables ask.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .diff import RunDiff, diff, render_diff
+from .environment import trace_from_env, tracer_from_env
 from .fork import fork
 from .replay import replay
 from .waterfall import TraceView, waterfall
 
 if TYPE_CHECKING:
-    from .otel import OtelTracer, RunIds, instrument, tracer_from_env
+    from .otel import OtelTracer, RunIds, instrument
 
 __all__ = [
     "OtelTracer",
@@ -28,11 +30,12 @@ __all__ = [
     "instrument",
     "render_diff",
     "replay",
+    "trace_from_env",
     "tracer_from_env",
     "waterfall",
 ]
 
-_OTEL = frozenset({"OtelTracer", "RunIds", "instrument", "tracer_from_env"})
+_OTEL = frozenset({"OtelTracer", "RunIds", "instrument"})
 
 
 def __getattr__(name: str) -> Any:

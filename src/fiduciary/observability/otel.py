@@ -36,7 +36,7 @@ from ._spans import DriveSpans
 if TYPE_CHECKING:
     from ..agent import Agent
 
-__all__ = ["OtelTracer", "RunIds", "instrument", "tracer_from_env"]
+__all__ = ["OtelTracer", "RunIds", "instrument", "otlp_tracer"]
 
 _CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -99,7 +99,7 @@ def instrument(
 _from_env: OtelTracer | None = None
 
 
-def tracer_from_env() -> OtelTracer:
+def otlp_tracer() -> OtelTracer:
     """The process's tracer exporting over OTLP as the ``OTEL_*`` variables say (endpoint,
     headers, service name, resource attributes); made once, providers set globally."""
     global _from_env

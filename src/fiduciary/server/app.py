@@ -19,10 +19,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from .. import __version__
 from .._sweep import SWEEP_SECONDS, sweep_forever
+from .._version import __version__
 from ..agent import Agent
 from ..exceptions import ConfigurationError
+from ..observability.environment import trace_from_env
 from ..stores.base import RunRecord
 from .apidocs import docs_routes
 from .auth import KeyStore
@@ -80,11 +81,14 @@ def create_app(
     ``public_url``: where links to the console point (behind a proxy); else the address each
     request reached. ``allowed_origins``: browser origins besides the server's own that may use
     ``/mcp`` (``fiduciary.mcp.origins``).
+
+    An entry point: an agent without a tracer of its own is traced as the ``OTEL_*``
+    variables ask (``fiduciary.observability.trace_from_env``).
     """
     if sweep_seconds <= 0:
         raise ConfigurationError("sweep_seconds must be positive")
     server = Server(
-        agent,
+        trace_from_env(agent),
         keys=keys,
         balances=balances,
         rate_limit=rate_limit,

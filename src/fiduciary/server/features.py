@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..attention.sources import Webhooks
     from ..attention.watch import Attention
     from ..channels.inbox import Inbox
-    from .cli import AppsSettings
+    from .settings import AppsSettings
 
 __all__ = ["AppsSettings", "AttentionFeature", "Features", "open_features"]
 
@@ -281,8 +281,9 @@ async def _open_attention(
     from ..attention.cli import load_judge
     from ..attention.config import load_config
     from ..attention.record import AttentionRecord
-    from ..attention.sources import FiduciaryEvents, WalletWatch, Webhooks
+    from ..attention.sources import FiduciaryEvents, Webhooks
     from ..attention.watch import Attention, Source
+    from ..wallet.watch import WalletWatch
 
     config = load_config(path)
     dsn = getattr(store, "dsn", None)

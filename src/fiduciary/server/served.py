@@ -17,6 +17,7 @@ from .. import agent_factory
 from ..agent import Agent
 from ..demo import DEMO_PRINCIPAL, Billing, build_demo_agent
 from ..exceptions import ConfigurationError
+from ..observability.environment import trace_from_env
 from ..stores.base import Store
 from .app import BalancesHook
 from .schemas import Balances
@@ -115,8 +116,9 @@ def load_factory(spec: str) -> AgentFactory:
 def serve_setup(factory: AgentFactory, store: Store) -> ServedAgent:
     made = factory(store)
     if isinstance(made, Agent):
-        return ServedAgent(made)
+        return ServedAgent(trace_from_env(made))
     if isinstance(made, ServedAgent):
+        trace_from_env(made.agent)
         return made
     raise ConfigurationError(
         f"an agent factory must return an Agent or a ServedAgent, not {type(made).__name__}"

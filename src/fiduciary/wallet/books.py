@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .addresses import address_of, normalize_address
 from .assets import get_asset, money, usd
+from .config import WalletConfig
 from .errors import WalletError
-from .ledger import Draft
-from .lending import LENDING, Health
-from .market import SwapPlan
+from .ledger import Batch, Draft
+from .lending import LENDING, Health, Lending
+from .market import Market, SwapPlan
 from .operations import (
     Borrow,
     ClaimRewards,
@@ -29,12 +30,31 @@ from .operations import (
     Swap,
     Withdraw,
 )
-from .views import SwapQuote
+from .views import Contact, SwapQuote
 
-if TYPE_CHECKING:
-    from .wallet import PaperWallet
+__all__ = ["Books", "book", "pct"]
 
-__all__ = ["book", "pct"]
+
+class Books(Protocol):
+    """What booking reads of the wallet it books into (``PaperWallet`` is one)."""
+
+    @property
+    def config(self) -> WalletConfig: ...
+
+    @property
+    def market(self) -> Market: ...
+
+    @property
+    def lending(self) -> Lending: ...
+
+    def principal_at(self, address: str) -> str | None: ...
+
+    def stored_quote(self, view: Batch, principal: str, quote_id: str) -> SwapQuote: ...
+
+    def contact(self, principal: str, name: str) -> Contact | None: ...
+
+    def contact_name(self, principal: str, address: str) -> str | None: ...
+
 
 _PCT = Decimal("0.01")
 
@@ -45,7 +65,7 @@ def pct(fraction: Decimal) -> Decimal:
 
 
 def book(
-    wallet: PaperWallet, draft: Draft, principal: str, op: Operation, at: datetime
+    wallet: Books, draft: Draft, principal: str, op: Operation, at: datetime
 ) -> tuple[str, dict[str, Any]]:
     """Check ``op`` and add its legs to ``draft``; return the transaction's label and details."""
     match op:
@@ -67,9 +87,7 @@ def book(
             return _swap(wallet, draft, principal, op, at)
 
 
-def _available(
-    wallet: PaperWallet, draft: Draft, principal: str, symbol: str, amount: Decimal
-) -> None:
+def _available(wallet: Books, draft: Draft, principal: str, symbol: str, amount: Decimal) -> None:
     have = draft.batch.balance(principal, "available", symbol)
     if amount > have:
         asset = get_asset(symbol)
@@ -80,7 +98,7 @@ def _available(
 
 
 def _deposit(
-    wallet: PaperWallet, draft: Draft, principal: str, symbol: str, amount: Decimal
+    wallet: Books, draft: Draft, principal: str, symbol: str, amount: Decimal
 ) -> tuple[str, dict[str, Any]]:
     market = wallet.lending.market_for(symbol)
     asset = get_asset(market.asset)
@@ -94,7 +112,7 @@ def _deposit(
 
 
 def _withdraw(
-    wallet: PaperWallet, draft: Draft, principal: str, op: Withdraw, at: datetime
+    wallet: Books, draft: Draft, principal: str, op: Withdraw, at: datetime
 ) -> tuple[str, dict[str, Any]]:
     market = wallet.lending.market_for(op.asset)
     asset = get_asset(market.asset)
@@ -123,16 +141,14 @@ def _withdraw(
     return label, {"asset": asset.symbol, "amount": str(value), **_health_meta(health)}
 
 
-def _liquidity(wallet: PaperWallet, draft: Draft, symbol: str, amount: Decimal) -> None:
+def _liquidity(wallet: Books, draft: Draft, symbol: str, amount: Decimal) -> None:
     if draft.batch.balance(LENDING, "reserve", symbol) < amount:
         raise WalletError(
             "insufficient_liquidity", f"the lending pool lacks the {symbol} to pay this out"
         )
 
 
-def _send(
-    wallet: PaperWallet, draft: Draft, principal: str, op: Send
-) -> tuple[str, dict[str, Any]]:
+def _send(wallet: Books, draft: Draft, principal: str, op: Send) -> tuple[str, dict[str, Any]]:
     asset = get_asset(op.asset)
     value = asset.parse(op.amount)
     if len(op.memo) > 140:
@@ -150,7 +166,7 @@ def _send(
     return label, {**meta, "amount": str(value)}
 
 
-def _recipient(wallet: PaperWallet, principal: str, to: str) -> tuple[str, str | None]:
+def _recipient(wallet: Books, principal: str, to: str) -> tuple[str, str | None]:
     """An address and the contact name it is saved under, from an address or a name."""
     text = to.strip()
     if text.lower().startswith("0x"):
@@ -166,7 +182,7 @@ def _recipient(wallet: PaperWallet, principal: str, to: str) -> tuple[str, str |
 
 
 def _borrow(
-    wallet: PaperWallet, draft: Draft, principal: str, op: Borrow, at: datetime
+    wallet: Books, draft: Draft, principal: str, op: Borrow, at: datetime
 ) -> tuple[str, dict[str, Any]]:
     market = wallet.lending.market_for(op.asset, borrow=True)
     asset = get_asset(market.asset)
@@ -192,9 +208,7 @@ def _borrow(
     return label, {**meta, **_health_meta(after)}
 
 
-def _repay(
-    wallet: PaperWallet, draft: Draft, principal: str, op: Repay
-) -> tuple[str, dict[str, Any]]:
+def _repay(wallet: Books, draft: Draft, principal: str, op: Repay) -> tuple[str, dict[str, Any]]:
     asset = get_asset(op.asset)
     owed = {
         m: -draft.batch.balance(principal, "debt", m)
@@ -226,7 +240,7 @@ def _repay(
     return label, meta
 
 
-def _claim_legs(wallet: PaperWallet, draft: Draft, principal: str) -> Decimal:
+def _claim_legs(wallet: Books, draft: Draft, principal: str) -> Decimal:
     symbol = wallet.lending.reward_asset
     amount = draft.batch.balance(principal, "rewards", symbol)
     if amount <= 0:
@@ -235,7 +249,7 @@ def _claim_legs(wallet: PaperWallet, draft: Draft, principal: str) -> Decimal:
     return amount
 
 
-def _claim(wallet: PaperWallet, draft: Draft, principal: str) -> tuple[str, dict[str, Any]]:
+def _claim(wallet: Books, draft: Draft, principal: str) -> tuple[str, dict[str, Any]]:
     amount = _claim_legs(wallet, draft, principal)
     asset = get_asset(wallet.lending.reward_asset)
     label = f"Claimed {asset.format(amount)} {asset.symbol} of rewards"
@@ -243,7 +257,7 @@ def _claim(wallet: PaperWallet, draft: Draft, principal: str) -> tuple[str, dict
 
 
 def _harvest(
-    wallet: PaperWallet, draft: Draft, principal: str, op: HarvestRewards, at: datetime
+    wallet: Books, draft: Draft, principal: str, op: HarvestRewards, at: datetime
 ) -> tuple[str, dict[str, Any]]:
     """Claim, swap to USDC, save: one transaction, so it happens whole or not at all."""
     claimed = _claim_legs(wallet, draft, principal)
@@ -266,7 +280,7 @@ def _harvest(
 
 
 def _swap(
-    wallet: PaperWallet, draft: Draft, principal: str, op: Swap, at: datetime
+    wallet: Books, draft: Draft, principal: str, op: Swap, at: datetime
 ) -> tuple[str, dict[str, Any]]:
     src, dst = get_asset(op.from_asset), get_asset(op.to_asset)
     value = src.parse(op.amount)
@@ -315,7 +329,7 @@ def _swap(
 
 
 def _check_swap(
-    wallet: PaperWallet, plan: SwapPlan, *, reference: Decimal, slippage: Decimal | None
+    wallet: Books, plan: SwapPlan, *, reference: Decimal, slippage: Decimal | None
 ) -> Decimal:
     """Enforce the slippage and price-impact limits; return the minimum acceptable out."""
     limit = wallet.config.default_slippage if slippage is None else money(slippage)
@@ -342,7 +356,7 @@ def _check_swap(
     return min_out
 
 
-def _post_swap(wallet: PaperWallet, draft: Draft, principal: str, plan: SwapPlan) -> None:
+def _post_swap(wallet: Books, draft: Draft, principal: str, plan: SwapPlan) -> None:
     # the arbitrageur's rebalancing is its own (system) transaction, sealed first
     rebalance = draft.batch.draft(
         key=f"{draft.key}/rebalance",

@@ -23,11 +23,12 @@ from ..cli.terminal import (
     drive_with_approvals,
     resume_with_approvals,
 )
+from ..context.memory import Memory
 from ..display import show_usd
 from ..events import UserMessage
 from ..exceptions import ConfigurationError
-from ..memory.base import Memory
 from ..models.base import Model
+from ..observability.environment import trace_from_env
 from ..stores.base import RunRecord
 from ..stores.sqlite import SQLiteStore
 from .assets import ASSETS, get_asset
@@ -226,7 +227,7 @@ async def run_demo(
     status = "completed"
     agent: Agent | None = None
     try:
-        agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
+        agent = trace_from_env(build_wallet_agent(store, wallet, model=chosen, memory=memory))
         start = wallet.balances(DEMO_PRINCIPAL)  # opens the wallet; shown as posted below
         out.print(
             Panel(
@@ -289,7 +290,7 @@ async def run_chat(
     run_id: UUID | None = None
     agent: Agent | None = None
     try:
-        agent = build_wallet_agent(store, wallet, model=chosen, memory=memory)
+        agent = trace_from_env(build_wallet_agent(store, wallet, model=chosen, memory=memory))
         out.print(f"[dim]{escape(principal)} · model {escape(chosen.name)} · {_CHAT_HELP}[/]")
         while True:
             try:

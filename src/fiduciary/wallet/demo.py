@@ -26,11 +26,11 @@ from typing import cast
 
 from ..agent import Agent
 from ..clock import Clock
+from ..context.memory import Memory
 from ..context.todos import update_todo
 from ..exceptions import ConfigurationError
 from ..gates import AuthorizationRequest, Authorize
 from ..guards import Guard, default_guards
-from ..memory.base import Memory
 from ..models.base import Model
 from ..models.scripted import Script, ScriptedModel
 from ..policy import Policy

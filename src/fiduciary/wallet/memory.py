@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from ..capabilities import Principal
 from ..clock import Clock, SystemClock
-from ..memory.base import Memory
+from ..context.memory import Memory
 from .wallet import PaperWallet
 
 __all__ = ["financial_context", "ledger_facts", "remember_ledger_facts"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
@@ -27,10 +27,11 @@ from ..exceptions import ConfigurationError
 from .addresses import address_of, normalize_address
 from .assets import ASSETS, get_asset, money, usd
 from .books import book, pct
+from .config import WalletConfig
 from .errors import WalletError
 from .ledger import Batch, Ledger, Sign, Transaction, Verification, timestamp
-from .lending import DEFAULT_MARKETS, LENDING, Health, Lending, LendingMarket, Positions
-from .market import DEFAULT_POOLS, GENESIS, Market, PoolSpec, PricePath
+from .lending import LENDING, Health, Lending, Positions
+from .market import GENESIS, Market, PricePath
 from .operations import KIND, Operation, fingerprint
 from .views import (
     BalanceReport,
@@ -52,39 +53,6 @@ __all__ = ["PaperWallet", "Preview", "WalletConfig", "address_of", "normalize_ad
 
 FAUCET = "@faucet"
 _CONTACT_NAME = re.compile(r"[\w][\w .'-]{0,39}")
-
-
-@dataclass(frozen=True)
-class WalletConfig:
-    """How the paper wallet behaves. Amounts are Decimals (a float is refused)."""
-
-    seed: int = 7
-    price_anchor: datetime = datetime(2026, 1, 1, tzinfo=UTC)
-    starting_balances: Mapping[str, Decimal] = field(
-        default_factory=lambda: {
-            "USDC": Decimal("1000"),
-            "SUI": Decimal("150"),
-            "ETH": Decimal("0.5"),
-        }
-    )
-    starting_savings: Mapping[str, Decimal] = field(
-        default_factory=lambda: {"USDC": Decimal("1500")}
-    )
-    markets: tuple[LendingMarket, ...] = DEFAULT_MARKETS
-    pools: tuple[PoolSpec, ...] = DEFAULT_POOLS
-    reward_asset: str = "SUI"
-    quote_ttl_seconds: int = 60
-    default_slippage: Decimal = Decimal("0.01")  # a fraction
-    max_slippage: Decimal = Decimal("0.05")  # the most a swap may accept
-    max_price_impact: Decimal = Decimal("0.05")  # a swap moving its pools more is refused
-    linked_addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for grants in (self.starting_balances, self.starting_savings):
-            for symbol, amount in grants.items():
-                get_asset(symbol).units(money(amount, what=f"starting {symbol}"))
-        for value in (self.default_slippage, self.max_slippage, self.max_price_impact):
-            money(value, what="limit")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from fiduciary import CallContext, Capability, ManualClock, Principal
 from fiduciary.apps import parse_manifest
 from fiduciary.apps.endpoints import Endpoint, EndpointCallError, endpoint_capabilities
 from fiduciary.exceptions import CapabilityError, ConfigurationError
-from fiduciary.server.webhooks import UrlGuard
+from fiduciary.signing import UrlGuard
 
 from .support import Book, Hooks, engine
 

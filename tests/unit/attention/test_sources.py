@@ -15,15 +15,16 @@ from starlette.applications import Starlette
 from fiduciary import ManualClock
 from fiduciary.attention.actions import RouteAction
 from fiduciary.attention.record import AttentionRecord
-from fiduciary.attention.sources import FiduciaryEvents, WalletWatch, Webhooks, webhook_route
+from fiduciary.attention.sources import FiduciaryEvents, Webhooks, webhook_route
 from fiduciary.attention.testing import RuleJudge
 from fiduciary.attention.watch import Attention
 from fiduciary.events import RunFailed, RunStarted, ToolCallEnd, UserMessage
-from fiduciary.server.webhooks import InboundChannel, sign
+from fiduciary.signing import InboundChannel, sign
 from fiduciary.stores.base import ApprovalRecord, RunRecord, Store
 from fiduciary.wallet.addresses import address_of
 from fiduciary.wallet.operations import Borrow, Send
 from fiduciary.wallet.wallet import PaperWallet
+from fiduciary.wallet.watch import WalletWatch
 
 
 async def a_run(store: Store, clock: ManualClock, *tail: type) -> RunRecord:

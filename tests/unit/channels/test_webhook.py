@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from fiduciary import ManualClock, Principal
 from fiduciary.channels import AgentChat, Inbox
 from fiduciary.channels.webhook import SignedMessages
-from fiduciary.server.webhooks import InboundChannel, SignatureVerifier, sign
+from fiduciary.signing import InboundChannel, SignatureVerifier, sign
 from fiduciary.stores.memory import MemoryStore
 
 from . import chat_agent

@@ -9,9 +9,9 @@ import pytest
 
 from fiduciary.exceptions import ConfigurationError
 from fiduciary.server import InboundChannel
-from fiduciary.server.cli import AppsSettings, ServerConfig
 from fiduciary.server.features import open_features
 from fiduciary.server.served import wallet_agent
+from fiduciary.server.settings import AppsSettings, ServerConfig
 from fiduciary.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.timeout(60)

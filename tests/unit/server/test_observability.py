@@ -6,6 +6,7 @@ from contextlib import AsyncExitStack
 
 import anyio
 import httpx
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
@@ -13,6 +14,7 @@ from fiduciary import Agent
 from fiduciary.observability import instrument
 from fiduciary.server import Server
 from fiduciary.stores.base import Store
+from fiduciary.tracing import NO_TRACER
 
 from .conftest import AppFactory, Keys, bearer, client_for, settle, start_run
 from .sse_client import blocks
@@ -66,3 +68,18 @@ async def test_the_server_reports_its_sse_subscribers(
                 await opened(streams, client, "/events", keys.alice)
                 assert gauge(reader) == [3]
             assert gauge(reader) == [0]  # each closed stream left
+
+
+async def test_create_app_traces_its_agent_as_the_environment_asks(
+    agent: Agent, make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``create_app`` is an entry point (an ASGI deployment makes no other call): an agent
+    without a tracer of its own gets the one the ``OTEL_*`` variables ask for."""
+    import fiduciary.observability.otel as otel
+
+    made = otel.OtelTracer()  # the global (no-op) providers: nothing is exported
+    monkeypatch.setattr(otel, "otlp_tracer", lambda: made)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    assert agent.tracer is NO_TRACER
+    make_app()
+    assert agent.tracer is made
