@@ -160,6 +160,8 @@ async def test_an_auto_tier_send_asks_the_node_no_simulation_for_its_card(
     with recording_proxy(chain.url) as (url, node):
         config = replace(chain.config, rpc_url=url)
         wallet = await ChainWallet.connect(config, chain.signer(), SQLiteIntentBook(chain.db))
+        assert "eth_chainId" in node.methods()  # checked once, at connect
+        node.clear()
         store = await SQLiteStore.open(chain.db)
         try:
             agent = send_agent(wallet, store, bob, "10")
@@ -174,6 +176,7 @@ async def test_an_auto_tier_send_asks_the_node_no_simulation_for_its_card(
     assert token_balance(chain.url, chain.config.token, bob) == Decimal(10)
     assert "eth_sendRawTransaction" in asked  # the proxy saw the send itself
     assert [m for m in asked if m in SIMULATION] == []
+    assert "eth_chainId" not in asked  # kept from connect, not asked again per request
 
 
 async def test_an_approval_card_still_carries_the_simulation(chain: ChainSetup) -> None:
