@@ -178,6 +178,8 @@ def args_digest(args: dict[str, Any]) -> str:
 
 
 AmountFn: TypeAlias = Callable[[Any, CallContext], "Decimal | Awaitable[Decimal | None] | None"]
+# a card's text; awaitable when it asks something slow (a node), asked only for a shown card
+DescribeFn: TypeAlias = Callable[[Any], "str | Awaitable[str]"]
 KeyFn: TypeAlias = Callable[[Any, CallContext], str]
 Tier: TypeAlias = Literal["auto", "confirm", "explicit", "deny"]
 
@@ -204,7 +206,7 @@ class Capability:
     executor: Executor
     idempotency_key: KeyFn | None
     tier: Tier | None
-    describe: Callable[[Any], str] | None
+    describe: DescribeFn | None
     # an over-budget result replaced by this summary of it (the truncation marker stays)
     summarize_on_truncate: Callable[[Any], str] | None
     _call_style: Literal["fields", "model"]
@@ -223,10 +225,12 @@ class Capability:
         schema.pop("title", None)
         return schema
 
-    def description_of(self, args: BaseModel, amount_usd: Decimal | None) -> str:
-        """A one-line, human-readable account of what a call will do, for the person."""
+    async def description_of(self, args: BaseModel, amount_usd: Decimal | None) -> str:
+        """A one-line, human-readable account of what a call will do, for the person (asked
+        only when a person will see it: a ``describe`` may await a slow source)."""
         if self.describe is not None:
-            return self.describe(args)
+            text = self.describe(args)
+            return await text if inspect.isawaitable(text) else text
         shown = ", ".join(f"{k}={v}" for k, v in args.model_dump(mode="json").items())
         text = f"{self.name}({shown})"
         return f"{text}, about ${amount_usd:,.2f}" if amount_usd is not None else text
@@ -316,7 +320,7 @@ def capability(
     input_model: type[BaseModel] | None = None,
     idempotency_key: KeyFn | None = None,
     tier: Tier | None = None,
-    describe: Callable[[Any], str] | None = None,
+    describe: DescribeFn | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
 ) -> Callable[[Callable[..., Any]], Capability]: ...
@@ -342,7 +346,7 @@ def capability(
     input_model: type[BaseModel] | None = None,
     idempotency_key: KeyFn | None = None,
     tier: Tier | None = None,
-    describe: Callable[[Any], str] | None = None,
+    describe: DescribeFn | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
@@ -409,7 +413,7 @@ def _build(
     input_model: type[BaseModel] | None,
     idempotency_key: KeyFn | None,
     tier: Tier | None,
-    describe: Callable[[Any], str] | None,
+    describe: DescribeFn | None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
 ) -> Capability:

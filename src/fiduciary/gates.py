@@ -337,7 +337,7 @@ class Gates:
         if refused is not None:
             return refused
         if not a.concurrent and (a.tier != "auto" or a.cap.executor is not Executor.SERVER):
-            return self.pend(a)
+            return await self.pend(a)
         return await self.execute(a)
 
     # --- steps 1-6 --------------------------------------------------------------------------
@@ -569,7 +569,7 @@ class Gates:
         return ctx
 
     # --- waiting for a person ---------------------------------------------------------------
-    def pend(self, a: Attempt) -> Pending:
+    async def pend(self, a: Attempt) -> Pending:
         """The approval an admitted call waits for, and the card the person is shown."""
         cap, call, scope, redactor = a.cap, a.call, a.scope, self.redactor
         now = self.clock.now()
@@ -596,7 +596,7 @@ class Gates:
             tool_use_id=call.tool_use_id,
             name=cap.name,
             input=self.shown(call),
-            description=redactor.redact_text(cap.description_of(a.args, a.amount_usd)),
+            description=redactor.redact_text(await cap.description_of(a.args, a.amount_usd)),
             amount_usd=a.amount_usd,
             tier=tier,
             acknowledge="amount" if tier == "explicit" else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -21,6 +22,7 @@ from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, all
 
 from .conftest import ChainSetup
 from .onchain import nonce_of, token_balance, transfers
+from .recorder import recording_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -90,11 +92,11 @@ async def test_the_card_says_a_contract_is_a_contract_and_what_the_simulation_fo
         send = next(c for c in cards if c.name == "send_transfer")
         ctx = None
         ok = send.input_model(to=vault, asset="USDC", amount="10")
-        assert await send.amount_usd(ok, ctx) == Decimal(10)  # type: ignore[misc, arg-type]
-        assert f"to {vault} (a contract)" in send.description_of(ok, Decimal(10))
+        assert await send.amount(ok, ctx) == Decimal(10)  # type: ignore[arg-type]
+        assert f"to {vault} (a contract)" in await send.description_of(ok, Decimal(10))
         short = send.input_model(to=vault, asset="USDC", amount="5000")  # 1000 were minted
-        assert await send.amount_usd(short, ctx) == Decimal(5000)  # type: ignore[misc, arg-type]
-        shown = send.description_of(short, Decimal(5000))
+        assert await send.amount(short, ctx) == Decimal(5000)  # type: ignore[arg-type]
+        shown = await send.description_of(short, Decimal(5000))
         assert "simulated: refused (the chain would refuse this transaction: " in shown
         assert "ERC20InsufficientBalance(sender=" in shown
         assert nonce_of(chain.url, signer.address) == 3  # simulations sign and send nothing
@@ -110,7 +112,7 @@ async def test_a_send_right_after_its_card_signs_what_the_card_simulated(
     try:
         send = next(c for c in chain_capabilities(wallet) if c.name == "send_transfer")
         args = send.input_model(to=bob, asset="USDC", amount="3")
-        await send.amount_usd(args, None)  # type: ignore[misc, arg-type]
+        await send.description_of(args, Decimal(3))  # the card a person is shown
         built: list[str] = []
         real = wallet._build
 
@@ -127,3 +129,71 @@ async def test_a_send_right_after_its_card_signs_what_the_card_simulated(
         assert receipt.nonce == 3
     finally:
         await wallet.close()
+
+
+SIMULATION = ("eth_call", "eth_getCode")  # what only the card's simulation asks the node
+
+
+def send_agent(wallet: ChainWallet, store: SQLiteStore, to: str, amount: str) -> Agent:
+    script = Script(
+        "pay",
+        [
+            ToolCalls([Call("send_transfer", {"to": to, "asset": "USDC", "amount": amount})]),
+            Reply("sent"),
+        ],
+    )
+    return Agent(
+        model=ScriptedModel([script]),
+        capabilities=chain_capabilities(wallet),
+        store=store,
+        policy=Policy(
+            thresholds={"send": Threshold(auto_below=Decimal(50), confirm_below=Decimal(1000))}
+        ),
+        authorize=allow_all,
+    )
+
+
+async def test_an_auto_tier_send_asks_the_node_no_simulation_for_its_card(
+    chain: ChainSetup,
+) -> None:
+    bob = str(Account.from_key(secrets.token_bytes(32)).address)
+    with recording_proxy(chain.url) as (url, node):
+        config = replace(chain.config, rpc_url=url)
+        wallet = await ChainWallet.connect(config, chain.signer(), SQLiteIntentBook(chain.db))
+        assert "eth_chainId" in node.methods()  # checked once, at connect
+        node.clear()
+        store = await SQLiteStore.open(chain.db)
+        try:
+            agent = send_agent(wallet, store, bob, "10")
+            events = await collect(agent.run("pay bob 10", principal="alice"))
+            assert not [e for e in events if isinstance(e, PendingAction)]
+            (end,) = [e for e in events if isinstance(e, ToolCallEnd)]
+            assert not end.is_error, end.output
+        finally:
+            await store.close()
+            await wallet.close()
+        asked = node.methods()
+    assert token_balance(chain.url, chain.config.token, bob) == Decimal(10)
+    assert "eth_sendRawTransaction" in asked  # the proxy saw the send itself
+    assert [m for m in asked if m in SIMULATION] == []
+    assert "eth_chainId" not in asked  # kept from connect, not asked again per request
+
+
+async def test_an_approval_card_still_carries_the_simulation(chain: ChainSetup) -> None:
+    bob = str(Account.from_key(secrets.token_bytes(32)).address)
+    with recording_proxy(chain.url) as (url, node):
+        config = replace(chain.config, rpc_url=url)
+        wallet = await ChainWallet.connect(config, chain.signer(), SQLiteIntentBook(chain.db))
+        store = await SQLiteStore.open(chain.db)
+        try:
+            agent = send_agent(wallet, store, bob, "100")
+            events = await collect(agent.run("pay bob 100", principal="alice"))
+        finally:
+            await store.close()
+            await wallet.close()
+        asked = node.methods()
+    (pending,) = [e for e in events if isinstance(e, PendingAction)]
+    assert f"to {bob} (a person's address (no contract code))" in pending.description
+    assert pending.description.endswith("simulated: succeeds")
+    assert sorted(m for m in asked if m in SIMULATION) == ["eth_call", "eth_getCode"]
+    assert "eth_sendRawTransaction" not in asked

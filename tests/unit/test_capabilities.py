@@ -579,11 +579,11 @@ async def test_amount_must_be_a_finite_decimal(value: Any) -> None:
         await pay.amount(args, make_ctx(pay))
 
 
-def test_description_of() -> None:
+async def test_description_of() -> None:
     send = send_capability()
     args = send.input_model.model_validate({"to": "bob", "amount": "1234.5"})
-    assert send.description_of(args, None) == "send(to=bob, amount=1234.5, memo=)"
-    assert send.description_of(args, Decimal("1234.5")) == (
+    assert await send.description_of(args, None) == "send(to=bob, amount=1234.5, memo=)"
+    assert await send.description_of(args, Decimal("1234.5")) == (
         "send(to=bob, amount=1234.5, memo=), about $1,234.50"
     )
 
@@ -592,7 +592,13 @@ def test_description_of() -> None:
         """Pay."""
 
     pay_args = pay.input_model.model_validate({"to": "carol", "amount": "3"})
-    assert pay.description_of(pay_args, Decimal("3")) == "Pay carol $3"
+    assert await pay.description_of(pay_args, Decimal("3")) == "Pay carol $3"
+
+    async def card(a: Any) -> str:  # a card that asks something slow is awaited
+        return f"Pay {a.to}, asked"
+
+    slow = capability(kind="execute", describe=card)(pay.handler)
+    assert await slow.description_of(pay_args, None) == "Pay carol, asked"
 
 
 # --- digests ------------------------------------------------------------------------------

@@ -53,6 +53,12 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         value = wallet.usd_value(asset, amount)
         return "" if value is None else f" (about ${value:,.2f})"
 
+    async def send_card(a: Any) -> str:
+        return (
+            f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to} "
+            f"on chain {wallet.config.chain_id}; {await cards.facts(a)}"
+        )
+
     @capability(kind="read")
     async def balance_check(
         ctx: CallContext,
@@ -68,13 +74,10 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         risk="high",
         replay="resume",
         operation="send",
-        amount_usd=cards.price,
+        amount_usd=amount_of,
         flags={"mutating", "requires_balance", "irreversible"},
         modifiable_fields=["amount"],
-        describe=lambda a: (
-            f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to} "
-            f"on chain {wallet.config.chain_id}{cards.describe(a)}"
-        ),
+        describe=send_card,
     )
     async def send_transfer(
         ctx: CallContext,

@@ -1,13 +1,13 @@
 """What an approval card says about a send beyond its arguments: from, to (EIP-55; a contract
 or a person's address, said in words), the token contract and the amount in its units, the gas
 limit and the maximum fee in USD, and the result of simulating the transaction (``eth_call``)
-before anyone is asked. Computed when the policy prices the call (which may await the node)
-and read when the card is written (which may not); kept for the last few calls only."""
+before anyone is asked. Asked only when a person will see the card (the gates await a card's
+text for a pending approval alone): an auto-tier send, whose card nobody sees, costs the node
+no ``eth_getCode`` and no ``eth_call``."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from decimal import Decimal
 from typing import Any, cast
 
@@ -21,32 +21,19 @@ from .wallet import NATIVE_DECIMALS, ChainWallet, reason_of
 
 __all__ = ["SendCards"]
 
-KEPT = 256
-
 
 class SendCards:
     def __init__(self, wallet: ChainWallet) -> None:
         self.wallet = wallet
-        self._facts: OrderedDict[tuple[str, str, str], str] = OrderedDict()
 
-    async def price(self, args: Any, ctx: object) -> Decimal | None:
-        """The send's amount in USD (the policy's ``amount_usd``); the card's facts on the way."""
-        key = _key(args)
+    async def facts(self, args: Any) -> str:
+        """The card's facts about a send, simulated on the node now."""
         try:
-            facts = await self._simulate(str(args.to), str(args.asset).upper(), args.amount)
+            return await self._simulate(str(args.to), str(args.asset).upper(), args.amount)
         except ChainError as exc:
-            facts = f"simulated: refused ({exc.message})"
+            return f"simulated: refused ({exc.message})"
         except (Web3Exception, OSError, TimeoutError):
-            facts = "simulated: the node could not be asked"
-        self._facts[key] = facts
-        self._facts.move_to_end(key)
-        while len(self._facts) > KEPT:
-            self._facts.popitem(last=False)
-        return self.wallet.usd_value(args.asset, args.amount)
-
-    def describe(self, args: Any) -> str:
-        facts = self._facts.get(_key(args))
-        return "" if facts is None else f"; {facts}"
+            return "simulated: the node could not be asked"
 
     async def _simulate(self, to: str, symbol: str, amount: Decimal) -> str:
         wallet, cfg = self.wallet, self.wallet.config
@@ -82,7 +69,3 @@ class SendCards:
             f"from {wallet.address}, to {recipient} ({kind}); {what}; chain {cfg.chain_id}; "
             f"gas limit {tx['gas']}, max fee {shown_fee}; simulated: {simulated}"
         )
-
-
-def _key(args: Any) -> tuple[str, str, str]:
-    return (str(args.to).lower(), str(args.asset).upper(), str(args.amount))

@@ -25,7 +25,7 @@ from eth_utils.crypto import keccak
 from pydantic import BaseModel
 from web3 import AsyncHTTPProvider, AsyncWeb3
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception
-from web3.types import TxParams, TxReceipt
+from web3.types import RPCEndpoint, TxParams, TxReceipt
 
 from ..exceptions import ConfigurationError
 from .addresses import checked_recipient
@@ -103,7 +103,14 @@ class ChainWallet:
         cls, config: ChainConfig, signer: Signer, intents: IntentBook, *, step: Step | None = None
     ) -> ChainWallet:
         """Connect to ``config.rpc_url`` and check that the node is on ``config.chain_id``."""
-        w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
+        # the chain id is asked once, here, and kept: web3 would otherwise ask it again for
+        # every estimate and call it validates (a round trip each, on every send)
+        provider = AsyncHTTPProvider(
+            config.rpc_url,
+            cache_allowed_requests=True,
+            cacheable_requests={RPCEndpoint("eth_chainId")},
+        )
+        w3 = AsyncWeb3(provider)
         try:
             chain_id = await w3.eth.chain_id
         except (Web3Exception, OSError, TimeoutError) as exc:
