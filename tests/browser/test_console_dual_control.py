@@ -101,6 +101,7 @@ async def test_register_from_the_panel_then_approve_a_signed_card(tmp_path: Path
             await page.get_by_test_id("send").click()
             card = page.get_by_test_id("pending-card")
             await card.wait_for()
+            await card.get_by_test_id("signing-note").wait_for()  # said before Approve
             await pictures(page, card, tmp_path, "approval-signing")
             await card.get_by_test_id("approve").click()
             await page.get_by_test_id("conversation").get_by_text("ok").last.wait_for()
@@ -189,6 +190,7 @@ async def test_a_one_of_two_card_is_shown_to_the_second_approver(tmp_path: Path)
                 await progress.get_by_text("1 of 2 approved (bob, ").wait_for()
                 assert "finance" in await progress.inner_text()
                 assert "edit" not in await progress.inner_text()
+                assert await card.get_by_test_id("signing-note").count() == 0  # no rule here
                 assert effects.payments == []
                 await pictures(page, card, tmp_path, "approval-dual")
 

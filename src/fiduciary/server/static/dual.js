@@ -31,13 +31,27 @@
     } catch (_) {
       return; // the card still works without the line
     }
-    if (!approval.dual_control) return;
+    if (approval.status === "pending" && approval.signature_required && !card.querySelector(".signing-note")) {
+      card.querySelector(".card-head").after(signingNote());
+    }
+    if (!approval.dual_control) return approval;
     const line = progressLine(approval.dual_control);
     const old = card.querySelector(".dual-progress");
     if (old) old.replaceWith(line);
     else card.querySelector(".card-head").after(line);
     return approval;
   }
+
+  const signingNote = () => el("div", { class: "signing-note", "data-testid": "signing-note",
+    text: "Approve signs this action with your passkey: your device will ask you to confirm it is you." });
+
+  // the owner's open cards follow the votes of the others (they send this tab no event)
+  setInterval(() => {
+    if (!fc.key()) return;
+    for (const card of document.querySelectorAll("[data-testid=pending-card]:not(.resolved)")) {
+      if (card.querySelector(".dual-progress")) showProgress(card, card.dataset.approval);
+    }
+  }, 5000);
 
   // the card of an approval whose run this principal cannot open: a member of its group
   function openVote(approval) {
@@ -54,6 +68,7 @@
           el("div", { class: "muted small" }, `${shown(approval.capability).text} · expires `, when(approval.expires_at))),
         el("div", { class: "card-price" }, el("span", { class: "tier", text: approval.tier }), " ",
           el("span", { class: "amount", "data-testid": "amount", text: usd(approval.amount_usd) }))),
+      approval.signature_required ? signingNote() : null,
       approval.dual_control ? progressLine(approval.dual_control) : null,
       el("pre", { class: "args", "data-testid": "args", text: shownValue(approval.args, 2).text }),
       el("div", { class: "digest", text: `sha256 ${approval.args_digest}` }),
