@@ -38,6 +38,7 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
                 shown[logged.approval_id] = logged
     out: list[ApprovalOut] = []
     rules = server.agent.gates.policy.dual_control
+    sign = server.agent.gates.policy.signatures
     for record in records:
         event = shown.get(record.approval_id)
         notes: list[GuardNote] = list(event.guard_notes) if event else []
@@ -53,6 +54,8 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
                 description=event.description if event else "",
                 guard_notes=notes,
                 dual=dual,
+                signature_required=sign is not None
+                and sign.requires(record.tier, record.amount_usd),
             )
         )
     return out

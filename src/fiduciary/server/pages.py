@@ -41,6 +41,10 @@ def _document(openapi: dict[str, Any]) -> Callable[[Request], Awaitable[Response
     return openapi_document
 
 
+# the console's files; nothing else under static/ is served
+_STATIC = frozenset({"app.js", "views.js", "audit.js", "dual.js", "passkeys.js", "style.css"})
+
+
 async def healthz(request: Request) -> Response:
     return Response('{"status":"ok"}', media_type="application/json")
 
@@ -52,7 +56,7 @@ async def console(request: Request) -> Response:
 async def static(request: Request) -> Response:
     name = str(request.path_params["name"])
     media = _STATIC_TYPES.get(Path(name).suffix)
-    if media is None or name not in ("app.js", "views.js", "audit.js", "style.css"):
+    if media is None or name not in _STATIC:
         return problem_response("not_found", "no such file")
     return _static(name, media)
 

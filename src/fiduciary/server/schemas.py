@@ -199,6 +199,11 @@ class ApprovalOut(BaseModel):
     guard_notes: list[CardNote] = Field(default_factory=list)
     description: str = ""
     dual_control: DualControlOut | None = None
+    signature_required: bool = Field(
+        default=False,
+        description="Whether approving it, unedited, needs a passkey's signature (the policy's "
+        "SignatureRule); an edit can change the tier and amount, and so this.",
+    )
 
     @classmethod
     def of(
@@ -209,6 +214,7 @@ class ApprovalOut(BaseModel):
         description: str = "",
         guard_notes: list[GuardNote] | None = None,
         dual: tuple[DualControl, Progress] | None = None,
+        signature_required: bool = False,
     ) -> ApprovalOut:
         args = record.approved_args if record.approved_args is not None else record.args
         return cls(
@@ -234,6 +240,7 @@ class ApprovalOut(BaseModel):
             ],
             description=description,
             dual_control=None if dual is None else _dual_out(*dual),
+            signature_required=signature_required,
         )
 
 

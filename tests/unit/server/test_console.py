@@ -25,18 +25,22 @@ async def test_the_console_and_its_files(client: httpx.AsyncClient) -> None:
     assert '<script src="/static/app.js" defer></script>' in page.text
     assert '<script src="/static/views.js" defer></script>' in page.text
     assert '<script src="/static/audit.js" defer></script>' in page.text
+    assert '<script src="/static/dual.js" defer></script>' in page.text
+    assert '<script src="/static/passkeys.js" defer></script>' in page.text
     assert not re.search(r"<script>(?!</script>)", page.text)  # no inline script
     script = await client.get("/static/app.js")
     assert script.status_code == 200
     assert script.headers["content-type"] == "text/javascript; charset=utf-8"
     assert (await client.get("/static/views.js")).status_code == 200
     assert (await client.get("/static/audit.js")).status_code == 200
+    assert (await client.get("/static/dual.js")).status_code == 200
+    assert (await client.get("/static/passkeys.js")).status_code == 200
     assert (await client.get("/static/style.css")).headers["content-type"].startswith("text/css")
     problem(await client.get("/static/../app.py"), 404, "not_found")
     problem(await client.get("/static/app.py"), 404, "not_found")
 
 
-@pytest.mark.parametrize("name", ["app.js", "views.js", "audit.js"])
+@pytest.mark.parametrize("name", ["app.js", "views.js", "audit.js", "dual.js", "passkeys.js"])
 def test_the_scripts_never_parse_server_text_as_html(name: str) -> None:
     script = (STATIC_DIR / name).read_text(encoding="utf-8")
     assert "innerHTML" not in script

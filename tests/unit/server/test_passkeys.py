@@ -94,6 +94,7 @@ async def test_register_sign_approve_and_verify(
 ) -> None:
     device = await enrol(client, keys.alice)
     approval = await pending(client, keys, server)
+    assert approval["signature_required"] is True  # the console's card says so before Approve
     url = f"/approvals/{approval['approval_id']}/approve"
     unsigned = await client.post(
         url, json={"args_digest": approval["args_digest"]}, headers=bearer(keys.alice)

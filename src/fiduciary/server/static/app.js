@@ -289,7 +289,9 @@
     refreshBalances();
     refreshApps();
     followDecisions();
-    if (!appsState.timer) appsState.timer = setInterval(() => state.key && (refreshApps(), followDecisions()), 5000);
+    // refreshLists too: an approval waiting for this principal's vote under dual control comes
+    // from another principal's run, which sends this tab no event
+    if (!appsState.timer) appsState.timer = setInterval(() => state.key && (refreshApps(), followDecisions(), refreshLists()), 5000);
     const runId = store.getItem(RUN);
     if (runId) openRun(runId);
     else newChat();
@@ -765,13 +767,20 @@
           const body = { args_digest: event.args_digest };
           if (Object.keys(edited).length) body.edits = edited;
           if (!confirmRow.hidden && confirm.value.trim()) body.confirm_amount = confirm.value.trim();
+          let voted;
           try {
-            await api("POST", `/approvals/${event.approval_id}/approve`, body);
+            voted = await api("POST", `/approvals/${event.approval_id}/approve`, body);
           } catch (e) {
             // the policy wants this approval signed: sign its binding with a passkey, send again
             if (e.code !== "signature_required" || !window.PublicKeyCredential || body.edits) throw e;
             body.assertion = await signApproval(event.approval_id);
-            await api("POST", `/approvals/${event.approval_id}/approve`, body);
+            voted = await api("POST", `/approvals/${event.approval_id}/approve`, body);
+          }
+          if (voted && voted.status === "pending" && voted.dual_control) {
+            // under dual control one vote short of N decides nothing: the card says where it stands
+            window.fiduciaryDual.showProgress(node, event.approval_id, voted);
+            decided("Your approval is counted; the run waits for the rest.");
+            return;
           }
         }
         decided("approved; the run continues…");
@@ -800,6 +809,7 @@
     function decided(text) {
       if (actions.isConnected) actions.replaceChildren(el("span", { class: "muted", text }));
     }
+    if (!client && window.fiduciaryDual) window.fiduciaryDual.showProgress(node, event.approval_id);
     state.view.cards.set(event.approval_id, {
       node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null,
     });
@@ -1023,7 +1033,9 @@
       $("pending-count").className = pending.length ? "badge hot" : "badge";
       $("pending-list").replaceChildren(
         ...pending.map((a) =>
-          el("li", { onclick: () => openRun(a.run_id) },
+          // a member of a dual-control group may vote on a run it cannot open: its own card
+          el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.dual_control.members.includes(state.principal)
+            ? window.fiduciaryDual.openVote(a) : openRun(a.run_id)) },
             shown(a.description || a.capability).text,
             el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
       );
@@ -1213,6 +1225,7 @@
   window.fiduciaryConsole = Object.freeze({
     el,
     shown,
+    shownValue,
     short,
     usd,
     when,
@@ -1220,6 +1233,11 @@
     runId: () => state.runId,
     openRun,
     signOut,
+    api,
+    signApproval,
+    refreshLists,
+    fromB64,
+    toB64,
   });
 
   // --- wiring ---------------------------------------------------------------------------

@@ -1,0 +1,118 @@
+// Dual control in the console: plain JavaScript, no build step.
+//
+// An approval under dual control needs N distinct approvers of a named group (never the
+// proposer). Its card says where the set stands, "1 of 2 approved (alice, 12:03)" (the
+// server's `dual_control.progress`), and that an edit started a new set. A member of the
+// group who did not start the run cannot open it: the pending list opens the approval's own
+// card here instead (GET /approvals/{id}), with Approve (signed when the policy says so) and Deny.
+// Nothing from the server is parsed as HTML: every string goes in as text (console.el).
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const fc = window.fiduciaryConsole;
+  const { el, shown, shownValue, usd, when } = fc;
+  const clock = (at) => new Date(at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+
+  // the server's progress text, its times in the viewer's zone: "1 of 2 approved (bob, 12:03)"
+  function progressLine(dual) {
+    const who = dual.approvals.map((v) => `${shown(v.approver).text}, ${clock(v.at)}`).join(", ");
+    let text = `${dual.approvals.length} of ${dual.required} approved${who ? ` (${who})` : ""}`;
+    if (dual.superseded.length) text += "; an edit started a new approval set";
+    return el("div", { class: "dual-progress", "data-testid": "dual-progress" },
+      el("strong", { text: `${shown(dual.group).text}: ` }), text);
+  }
+
+  // the progress line of a card in the conversation, kept to date by the approval's JSON
+  async function showProgress(card, approvalId, given) {
+    let approval = given;
+    try {
+      approval = approval || (await fc.api("GET", `/approvals/${approvalId}`));
+    } catch (_) {
+      return; // the card still works without the line
+    }
+    if (approval.status === "pending" && approval.signature_required && !card.querySelector(".signing-note")) {
+      card.querySelector(".card-head").after(signingNote());
+    }
+    if (!approval.dual_control) return approval;
+    const line = progressLine(approval.dual_control);
+    const old = card.querySelector(".dual-progress");
+    if (old) old.replaceWith(line);
+    else card.querySelector(".card-head").after(line);
+    return approval;
+  }
+
+  const signingNote = () => el("div", { class: "signing-note", "data-testid": "signing-note",
+    text: "Approve signs this action with your passkey: your device will ask you to confirm it is you." });
+
+  // the owner's open cards follow the votes of the others (they send this tab no event)
+  setInterval(() => {
+    if (!fc.key()) return;
+    for (const card of document.querySelectorAll("[data-testid=pending-card]:not(.resolved)")) {
+      if (card.querySelector(".dual-progress")) showProgress(card, card.dataset.approval);
+    }
+  }, 5000);
+
+  // the card of an approval whose run this principal cannot open: a member of its group
+  function openVote(approval) {
+    const dialog = $("vote-dialog");
+    const error = el("p", { class: "error", role: "alert" });
+    const approve = el("button", { type: "button", class: "primary", "data-testid": "approve", text: "Approve" });
+    const deny = el("button", { type: "button", class: "danger", "data-testid": "deny", text: "Deny" });
+    const close = el("button", { type: "button", "data-testid": "close-vote", text: "Close", onclick: () => dialog.close() });
+    const actions = el("div", { class: "card-actions" }, approve, deny, close);
+    const card = el("div", { class: `card ${approval.tier}`, "data-testid": "vote-card", "data-approval": approval.approval_id },
+      el("div", { class: "card-head" },
+        el("div", { class: "card-what" },
+          el("div", { class: "card-title", text: shown(approval.description || approval.capability).text }),
+          el("div", { class: "muted small" }, `${shown(approval.capability).text} · expires `, when(approval.expires_at))),
+        el("div", { class: "card-price" }, el("span", { class: "tier", text: approval.tier }), " ",
+          el("span", { class: "amount", "data-testid": "amount", text: usd(approval.amount_usd) }))),
+      approval.signature_required ? signingNote() : null,
+      approval.dual_control ? progressLine(approval.dual_control) : null,
+      el("pre", { class: "args", "data-testid": "args", text: shownValue(approval.args, 2).text }),
+      el("div", { class: "digest", text: `sha256 ${approval.args_digest}` }),
+      actions, error);
+    const busy = (on) => { approve.disabled = on; deny.disabled = on; };
+    const after = (decided) => {
+      if (decided.dual_control) card.querySelector(".dual-progress").replaceWith(progressLine(decided.dual_control));
+      actions.replaceChildren(el("span", { class: "muted", "data-testid": "vote-outcome",
+        text: decided.status === "pending" ? "Your approval is counted; the run waits for the rest." : `This action is ${decided.status}.` }), close);
+      fc.refreshLists();
+    };
+    approve.addEventListener("click", async () => {
+      busy(true);
+      error.textContent = "";
+      const path = `/approvals/${approval.approval_id}/approve`;
+      const body = { args_digest: approval.args_digest };
+      try {
+        let decided;
+        try {
+          decided = await fc.api("POST", path, body);
+        } catch (e) {
+          if (e.code !== "signature_required" || !window.PublicKeyCredential) throw e;
+          body.assertion = await fc.signApproval(approval.approval_id);
+          decided = await fc.api("POST", path, body);
+        }
+        after(decided);
+      } catch (e) {
+        error.textContent = e.message;
+        busy(false);
+      }
+    });
+    deny.addEventListener("click", async () => {
+      busy(true);
+      error.textContent = "";
+      try {
+        after(await fc.api("POST", `/approvals/${approval.approval_id}/deny`, { reason: "" }));
+      } catch (e) {
+        error.textContent = e.message;
+        busy(false);
+      }
+    });
+    dialog.replaceChildren(card);
+    if (!dialog.open) dialog.showModal();
+  }
+
+  window.fiduciaryDual = Object.freeze({ showProgress, openVote });
+})();
