@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -104,18 +105,16 @@ def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     ``fiduciary audit`` does without a subcommand (``audit verify`` is the passkeys')."""
 
     async def audit(
-        db: Db = DEFAULT_DB,
-        run: RunOption = None,
-        principal: PrincipalOption = None,
-        capability: CapabilityOption = None,
-        since: SinceOption = None,
-        until: UntilOption = None,
-        limit: LimitOption = 50,
-        as_json: JsonFlag = False,
+        db: Path,
+        run: str | None,
+        principal: str | None,
+        capability: str | None,
+        since: str | None,
+        until: str | None,
+        limit: int,
+        as_json: bool,
     ) -> int:
-        """The audit trail, newest first: every call the gates decided — when, which run and
-        principal, the capability, its tier and amount, its outcome (ok, error, pending,
-        rejected:<reason>, ledger, unknown) and its input, redacted."""
+        """The listing ``audit_rows`` (below) declares the options and the help of."""
         redactor = Redactor()
         async with _open(db) as store:
             run_id = None if run is None else (await _find_run(store, run)).run_id
