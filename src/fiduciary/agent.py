@@ -19,13 +19,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
-from . import _cancelling, _decisions
-from ._following import run_events
+from ._agent import cancelling as _cancelling
+from ._agent import decisions as _decisions
+from ._agent.following import run_events
+from ._agent.sweep import SWEEP_SECONDS, keep_moving, resume_once
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
 from ._loop.folds import KeptFolds
 from ._loop.relay import Relay
-from ._sweep import SWEEP_SECONDS, keep_moving, resume_once
 from .capabilities import Capability, Kind, Principal, principal_of
 from .clock import Clock, SystemClock
 from .context.compaction import Summarizer
@@ -713,7 +714,7 @@ class Agent:
         who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_approvals(principal=who, run_id=run_id, status="pending")
 
-    # --- decisions (_decisions.py) ---------------------------------------------------------
+    # --- decisions (_agent/decisions.py) ------------------------------------------------------
     async def approve(
         self,
         approval_id: UUID,

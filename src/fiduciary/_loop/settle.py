@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from .._binding import TAMPERED, mismatch
 from .._logs import logger
 from ..capabilities import args_digest
 from ..events import ActionResolvedDraft, GuardNote, RunFailedDraft, TurnRetractedDraft
 from ..gates import Attempt, ParsedCall
 from ..models.base import ToolUsePart
 from ..stores.base import ApprovalRecord
+from .binding import TAMPERED, mismatch
 from .dispatch import dispatch, reject
 from .state import Drive
 

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from .._sweep import SWEEP_SECONDS, sweep_forever
+from .._agent.sweep import SWEEP_SECONDS, sweep_forever
 from .._version import __version__
 from ..agent import Agent
 from ..exceptions import ConfigurationError
@@ -156,7 +156,7 @@ def create_app(
 
 
 async def _keep_runs_moving(server: Server, every: float) -> None:
-    """The sweep (``fiduciary._sweep``): resume what can make progress, unless driven here."""
+    """The sweep (``fiduciary._agent.sweep``): resume what can make progress, unless driven here."""
     agent = server.agent
 
     async def find() -> list[RunRecord]:

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .._agent.sweep import SWEEP_SECONDS
 from .._gc import for_many_runs
-from .._sweep import SWEEP_SECONDS
 from ..cli._common import McpConfig, with_mcp
 from ..cli._holding import holding
 from ..exceptions import ConfigurationError, FiduciaryError

@@ -17,12 +17,12 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass
 from uuid import UUID
 
-from ._loop import Driver, Transcript
-from .capabilities import Principal, principal_of
-from .clock import Clock
-from .exceptions import RunError
-from .redaction import Redactor
-from .stores.base import IDLE, CancelChannel, CancelRequest, RunRecord, Store, existing_run
+from .._loop import Driver, Transcript
+from ..capabilities import Principal, principal_of
+from ..clock import Clock
+from ..exceptions import RunError
+from ..redaction import Redactor
+from ..stores.base import IDLE, CancelChannel, CancelRequest, RunRecord, Store, existing_run
 
 __all__ = ["Cancelling", "cancel", "taken_over"]
 

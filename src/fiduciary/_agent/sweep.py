@@ -19,9 +19,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from ._logs import logger
-from .exceptions import FiduciaryError, StoreError, StoreUnavailableError
-from .stores.base import RunRecord
+from .._logs import logger
+from ..exceptions import FiduciaryError, StoreError, StoreUnavailableError
+from ..stores.base import RunRecord
 
 __all__ = ["SWEEP_SECONDS", "keep_moving", "resume_once", "sweep_forever"]
 

@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import AsyncGenerator
 from uuid import UUID
 
-from .events import Event
-from .stores.base import Store, existing_run, follow_poll_seconds
+from ..events import Event
+from ..stores.base import Store, existing_run, follow_poll_seconds
 
 __all__ = ["run_events"]
 

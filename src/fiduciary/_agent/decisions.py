@@ -3,10 +3,11 @@
 A decision is written to the approval row only, with a conditional update (``pending`` →
 decided); whoever resumes the run next appends ``action_resolved`` and runs what was approved.
 Before anything that can run is decided, the row must bind to the ``pending_action`` the run's
-log recorded (``_binding``). Edited arguments go through validation, guards and policy again,
-and an ``explicit`` action needs its amount re-typed. Every refusal is an ``ApprovalError`` that
-changes nothing (an expired row is marked expired). Under a dual-control rule of the policy an
-approval is a vote (``dual_control``), and the N-th vote for the same arguments decides.
+log recorded (``_loop/binding.py``). Edited arguments go through validation, guards and policy
+again, and an ``explicit`` action needs its amount re-typed. Every refusal is an
+``ApprovalError`` that changes nothing (an expired row is marked expired). Under a dual-control
+rule of the policy an approval is a vote (``dual_control``), and the N-th vote for the same
+arguments decides.
 
 The decisions receive a ``Deciding``, the few things of the agent they use, not the agent.
 """
@@ -21,10 +22,10 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
-from ._binding import logged_action, mismatch
-from ._logs import logger
-from ._loop import Transcript
-from .capabilities import (
+from .._logs import logger
+from .._loop import Transcript
+from .._loop.binding import logged_action, mismatch
+from ..capabilities import (
     Capability,
     Executor,
     Kind,
@@ -33,14 +34,14 @@ from .capabilities import (
     out_of_range,
     principal_of,
 )
-from .clock import Clock
-from .dual_control import DualControl, count_for, rule_for
-from .exceptions import ApprovalError, CapabilityError
-from .gates import Attempt, CallScope, Gates
-from .policy import Policy
-from .redaction import Redactor
-from .signed_approvals import SIGNATURE_REQUIRED, SignatureCheck, binding
-from .stores.base import ApprovalRecord, ApprovalVote, Store, existing_run
+from ..clock import Clock
+from ..dual_control import DualControl, count_for, rule_for
+from ..exceptions import ApprovalError, CapabilityError
+from ..gates import Attempt, CallScope, Gates
+from ..policy import Policy
+from ..redaction import Redactor
+from ..signed_approvals import SIGNATURE_REQUIRED, SignatureCheck, binding
+from ..stores.base import ApprovalRecord, ApprovalVote, Store, existing_run
 
 __all__ = ["Deciding", "approve", "deny", "submit_result"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .capabilities import args_digest
-from .events import Event, PendingAction, RunStarted
-from .stores.base import ApprovalRecord
+from ..capabilities import args_digest
+from ..events import Event, PendingAction, RunStarted
+from ..stores.base import ApprovalRecord
 
 __all__ = ["TAMPERED", "logged_action", "mismatch"]
 
