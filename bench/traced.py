@@ -109,11 +109,12 @@ async def traced_overhead(runs: int, batch: int, processor: str = "batch") -> di
     with tempfile.TemporaryDirectory() as tmp:
         stores = {n: SQLiteStore(Path(tmp) / f"{n}.sqlite3") for n in ("plain", "floor", "traced")}
         agents: dict[str, Agent] = {name: make_agent(store) for name, store in stores.items()}
-        instrument(agents["traced"], tracer_provider=providers["traced"])
+        agents["traced"] = instrument(agents["traced"], tracer_provider=providers["traced"])
         await fiduciary_batch(agents["traced"], 1)
         providers["traced"].force_flush()
         spans = exporters["traced"].get_finished_spans()
-        agents["floor"].tracer = SdkFloor(providers["floor"].get_tracer("bench.floor"), spans)
+        sdk_floor = SdkFloor(providers["floor"].get_tracer("bench.floor"), spans)
+        agents["floor"] = agents["floor"].with_options(tracer=sdk_floor)
         for agent in agents.values():  # warm every path before timing
             await fiduciary_batch(agent, 3)
         times = dict.fromkeys(agents, 0.0)

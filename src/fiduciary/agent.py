@@ -6,76 +6,87 @@ store can continue it, decide its approvals or follow its events.
 
 from __future__ import annotations
 
-import asyncio
-import operator
-import os
-import socket
-import weakref
+import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
-from datetime import timedelta
+from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
-from uuid import UUID, uuid4
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
+from uuid import UUID
 
 from ._agent import cancelling as _cancelling
 from ._agent import decisions as _decisions
+from ._agent.built import Built, build
 from ._agent.following import run_events
+from ._agent.options import DEFAULT_SYSTEM, AgentOptions, option_names
+from ._agent.runs import Runs, Shared
 from ._agent.sweep import SWEEP_SECONDS, keep_moving, resume_once
-from ._logs import REDACT_LOGS, logger
-from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
-from ._loop.folds import KeptFolds
-from ._loop.relay import Relay
-from .capabilities import Capability, Kind, Principal, principal_of
+from ._logs import REDACT_LOGS
+from ._loop import Held, Transcript
+from .capabilities import Capability, Principal, principal_of
 from .clock import Clock, SystemClock
 from .context.compaction import Summarizer
-from .context.config import ContextConfig, DomainContext, context_config
+from .context.config import DomainContext
 from .context.recall import MemoryLayer
-from .context.skills import Skill, chosen_skill, skill_table, with_skills
-from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
-from .exceptions import ConfigurationError, RunError, StoreError
-from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
-from .guards import Guard, default_guards
-from .models.base import Model, UserTextMessage
+from .context.skills import Skill
+from .events import Event, Origin
+from .exceptions import ConfigurationError
+from .gates import DEFAULT_AUTHORIZE_TIMEOUT, Authorize, Gates
+from .guards import Guard
+from .models.base import Model
 from .models.pricing import PriceTable, parse_budget
-from .models.tiers import Effort, Tier, TurnPlan, plan_turn
+from .models.tiers import Effort, Tier
 from .policy import Policy
 from .redaction import Redactor
 from .signed_approvals import SignatureCheck
-from .stores.base import (
-    IDLE,
-    ApprovalRecord,
-    ApprovalStatus,
-    PrincipalLocking,
-    RunRecord,
-    RunStatus,
-    Store,
-    existing_run,
-)
+from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store, existing_run
 from .stores.memory import MemoryStore
-from .tracing import NO_TRACER, RunTracer
+from .tracing import RunTracer
 
 if TYPE_CHECKING:
     from .context.memory import Memory
 
-__all__ = ["DEFAULT_SYSTEM", "Agent"]
+__all__ = ["DEFAULT_SYSTEM", "Agent", "AgentOptions"]
 
-log = logger("fiduciary.agent")
+T = TypeVar("T")
 
-DEFAULT_SYSTEM = (
-    "You act on behalf of a person through the tools you are given, and only through them. "
-    "Read before you write. Never claim an action happened unless a tool result says so. "
-    "When a tool reports an error, a refusal or an unknown outcome, tell the person plainly."
-)
 
-_REPLAY_ONLY = (
-    "run {run_id} is a replay: only a replay agent drives it (its writes never execute); "
-    "replay the original run again instead"
-)
-_SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
-_ALL_KINDS = tuple(sorted(k.value for k in Kind))  # what a run may call, as run_started says
-_PLAN_FIRST_KINDS = tuple(sorted(k.value for k in PLAN_FIRST_KINDS))
+class _Option(Generic[T]):
+    """An option read on the agent (``agent.policy`` is ``agent.options.policy``); assigning
+    one is refused, naming ``with_options``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, agent: None, owner: type) -> _Option[T]: ...
+    @overload
+    def __get__(self, agent: Agent, owner: type) -> T: ...
+    def __get__(self, agent: Agent | None, owner: type) -> T | _Option[T]:
+        if agent is None:
+            return self
+        value: T = getattr(agent._built.options, self.name)
+        return value
+
+    def __set__(self, agent: Agent, value: NoReturn) -> NoReturn:
+        raise _frozen(self.name)
+
+
+def _frozen(name: str) -> AttributeError:
+    if name in option_names():
+        return AttributeError(
+            f"an Agent's options are frozen: agent.with_options({name}=...) returns an agent "
+            f"with another {name} (sharing the rest)"
+        )
+    return AttributeError(
+        f"an Agent is frozen: {name!r} cannot be set; agent.with_options(...) returns an agent "
+        "with other options"
+    )
 
 
 class Agent:
@@ -87,7 +98,43 @@ class Agent:
     synchronous one runs on the event loop and must not block. With a ``memory``,
     ``remember_after_run(principal_id)`` runs in the background after each completed run
     (``agent.memory.drain()`` waits for it and for the remembered replies).
+
+    Its options are frozen (``agent.options``, an ``AgentOptions``; each also read as an
+    attribute: ``agent.policy``); ``agent.with_options(**changes)`` returns another agent.
     """
+
+    # the options, read-only (``with_options`` for another agent)
+    model: _Option[Model] = _Option()
+    store: _Option[Store] = _Option()
+    policy: _Option[Policy] = _Option()
+    clock: _Option[Clock] = _Option()
+    redactor: _Option[Redactor] = _Option()
+    system: _Option[tuple[str, ...]] = _Option()
+    max_turns: _Option[int] = _Option()
+    max_tool_calls: _Option[int] = _Option()
+    model_settings: _Option[Mapping[str, Any]] = _Option()
+    lease_seconds: _Option[float] = _Option()
+    model_tier: _Option[Tier | None] = _Option()
+    thinking_effort: _Option[Effort | None] = _Option()
+    budget_usd: _Option[Decimal | None] = _Option()
+    prices: _Option[PriceTable | None] = _Option()
+    context: _Option[DomainContext | None] = _Option()
+    remember_replies: _Option[bool] = _Option()
+    remember_after_run: _Option[Callable[[str], Awaitable[object]] | None] = _Option()
+    context_window: _Option[int | None] = _Option()
+    compact_at: _Option[float] = _Option()
+    summarizer: _Option[Summarizer | None] = _Option()
+    microcompact: _Option[bool] = _Option()
+    signatures: _Option[SignatureCheck | None] = _Option()
+    tracer: _Option[RunTracer] = _Option()
+    drives_replays: _Option[bool] = _Option()
+
+    __slots__ = ("__weakref__", "_built", "_cancelling", "_deciding", "_runs", "_shared")
+    _built: Built  # the options and what is built of them, once
+    _shared: Shared  # what agents derived with with_options share in this process
+    _runs: Runs
+    _deciding: _decisions.Deciding
+    _cancelling: _cancelling.Cancelling
 
     def __init__(
         self,
@@ -121,68 +168,126 @@ class Agent:
         microcompact: bool = True,
         skills: Iterable[Skill] = (),
     ) -> None:
-        if max_turns < 1 or max_tool_calls < 1:
-            raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
-        if not authorize_timeout > 0:
-            raise ConfigurationError("authorize_timeout must be a positive number of seconds")
-        self.model = model
-        # tier and effort are chosen per turn (models/tiers.py) unless fixed here
-        self.model_tier: Tier | None = model_tier
-        self.thinking_effort: Effort | None = thinking_effort
-        self.budget_usd = parse_budget(budget_usd)
-        self.prices = prices
-        self.store: Store = store if store is not None else MemoryStore()
-        self.policy = policy or Policy()
-        # verifies passkey-signed approvals (fiduciary.passkeys); None: nothing can be signed
-        self.signatures: SignatureCheck | None = None
-        self.clock: Clock = clock or SystemClock()
-        self.redactor = redactor or Redactor()
-        REDACT_LOGS.register(self.redactor)  # fiduciary's log records get its rules too
-        self.system: tuple[str, ...] = (system,) if isinstance(system, str) else tuple(system)
-        self.max_turns = max_turns
-        self.max_tool_calls = max_tool_calls
-        self.model_settings: dict[str, Any] = dict(model_settings or {})
-        self.lease_seconds = lease_seconds
-        # spans and metrics of each drive: none unless an entry point or instrument() sets one
-        self.tracer: RunTracer = NO_TRACER
-        self.skills = skill_table(skills)  # playbooks: use_skill, and the prompt's skill layer
-        self.gates = Gates(
-            with_skills(capabilities, self.skills),
-            store=self.store,
-            policy=self.policy,
-            guards=default_guards() if guards is None else list(guards),
+        options = AgentOptions(
+            model=model,
+            capabilities=tuple(capabilities),
+            store=store if store is not None else MemoryStore(),
+            policy=policy or Policy(),
+            guards=None if guards is None else tuple(guards),
             authorize=authorize,
-            clock=self.clock,
-            redactor=self.redactor,
+            system=(system,) if isinstance(system, str) else tuple(system),
+            max_turns=max_turns,
+            max_tool_calls=max_tool_calls,
+            clock=clock or SystemClock(),
+            redactor=redactor or Redactor(),
+            model_settings=dict(model_settings or {}),
+            lease_seconds=lease_seconds,
+            model_tier=model_tier,
+            thinking_effort=thinking_effort,
+            budget_usd=parse_budget(budget_usd),
+            prices=prices,
             authorize_timeout=authorize_timeout,
+            context=context,
+            memory=memory,
+            remember_replies=remember_replies,
+            recall_days=recall_days,
+            remember_after_run=remember_after_run,
+            context_window=context_window,
+            compact_at=compact_at,
+            summarizer=summarizer,
+            microcompact=microcompact,
+            skills=tuple(skills),
         )
-        # what the model is sent beyond the log (fiduciary.context): layers, compaction, memory
-        self.context = context
-        self.memory = (
-            None
-            if memory is None
-            else MemoryLayer(
-                memory, self.redactor.redact_text, recall_days=recall_days, clock=self.clock
-            )
+        self._make(options, Shared(), None)
+
+    def _make(self, options: AgentOptions, shared: Shared, previous: Built | None) -> None:
+        built = build(options, shared, previous)
+        REDACT_LOGS.register(options.redactor)  # fiduciary's log records get its rules too
+        runs = Runs(
+            options,
+            gates=built.gates,
+            skills=built.skills,
+            runtime=built.runtime,
+            shared=shared,
         )
-        self.remember_replies = remember_replies
-        if remember_after_run is not None and self.memory is None:
-            raise ConfigurationError("remember_after_run needs a memory (memory=...)")
-        self.remember_after_run = remember_after_run
-        self.context_window = context_window
-        self.compact_at = compact_at
-        self.summarizer = summarizer
-        self.microcompact = microcompact
-        self._context_config()  # options are checked now, not at the first run
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._locking: tuple[Store | None, bool] = (None, False)  # a store, PrincipalLocking?
-        self._mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once each)
-        # runs marked as replays are driven only by a replay agent (fiduciary.observability),
-        # whose writes never execute: never by this agent's real handlers
-        self.drives_replays = False
-        self._folds = KeptFolds()  # transcripts kept for the next message of a conversation
-        self._built: tuple[tuple[object, ...], Runtime] | None = None  # _runtime's last
+        deciding = _decisions.Deciding(
+            store=options.store,
+            gates=built.gates,
+            clock=options.clock,
+            redactor=options.redactor,
+            transcript=Transcript,
+            signatures=options.signatures,
+        )
+        cancelling = _cancelling.Cancelling(
+            store=options.store,
+            clock=options.clock,
+            redactor=options.redactor,
+            owner=shared.owner,
+            lease_seconds=options.lease_seconds,
+            principal_lock=built.runtime.principal_lock,
+            lease=runs.lease,
+            replay=runs.replay,
+            driver=runs.driver,
+        )
+        put = object.__setattr__  # (frozen: set once, here)
+        for name, value in (
+            ("_built", built),
+            ("_shared", shared),
+            ("_runs", runs),
+            ("_deciding", deciding),
+            ("_cancelling", cancelling),
+        ):
+            put(self, name, value)
+
+    # --- options ---------------------------------------------------------------------------
+    @property
+    def options(self) -> AgentOptions:
+        """What this agent was given (frozen)."""
+        return self._built.options
+
+    def with_options(self, **changes: Any) -> Agent:
+        """Another agent: this one's options with ``changes`` (the constructor's keywords, and
+        ``signatures``, ``tracer``), sharing the rest — the store, the clock, the gates when
+        nothing they are made of changed — and, in this process, the lease owner it drives runs
+        as and the principals' write locks."""
+        unknown = sorted(set(changes) - option_names())
+        if unknown:
+            raise ConfigurationError(f"unknown agent options: {', '.join(unknown)}")
+        options = dataclasses.replace(self._built.options, **changes)
+        agent = object.__new__(Agent)
+        agent._make(options, self._shared, self._built)
+        return agent
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise _frozen(name)
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise _frozen(name)
+
+    def __repr__(self) -> str:
+        o = self._built.options
+        return f"<Agent model={o.model.name!r} capabilities={len(self.gates.names)}>"
+
+    @property
+    def gates(self) -> Gates:
+        """The capabilities (with ``use_skill`` when there are skills) and their gates."""
+        return self._built.gates
+
+    @property
+    def skills(self) -> Mapping[str, Skill]:
+        """The skills by name (``use_skill``, and the prompt's skill layer)."""
+        return self._built.skills
+
+    @property
+    def memory(self) -> MemoryLayer | None:
+        """The memory as the loop uses it (``drain()`` waits for its background writes); the
+        ``Memory`` given is ``options.memory``."""
+        return self._built.memory
+
+    @property
+    def owner(self) -> str:
+        """The lease owner this agent drives runs as (shared with ``with_options`` agents)."""
+        return self._shared.owner
 
     # --- runs ------------------------------------------------------------------------------
     def run(
@@ -208,137 +313,11 @@ class Agent:
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
-        return self._stream(
-            partial(self._open, message, principal, run_id, capabilities, plan_first, skill, origin)
-        )
-
-    async def _open(
-        self,
-        message: str,
-        principal: Principal | str,
-        run_id: UUID | None,
-        capabilities: Iterable[str] | None,
-        plan_first: bool,
-        skill: str | None,
-        origin: Origin | None = None,
-    ) -> tuple[Driver, list[Event]]:
-        """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
-        commit, with its first events), the events to yield before the drive's."""
-        who, skill = principal_of(principal), chosen_skill(self.skills, skill)
-        if not isinstance(message, str) or not message.strip():
-            raise RunError("invalid", "a message must be non-empty text")
-        existing = await self.store.get_run(run_id) if run_id is not None else None
-        if existing is None:  # created by the drive's first commit, with its first events
-            run, transcript, first, plan = await self._create(
-                message, who, run_id, capabilities, plan_first, skill, origin, record=False
+        return self._runs.stream(
+            partial(
+                self._runs.open, message, principal, run_id, capabilities, plan_first, skill, origin
             )
-            driver = Driver(self._runtime(), run, transcript, unrecorded=first)
-            if transcript.user_text == message:  # the first turn's plan is the run_started's
-                driver.plan = plan
-            return driver, []
-        run, transcript = await self._continue(existing, who)
-        driver = Driver(self._runtime(), run, transcript)
-        return driver, await self._emit_first(driver, message, skill, origin)
-
-    async def _create(
-        self,
-        message: str,
-        who: Principal,
-        run_id: UUID | None,
-        capabilities: Iterable[str] | None,
-        plan_first: bool,
-        skill: str | None = None,
-        origin: Origin | None = None,
-        *,
-        leased: bool = True,
-        record: bool = True,
-    ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
-        """A new run (leased by this process unless ``leased`` is false), recorded unless
-        ``record`` is false; and the plan its ``run_started`` records."""
-        names, text = self.gates.names, self.redactor.redact_text(message)
-        if capabilities is not None:
-            wanted = list(dict.fromkeys(capabilities))
-            unknown = [n for n in wanted if self.gates.get(n) is None]
-            if unknown:
-                raise RunError("invalid", f"unknown capabilities: {', '.join(unknown)}")
-            names = wanted
-        kinds = list(_PLAN_FIRST_KINDS if plan_first else _ALL_KINDS)
-        plan = plan_turn(
-            [c for n in names if (c := self.gates.get(n)) is not None],
-            [UserTextMessage(message)],
-            allowed_kinds=kinds,
-            settings=self.model_settings,
-            tier=self.model_tier,
-            effort=self.thinking_effort,
         )
-        now = self.clock.now()
-        rid = run_id or uuid4()
-        run = RunRecord(
-            run_id=rid,
-            principal=who.actor_id,
-            status="running",
-            created_at=now,
-            updated_at=now,
-            epoch=1,
-            lease_owner=self.owner if leased else None,
-            lease_until=now + timedelta(seconds=self.lease_seconds) if leased else None,
-            title=text[:120],
-            scopes=tuple(sorted(who.scopes)),
-        )
-        first: list[Event] = [
-            RunStarted(
-                run_id=rid,
-                seq=1,
-                at=now,
-                principal=who.actor_id,
-                capabilities=names,
-                model=self.model.name,
-                allowed_kinds=kinds,
-                tier=plan.tier,
-                effort=plan.effort,
-                origin=origin,
-            ),
-            UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill, origin=origin),
-        ]
-        if record:
-            await self.store.create_run(run, first)
-        transcript = self._transcript()
-        for event in first:
-            transcript.apply(event)
-        return run.with_(last_seq=2), transcript, first, plan
-
-    async def _continue(self, existing: RunRecord, who: Principal) -> tuple[RunRecord, Transcript]:
-        """Lease an idle run to add a message to it (``run`` and ``submit``)."""
-        if existing.principal != who.actor_id:
-            raise RunError("forbidden", "this run belongs to another principal")
-        if existing.status in _SUSPENDED:
-            raise RunError("state", "the run is waiting for a decision; approve or deny it first")
-        if existing.status not in IDLE:
-            raise RunError("busy", "the run is still running")
-        run, transcript = await self._lease(existing.run_id)
-        started = transcript.started
-        if started is not None and started.replay_of is not None and not self.drives_replays:
-            await self.store.release(run.run_id, epoch=run.epoch)
-            raise RunError("state", _REPLAY_ONLY.format(run_id=run.run_id))
-        if run.status not in IDLE:  # someone else continued it between our read and lease
-            await self.store.release(run.run_id, epoch=run.epoch)
-            raise RunError("busy", "the run is still running")
-        return run, transcript
-
-    async def _emit_first(
-        self, driver: Driver, message: str, skill: str | None, origin: Origin | None
-    ) -> list[Event]:
-        """The ``user_message`` that continues an idle run, committed."""
-        try:
-            text = self.redactor.redact_text(message)
-            draft = UserMessageDraft(text=text, skill=skill, origin=origin)
-            built = driver.emit(draft, status="running")
-            await driver.barrier()
-            return built
-        except BaseException:
-            with suppress(Exception):
-                await self.store.release(driver.run_id, epoch=driver.epoch)
-            raise
 
     def resume(
         self, run_id: UUID, *, claimed: RunRecord | None = None, any_model: bool = False
@@ -353,32 +332,7 @@ class Agent:
         run's capabilities or has another model than the run recorded (unless ``any_model``):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         """
-        return self._stream(partial(self._reopen, run_id, claimed, any_model))
-
-    async def _reopen(
-        self, run_id: UUID, claimed: RunRecord | None, any_model: bool
-    ) -> tuple[Driver, list[Event]] | None:
-        """``resume`` up to its drive; None when there is nothing to drive."""
-        if claimed is None:
-            existing = await existing_run(self.store, run_id)
-            if existing.status in IDLE:
-                return None
-            await self._drivable(run_id, any_model=any_model)
-            run, transcript = await self._lease(run_id)
-        else:
-            if claimed.run_id != run_id or claimed.lease_owner != self.owner:
-                raise RunError("busy", f"run {run_id} is not leased to this agent")
-            try:
-                await self._drivable(run_id, any_model=any_model)
-            except BaseException:
-                with suppress(Exception):  # left for an agent that may drive it
-                    await self.store.release(run_id, epoch=claimed.epoch)
-                raise
-            run, transcript = claimed, await self._replay(claimed)
-        if run.status in IDLE:  # finished by another holder between our read and our lease
-            await self.store.release(run_id, epoch=run.epoch)
-            return None
-        return Driver(self._runtime(), run, transcript), []
+        return self._runs.stream(partial(self._runs.reopen, run_id, claimed, any_model))
 
     async def submit(
         self,
@@ -399,21 +353,8 @@ class Agent:
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
-        who, skill = principal_of(principal), chosen_skill(self.skills, skill)
-        if not isinstance(message, str) or not message.strip():
-            raise RunError("invalid", "a message must be non-empty text")
-        existing = await self.store.get_run(run_id) if run_id is not None else None
-        if existing is None:  # one insert, never leased: claimable once committed
-            run, _, _, _ = await self._create(
-                message, who, run_id, capabilities, plan_first, skill, origin, leased=False
-            )
-            return run
-        run, transcript = await self._continue(existing, who)
-        driver = Driver(self._runtime(), run, transcript)
-        first = await self._emit_first(driver, message, skill, origin)
-        await self.store.release(run.run_id, epoch=run.epoch)
-        return run.with_(
-            status="running", last_seq=first[-1].seq, lease_owner=None, lease_until=None
+        return await self._runs.submit(
+            message, principal, run_id, capabilities, plan_first, skill, origin
         )
 
     async def cancel(
@@ -450,7 +391,7 @@ class Agent:
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
         return await _cancelling.cancel(
-            self._cancelling(),
+            self._cancelling,
             run_id,
             by=by,
             reason=reason,
@@ -465,21 +406,7 @@ class Agent:
         lock awaited) and released if the block fails; what the block does with it stands
         otherwise (``cancel(claimed=...)`` releases it). Yields None, leasing nothing, if
         another process holds the run."""
-        return _cancelling.taken_over(self._cancelling(), run_id)
-
-    def _cancelling(self) -> _cancelling.Cancelling:
-        # built per call: the agent's attributes may be replaced after construction
-        return _cancelling.Cancelling(
-            store=self.store,
-            clock=self.clock,
-            redactor=self.redactor,
-            owner=self.owner,
-            lease_seconds=self.lease_seconds,
-            principal_lock=self.principal_lock,
-            lease=self._lease,
-            replay=self._replay,
-            driver=lambda run, transcript: Driver(self._runtime(), run, transcript),
-        )
+        return _cancelling.taken_over(self._cancelling, run_id)
 
     async def resume_all(self) -> list[UUID]:
         """Resume, once, every run that can make progress and that nobody drives (left
@@ -489,25 +416,16 @@ class Agent:
         is. Raises ``StoreUnavailableError`` when the store failed — listing the runs, or for
         some of them (its ``failed``; the others were driven, its ``resumed``): those are left
         for a later attempt. To keep doing it, use ``keep_runs_moving``."""
+        store, clock = self.store, self._built.options.clock
         return await resume_once(
-            lambda: self.store.runs_to_resume(now=self.clock.now()),
-            partial(self._resume_quietly, reraise=True),
+            lambda: store.runs_to_resume(now=clock.now()),
+            partial(self._runs.resume_quietly, self.resume, reraise=True),
         )
 
     def leaves_alone(self, run_id: UUID) -> bool:
         """Whether this agent refused to drive the run (another agent's: ``check_resumable``);
         the sweeps skip it, so it is neither tried nor logged again and again."""
-        return run_id in self._mismatched
-
-    async def _drivable(self, run_id: UUID, *, any_model: bool) -> None:
-        """``check_resumable``; a refused run is remembered and logged, once."""
-        try:
-            await self.check_resumable(run_id, any_model=any_model)
-        except RunError as exc:
-            if exc.code == "agent_mismatch" and run_id not in self._mismatched:
-                self._mismatched.add(run_id)
-                log.warning("run %s is left for another agent: %s", run_id, exc.message)
-            raise
+        return run_id in self._runs.mismatched
 
     async def check_resumable(self, run_id: UUID, *, any_model: bool = False) -> None:
         """Refuse, with ``RunError("agent_mismatch")``, a run this agent is not the one for.
@@ -516,25 +434,7 @@ class Agent:
         that lacks one of those capabilities must neither drive the run nor decide its
         approvals; one with another model must not drive it unless ``any_model`` says so.
         """
-        first = await self.store.read_events(run_id, limit=1)
-        started = first[0] if first else None
-        if not isinstance(started, RunStarted):
-            return
-        missing = [n for n in started.capabilities if self.gates.get(n) is None]
-        if missing:
-            raise RunError(
-                "agent_mismatch",
-                f"run {run_id} was started by an agent with capabilities this agent lacks: "
-                f"{', '.join(missing)}",
-            )
-        if started.replay_of is not None and not self.drives_replays:
-            raise RunError("agent_mismatch", _REPLAY_ONLY.format(run_id=run_id))
-        if not any_model and started.model != self.model.name:
-            raise RunError(
-                "agent_mismatch",
-                f"run {run_id} was started with the model {started.model}, and this agent's is "
-                f"{self.model.name}",
-            )
+        await self._runs.check_resumable(run_id, any_model=any_model)
 
     async def keep_runs_moving(self, *, every: float = SWEEP_SECONDS) -> None:
         """Resume every run that can make progress and that nobody drives, now and every
@@ -546,146 +446,13 @@ class Agent:
         leases and are never taken."""
         if every <= 0:
             raise ConfigurationError("every must be positive")
+        store, clock = self.store, self._built.options.clock
         await keep_moving(
-            lambda: self.store.runs_to_resume(now=self.clock.now()),
-            self._resume_quietly,
+            lambda: store.runs_to_resume(now=clock.now()),
+            partial(self._runs.resume_quietly, self.resume, reraise=False),
             self.leaves_alone,
             every=every,
         )
-
-    async def _resume_quietly(self, run_id: UUID, *, reraise: bool = False) -> bool:
-        """Drive the run to its next stop; False if it could not be (busy, or the store
-        failed: logged, and left for a later sweep; raised too with ``reraise``)."""
-        try:
-            async for _ in self.resume(run_id):
-                pass
-        except RunError:
-            return False
-        except StoreError as exc:
-            log.warning("run %s could not be resumed (%s); it will be tried again", run_id, exc)
-            if reraise:
-                raise
-            return False
-        return True
-
-    async def _lease(self, run_id: UUID) -> tuple[RunRecord, Transcript]:
-        run = await self.store.acquire(
-            run_id, owner=self.owner, now=self.clock.now(), ttl_seconds=self.lease_seconds
-        )
-        if run is None:
-            raise RunError("busy", f"run {run_id} is being driven by another worker")
-        try:
-            # the fold this process left at its last lease, when no one has leased it since
-            kept = await self._folds.take(self.store, run)
-        except BaseException:
-            with suppress(Exception):
-                await self.store.release(run.run_id, epoch=run.epoch)
-            raise
-        return run, kept if kept is not None else await self._replay(run)
-
-    def _keep_fold(self, driver: Driver) -> None:
-        """Keep a settled drive's transcript for the run's next lease (a few runs at most)."""
-        self._folds.keep(driver.run_id, driver.epoch, driver.t)
-
-    async def _replay(self, run: RunRecord) -> Transcript:
-        """The transcript of a leased run, from its log (the lease is released on failure)."""
-        try:
-            events = await self.store.read_events(run.run_id)
-        except BaseException:
-            with suppress(Exception):
-                await self.store.release(run.run_id, epoch=run.epoch)
-            raise
-        transcript = self._transcript()
-        for event in events:
-            transcript.apply(event)
-        return transcript
-
-    def _transcript(self) -> Transcript:
-        return Transcript()
-
-    def _runtime(self) -> Runtime:
-        """What a drive of a run is given. The agent's attributes may be replaced after its
-        construction: it is built again whenever one it is made of is not the same object."""
-        parts = (
-            *(self.model, self.gates, self.store, self.clock, self.redactor, self.tracer),
-            *(self.max_turns, self.max_tool_calls, self.budget_usd, self.lease_seconds),
-            *(self.system, self.model_settings, self.model_tier, self.thinking_effort),
-            *(self.prices, self.context_window, self.compact_at, self.summarizer, self.context),
-            *(self.memory, self.microcompact, self.remember_replies, self.remember_after_run),
-        )
-        built = self._built
-        if built is None or not all(map(operator.is_, parts, built[0])):
-            built = self._built = (parts, self._new_runtime())
-        return built[1]
-
-    def _new_runtime(self) -> Runtime:
-        return Runtime(
-            model=self.model,
-            gates=self.gates,
-            store=self.store,
-            clock=self.clock,
-            redactor=self.redactor,
-            limits=Limits(
-                max_turns=self.max_turns,
-                max_tool_calls=self.max_tool_calls,
-                budget_usd=self.budget_usd,
-                lease_seconds=self.lease_seconds,
-            ),
-            system=self.system,
-            model_settings=self.model_settings,
-            model_tier=self.model_tier,
-            thinking_effort=self.thinking_effort,
-            prices=self.prices,
-            principal_lock=self.principal_lock,
-            context=self._context_config(),
-            tracer=self.tracer,
-        )
-
-    def _context_config(self) -> ContextConfig:
-        return context_config(
-            self.model,
-            window=self.context_window,
-            compact_at=self.compact_at,
-            summarizer=self.summarizer,
-            domain=self.context,
-            memory=self.memory,
-            microcompact=self.microcompact,
-            remember_replies=self.remember_replies,
-            after_run=self.remember_after_run,
-            skills=self.skills,
-        )
-
-    async def _stream(
-        self, opening: Callable[[], Awaitable[tuple[Driver, list[Event]] | None]]
-    ) -> AsyncGenerator[Event, None]:
-        """The events of ``run`` and ``resume``: their first ones, then each committed event
-        of the drive (one generator from the caller to the drive's relay)."""
-        opened = await opening()
-        if opened is None:
-            return
-        driver, first = opened
-        for event in first:
-            yield event
-        relay = Relay()
-        driver.writer.out = relay
-        task = asyncio.create_task(driver.drive())
-        items = relay.items
-        try:
-            while True:
-                if not items:
-                    await relay.wait()
-                item = items.popleft()
-                if item is DONE:
-                    break
-                yield item
-            await task
-            if driver.settled:
-                self._keep_fold(driver)
-        finally:
-            if not task.done():
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
 
     # --- reading ---------------------------------------------------------------------------
     async def get_run(self, run_id: UUID) -> RunRecord:
@@ -735,7 +502,7 @@ class Agent:
         signed (the policy's ``signatures``) and ``assertion`` is missing or refused.
         """
         return await _decisions.approve(
-            self._deciding(),
+            self._deciding,
             approval_id,
             by=by,
             edits=edits,
@@ -748,38 +515,18 @@ class Agent:
         self, approval_id: UUID, *, by: Principal | str, reason: str = ""
     ) -> ApprovalRecord:
         """Decline a pending action: it never executes; the model is told, with the reason."""
-        return await _decisions.deny(self._deciding(), approval_id, by=by, reason=reason)
+        return await _decisions.deny(self._deciding, approval_id, by=by, reason=reason)
 
     async def submit_result(
         self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
-        return await _decisions.submit_result(self._deciding(), approval_id, result, by=by)
-
-    def _deciding(self) -> _decisions.Deciding:
-        # built per decision: the agent's attributes may be replaced after construction
-        return _decisions.Deciding(
-            store=self.store,
-            gates=self.gates,
-            clock=self.clock,
-            redactor=self.redactor,
-            transcript=self._transcript,
-            signatures=self.signatures,
-        )
+        return await _decisions.submit_result(self._deciding, approval_id, result, by=by)
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Held]:
         """Writes of one principal run one at a time: in this process, and across processes
         when the store's locks span them (``PrincipalLocking``: PostgreSQL)."""
-        lock = self._locks.get(actor_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[actor_id] = lock
-        store = self.store
-        if store is not self._locking[0]:  # a Protocol check is slow: once per store
-            self._locking = (store, isinstance(store, PrincipalLocking))
-        locking = cast(PrincipalLocking, store) if self._locking[1] else None
-        shared = None if locking is None else locking.principal_lock(actor_id)
-        return Held(lock, shared)
+        return self._built.runtime.principal_lock(actor_id)
 
     async def list_runs(
         self,

@@ -60,7 +60,7 @@ async def test_sign_in_approve_reload_mid_stream(tmp_path: Path) -> None:
     billing = Billing()
     agent: Agent = build_demo_agent(store, billing)
     model = HoldingModel(agent.model)
-    agent.model = model
+    agent = agent.with_options(model=model)
 
     def balances(principal: str) -> Balances:
         dollars = billing.balance

@@ -22,7 +22,7 @@ import pytest
 
 from fiduciary import Agent, Policy
 from fiduciary.dual_control import DualControl
-from fiduciary.passkeys import PasskeyRegistry, Passkeys, verify_run
+from fiduciary.passkeys import PasskeyRegistry, Passkeys, check_origins, verify_run
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.signed_approvals import SignatureRule
 from fiduciary.stores.sqlite import SQLiteStore
@@ -80,12 +80,14 @@ async def test_register_from_the_panel_then_approve_a_signed_card(tmp_path: Path
     )
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", WRITES)
-    app = create_app(agent, keys=keys, heartbeat_seconds=5)
+    # the page's origin is known once it is served: the relying party learns it then
+    passkeys = Passkeys(registry, rp_id="localhost", origins=["http://localhost"])
+    app = create_app(agent.with_options(signatures=passkeys), keys=keys, heartbeat_seconds=5)
     try:
         async with signed_in(app, key, host="localhost") as shown:
             page = shown.page
             origin = "http://" + urlsplit(page.url).netloc
-            agent.signatures = Passkeys(registry, rp_id="localhost", origins=[origin])
+            passkeys.origins = check_origins("localhost", [origin])
             await page.reload()  # signed in again from this tab: now the panel has passkeys
             await authenticator(page)
             panel = page.get_by_test_id("passkeys-panel")

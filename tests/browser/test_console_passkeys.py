@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from fiduciary import Agent, Policy
-from fiduciary.passkeys import PasskeyRegistry, Passkeys, verify_run
+from fiduciary.passkeys import PasskeyRegistry, Passkeys, check_origins, verify_run
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.signed_approvals import SignatureRule
 from fiduciary.stores.sqlite import SQLiteStore
@@ -95,12 +95,14 @@ async def test_register_a_passkey_and_approve_by_signing(tmp_path: Path, verifie
     )
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", ["runs:write", "runs:read", "approvals:decide"])
-    app = create_app(agent, keys=keys, heartbeat_seconds=5)
+    # the page's origin is known once it is served: the relying party learns it then
+    passkeys = Passkeys(registry, rp_id="localhost", origins=["http://localhost"])
+    app = create_app(agent.with_options(signatures=passkeys), keys=keys, heartbeat_seconds=5)
     try:
         async with signed_in(app, key, host="localhost") as shown:
             page = shown.page
             origin = "http://" + (urlsplit(page.url).netloc)
-            agent.signatures = Passkeys(registry, rp_id="localhost", origins=[origin])
+            passkeys.origins = check_origins("localhost", [origin])
             verifies = await authenticator(page)
             assert await page.evaluate(REGISTER, key) == 201
             if not verified:  # the same passkey, on a device that no longer verifies the user

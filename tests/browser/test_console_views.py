@@ -152,7 +152,7 @@ async def test_the_trace_of_a_run_approved_after_a_wait(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "console.sqlite3")
     clock = TickingClock(datetime(2026, 3, 2, 9, 30, tzinfo=UTC), timedelta(milliseconds=45))
     agent = build_demo_agent(store, Billing(), clock=clock)
-    agent.model = ThinkingModel(agent.model, clock, 1.4)
+    agent = agent.with_options(model=ThinkingModel(agent.model, clock, 1.4))
     run_id = await run_for(agent, DEMO_MESSAGE, DEMO_PRINCIPAL)
     clock.advance(timedelta(seconds=26))  # the person reads the card, then approves
     (pending,) = await agent.pending_approvals(principal=DEMO_PRINCIPAL)

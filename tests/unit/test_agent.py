@@ -379,14 +379,13 @@ async def test_max_turns(effects: Effects, store: Store, clock: ManualClock) -> 
     assert (await agent.get_run(events[0].run_id)).status == "failed"
 
 
-async def test_an_option_replaced_after_construction_applies_to_the_next_run(
+async def test_an_agent_with_another_option_applies_it_to_its_next_run(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
     script = Script("loop", [ToolCalls([Call("rates", {"currency": f"C{i}"})]) for i in range(10)])
     agent = make_agent(effects, store, clock, script, max_turns=3)
     assert len(of(await collect(agent.run("loop", principal=ALICE)), TurnComplete)) == 3
-    agent.max_turns = 2
-    events = await collect(agent.run("loop", principal=ALICE))
+    events = await collect(agent.with_options(max_turns=2).run("loop", principal=ALICE))
     assert len(of(events, TurnComplete)) == 2
     assert isinstance(events[-1], RunFailed)
     assert events[-1].message == "stopped after 2 model turns"

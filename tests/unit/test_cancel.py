@@ -114,7 +114,7 @@ async def test_cancel_mid_stream_retracts_the_partial_turn(
 ) -> None:
     agent = agent_for(store, clock, effects)
     assert isinstance(agent.model, ScriptedModel)
-    agent.model = Stalling(agent.model, after=3)
+    agent = agent.with_options(model=Stalling(agent.model, after=3))
     stream = agent.run("hello", principal="alice")
     seen = [await anext(stream) for _ in range(5)]  # run_started, user_message, 3 deltas
     await stream.aclose()  # the drive stops; the lease is released

@@ -218,8 +218,7 @@ async def test_each_of_the_n_approvals_is_signed_when_the_policy_says_so(
         policy=Policy(
             dual_control=[FINANCE], signatures=SignatureRule(at_or_above_usd=Decimal(100))
         ),
-    )
-    agent.signatures = passkeys
+    ).with_options(signatures=passkeys)
     pending = await pending_of(agent, "send 150")
     record = await store.get_approval(pending.approval_id)
     assert record is not None

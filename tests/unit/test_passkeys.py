@@ -57,8 +57,7 @@ def signing_agent(effects: Effects, store: Store, clock: ManualClock, passkeys: 
         Script("send 120", [ToolCalls([Call("send", {"to": "y", "amount": "120"})]), Reply("ok")]),
         policy=Policy(signatures=SignatureRule(at_or_above_usd=Decimal(100))),
     )
-    agent.signatures = passkeys
-    return agent
+    return agent.with_options(signatures=passkeys)
 
 
 async def pending(agent: Agent, message: str) -> tuple[PendingAction, ApprovalRecord]:
@@ -107,9 +106,9 @@ async def test_without_a_signature_the_approval_is_refused_with_where_to_sign(
         await agent.approve(event.approval_id, by="alice")  # the CLI, Telegram, MCP
     assert caught.value.code == "signature_required"
     assert "in the web console (/console)" in caught.value.message
-    agent.signatures = None  # an agent that cannot verify signatures decides nothing either
-    with pytest.raises(ApprovalError) as unable:
-        await agent.approve(event.approval_id, by="alice", assertion={"id": "x"})
+    unable_to_verify = agent.with_options(signatures=None)
+    with pytest.raises(ApprovalError) as unable:  # an agent that cannot verify decides nothing
+        await unable_to_verify.approve(event.approval_id, by="alice", assertion={"id": "x"})
     assert unable.value.code == "signature_required"
     record = await store.get_approval(event.approval_id)
     assert record is not None

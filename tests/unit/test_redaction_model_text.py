@@ -104,7 +104,7 @@ async def test_a_secret_the_model_says_reaches_no_event_request_log_or_trace(
         spans = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(spans))
-        instrument(agent, tracer_provider=provider, capture_content=True)
+        agent = instrument(agent, tracer_provider=provider, capture_content=True)
         first = await collect(agent.run("what do you know about me?", principal="alice"))
         run_id = first[0].run_id
         await collect(agent.run("thanks", principal="alice", run_id=run_id))

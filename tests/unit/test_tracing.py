@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from uuid import UUID
 
 import pytest
 
 from fiduciary import Agent, run_sync
 from fiduciary.observability.environment import trace_from_env, tracer_from_env
+from fiduciary.redaction import Redactor
+from fiduciary.stores.base import RunRecord
 from fiduciary.testing import Reply, Script, ScriptedModel
-from fiduciary.tracing import NO_TRACER
+from fiduciary.tracing import NO_DRIVE, NO_TRACER, DriveTrace
 
 
 @pytest.mark.parametrize(
@@ -67,8 +70,7 @@ def test_an_entry_point_keeps_a_tracer_the_agent_already_has(
     import fiduciary.observability.otel as observability
 
     mine = observability.OtelTracer()
-    agent = Agent(model=ScriptedModel([]), capabilities=[])
-    agent.tracer = mine
+    agent = Agent(model=ScriptedModel([]), capabilities=[]).with_options(tracer=mine)
     monkeypatch.setattr(observability, "otlp_tracer", observability.OtelTracer)
     assert trace_from_env(agent, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}) is agent
     assert agent.tracer is mine
@@ -82,13 +84,21 @@ def test_the_sync_api_turns_tracing_on_as_the_environment_asks(
     import fiduciary.observability.otel as observability
 
     made = observability.OtelTracer()  # the global (no-op) providers: nothing is exported
+    drives: list[UUID] = []
+
+    def drive(run: RunRecord, *, resumed: bool, model: str, redactor: Redactor) -> DriveTrace:
+        drives.append(run.run_id)
+        return NO_DRIVE
+
+    monkeypatch.setattr(made, "drive", drive)
     monkeypatch.setattr(observability, "otlp_tracer", lambda: made)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     agent = Agent(model=ScriptedModel([Script("hi", [Reply("hello")])]), capabilities=[])
     assert agent.tracer is NO_TRACER
     result = run_sync(agent, "hi", principal="alice")
     assert result.status == "completed"
-    assert agent.tracer is made
+    assert drives == [result.run_id]  # the run was traced; the agent given is unchanged
+    assert agent.tracer is NO_TRACER
 
 
 def test_a_run_without_tracing_never_imports_opentelemetry() -> None:

@@ -128,8 +128,7 @@ async def test_a_decided_run_refused_by_one_worker_is_driven_by_its_own(
     """An approval decided while a worker with the wrong agent runs: that worker claims the run,
     refuses it, and the run's own agent's worker must still get it."""
     effects = Effects()
-    own = make_agent(stores[1], effects)
-    own.model = ScriptedModel([BIG])
+    own = make_agent(stores[1], effects).with_options(model=ScriptedModel([BIG]))
     events = [e async for e in own.run("big", principal="alice")]
     (pending,) = [e for e in events if isinstance(e, PendingAction)]
     run_id = events[0].run_id

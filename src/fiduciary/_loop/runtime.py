@@ -1,7 +1,6 @@
 """What the loop is given by its agent: a small frozen ``Runtime``, never the agent itself.
 
-``Agent`` builds one for each drive (so that attributes replaced on an agent after its
-construction take effect, as before), and the loop reads nothing else of it.
+``Agent`` builds one, once, from its frozen options, and the loop reads nothing else of it.
 """
 
 from __future__ import annotations

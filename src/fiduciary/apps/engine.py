@@ -251,8 +251,7 @@ class AppEngine:
             lease_seconds=self.lease_seconds,
             model_tier="fast" if fast else None,
         )
-        agent.tracer = self.tracer
-        return agent
+        return agent.with_options(tracer=self.tracer)
 
     def hook_agent(self, manifest: Manifest, hook: str, record: AppRecord | None) -> Agent:
         """The agent of one hook invocation: the app's model; reads only, except for the message

@@ -387,11 +387,12 @@ def _jsonable(value: Any) -> str:
 
 def with_mcp(
     agent: Any, tables: Sequence[dict[str, Any]], files: Sequence[str | Path]
-) -> AbstractAsyncContextManager[Any]:
-    """The configured MCP servers' tools and prompts on ``agent`` for a block (the ``mcp`` extra
-    is needed only when some are configured)."""
+) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+    """For a block: ``agent`` with the configured MCP servers' tools and prompts, and their
+    toolset (``agent`` and None when none is configured: the ``mcp`` extra is needed only
+    when some are)."""
     if not tables and not files:
-        return nullcontext()
+        return nullcontext((agent, None))
     try:
         from ..mcp.attach import attached_mcp, configured_servers
     except ImportError:

@@ -120,7 +120,7 @@ async def worker(
     try:
         made = trace_from_env(agent_of(factory(store), agent))
         async with (
-            with_mcp(made, [], mcp_config or []),
+            with_mcp(made, [], mcp_config or []) as (made, _),
             _ticking(store, apps, apps_engine, apps_principal, poll_interval),
         ):
             for_many_runs()  # start-up is over: the collector's policy for many runs at once

@@ -125,7 +125,8 @@ async def _agent(
     except ConfigurationError as exc:
         raise CliError(str(exc)) from exc
     # the external MCP servers the agent's server and workers are given (its runs may call them)
-    async with with_mcp(agent, [], os.environ.get("FIDUCIARY_MCP_CONFIG", "").split()):
+    servers = os.environ.get("FIDUCIARY_MCP_CONFIG", "").split()
+    async with with_mcp(agent, [], servers) as (agent, _):
         if check is not None:
             await check(agent)  # with the servers' tools: the run may have called them
         yield agent

@@ -1,12 +1,12 @@
 """Configured MCP servers given to an agent that a factory built (``fiduciary serve``,
 ``fiduciary worker``, ``fiduciary mcp``, the ``runs`` and ``approvals`` commands).
 
-``attached_mcp(agent, configs)`` connects to the servers, adds their tools to the agent's
-capabilities (every gate applies to them as to any) and their prompts to its skills, and closes
-the connections when the block ends. A tool or skill name the agent already has is refused,
-naming the server. Every process that drives or decides the agent's runs needs the same
-configuration: a run records the capabilities it may call, and an agent lacking one leaves it
-alone (``agent_mismatch``).
+``attached_mcp(agent, configs)`` connects to the servers, gives the block the agent with their
+tools added to its capabilities (every gate applies to them as to any) and their prompts to its
+skills, and closes the connections when the block ends. A tool or skill name the agent already
+has is refused, naming the server. Every process that drives or decides the agent's runs needs
+the same configuration: a run records the capabilities it may call, and an agent lacking one
+leaves it alone (``agent_mismatch``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import Agent
-from ..capabilities import Capability
-from ..context.skills import USE_SKILL, Skill, skill_table, skills_capability
+from ..context.skills import Skill, skill_table
 from ..exceptions import ConfigurationError
-from ..gates import Gates
 from .client import McpToolset
 from .config import McpServerConfig, connect_servers, parse_config, read_config
 
@@ -38,8 +36,9 @@ def configured_servers(
     return configs
 
 
-def attach_toolset(agent: Agent, toolset: McpToolset, *, skills: Sequence[Skill] = ()) -> None:
-    """Add ``toolset``'s capabilities and ``skills`` to an agent built already."""
+def attach_toolset(agent: Agent, toolset: McpToolset, *, skills: Sequence[Skill] = ()) -> Agent:
+    """``agent`` with ``toolset``'s capabilities and ``skills`` added: another agent, sharing
+    the rest (``agent.with_options``)."""
     for name in toolset.names:
         if agent.gates.get(name) is not None:
             raise ConfigurationError(
@@ -53,41 +52,23 @@ def attach_toolset(agent: Agent, toolset: McpToolset, *, skills: Sequence[Skill]
                 f"an MCP server's prompt {name!r} has the name of one of the agent's skills: "
                 "give the server a prefix"
             )
-    agent.skills.update(added)  # (the agent's use_skill follows its skills)
-    caps: list[Capability] = list(toolset)
-    if agent.skills and agent.gates.get(USE_SKILL) is None:
-        caps.append(skills_capability(agent.skills))
-    agent.gates = _extended(agent.gates, caps)
+    options = agent.options  # (its use_skill is built over all the skills)
+    return agent.with_options(
+        capabilities=(*options.capabilities, *toolset), skills=(*options.skills, *added.values())
+    )
 
 
 @asynccontextmanager
 async def attached_mcp(
     agent: Agent, configs: Sequence[McpServerConfig]
-) -> AsyncIterator[McpToolset | None]:
-    """The configured servers' tools and prompts on ``agent`` for the block (None: none)."""
+) -> AsyncIterator[tuple[Agent, McpToolset | None]]:
+    """For the block: ``agent`` with the configured servers' tools and prompts, and the
+    servers' toolset (``agent`` itself and None when no server is configured)."""
     if not configs:
-        yield None
+        yield agent, None
         return
     toolset = await connect_servers(configs)
     try:
-        attach_toolset(agent, toolset, skills=await toolset.skills())
-        yield toolset
+        yield attach_toolset(agent, toolset, skills=await toolset.skills()), toolset
     finally:
         await toolset.aclose()
-
-
-def _extended(gates: Gates, more: Sequence[Capability]) -> Gates:
-    """The same gates (store, policy, guards, authorize, clock, redactor, budgets) with more
-    capabilities."""
-    mine = [c for n in gates.names if (c := gates.get(n)) is not None]
-    return Gates(
-        [*mine, *more],
-        store=gates.store,
-        policy=gates.policy,
-        guards=gates.guards,
-        authorize=gates.authorize,
-        clock=gates.clock,
-        redactor=gates.redactor,
-        default_result_chars=gates.default_result_chars,
-        authorize_timeout=gates.authorize_timeout,
-    )

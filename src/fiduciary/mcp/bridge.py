@@ -17,7 +17,6 @@ identical ``tools/call`` resumes the run here.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -125,13 +124,11 @@ class McpGateway:
     def _proxy(self, tool: str, arguments: Mapping[str, Any], *, relayed: bool) -> Agent:
         # the same store, gates, policy, locks and clock; only the model differs, and for a
         # write what its guards see: the principal's recent MCP calls (``recent``)
-        proxy = copy.copy(self.agent)
-        proxy.model = ProposeCall(tool, arguments)
-        if relayed:
-            gates = copy.copy(self.agent.gates)
-            gates.guards = RelayedGuards(self.agent, model=MODEL_NAME).wrap(gates.guards)
-            proxy.gates = gates
-        return proxy
+        model = ProposeCall(tool, arguments)
+        if not relayed:
+            return self.agent.with_options(model=model)
+        guards = RelayedGuards(self.agent, model=MODEL_NAME).wrap(self.agent.gates.guards)
+        return self.agent.with_options(model=model, guards=guards)
 
     async def call(
         self,

@@ -88,7 +88,7 @@ async def _serve(
     store = SQLiteStore(db)
     try:
         agent = trace_from_env(agent_of(factory(store), spec))
-        async with with_mcp(agent, [], mcp_files):
+        async with with_mcp(agent, [], mcp_files) as (agent, _):
             gateway = McpGateway(agent, console_url=console_url)
             await serve_stdio(gateway, principal=Principal(principal), skills=skills)
     finally:

@@ -50,8 +50,10 @@ def tracer_from_env(environ: Mapping[str, str] | None = None) -> RunTracer:
 
 
 def trace_from_env(agent: Agent, environ: Mapping[str, str] | None = None) -> Agent:
-    """``agent``, given ``tracer_from_env()`` unless it already has a tracer of its own
-    (``instrument(agent)``, or an entry point's earlier call)."""
-    if agent.tracer is NO_TRACER:
-        agent.tracer = tracer_from_env(environ)
-    return agent
+    """``agent`` with ``tracer_from_env()`` (``agent.with_options(tracer=...)``), unless it
+    already has a tracer of its own (``instrument(agent)``, or an entry point's earlier call)
+    or the environment asks for none: then ``agent`` itself."""
+    if agent.tracer is not NO_TRACER:
+        return agent
+    tracer = tracer_from_env(environ)
+    return agent if tracer is NO_TRACER else agent.with_options(tracer=tracer)

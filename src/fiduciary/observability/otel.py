@@ -3,8 +3,8 @@
 Reached as ``fiduciary.observability.instrument`` / ``tracer_from_env`` (imported on first use,
 so that time travel works without OpenTelemetry installed).
 
-``instrument(agent)`` gives an agent an ``OtelTracer``; an ``Agent`` made while the standard
-``OTEL_*`` variables name an exporter gets one by itself (``fiduciary.tracing``). Each drive of
+``instrument(agent)`` returns the agent traced by an ``OtelTracer``; the entry points trace an
+agent as the standard ``OTEL_*`` variables ask (``trace_from_env``). Each drive of
 a run is an ``invoke_agent`` span in the run's own trace (its id is the run id), with ``chat``
 and ``execute_tool`` children; see docs/observability.md. Content capture is off unless
 ``capture_content`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, and what
@@ -85,15 +85,15 @@ def instrument(
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
     capture_content: bool | None = None,
-) -> OtelTracer:
-    """Trace ``agent``'s runs (with the global providers unless given); returns the tracer."""
+) -> Agent:
+    """``agent`` traced (with the global providers unless given): another agent, sharing the
+    rest (``agent.with_options``); its ``tracer`` is the ``OtelTracer``."""
     tracer = OtelTracer(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
         capture_content=capture_content,
     )
-    agent.tracer = tracer
-    return tracer
+    return agent.with_options(tracer=tracer)
 
 
 _from_env: OtelTracer | None = None

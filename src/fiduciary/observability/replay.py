@@ -229,8 +229,8 @@ def replay_agent(
         summarizer=agent.summarizer,
         microcompact=agent.microcompact,
     )
-    again.drives_replays = True  # no other agent drives a replay: its handlers are real
-    return again
+    # no other agent drives a replay: its handlers are real
+    return again.with_options(drives_replays=True)
 
 
 async def replay(

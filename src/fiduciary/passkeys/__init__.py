@@ -2,8 +2,8 @@
 
 ``Passkeys`` registers a principal's passkeys (``registration_options`` then ``register``;
 ``list`` and ``revoke``) and verifies an approval's assertion (``verify``, the core's
-``SignatureCheck``: set ``agent.signatures = passkeys``). The relying party id and its origins
-come from configuration; an origin that is not https is refused, except on localhost.
+``SignatureCheck``: ``agent.with_options(signatures=passkeys)``). The relying party id and its
+origins come from configuration; an origin that is not https is refused, except on localhost.
 
 ``verify`` checks, with py_webauthn: the signature with the registered public key, the
 challenge (the SHA-256 of the approval's binding: ``fiduciary.signed_approvals``), the

@@ -292,10 +292,11 @@ async def _serve(
     try:
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
+        agent = setup.agent
         if passkeys is not None:
-            setup.agent.signatures = passkeys
-        toolset = await external.enter_async_context(
-            with_mcp(setup.agent, settings.mcp, mcp_files or [])
+            agent = agent.with_options(signatures=passkeys)
+        agent, toolset = await external.enter_async_context(
+            with_mcp(agent, settings.mcp, mcp_files or [])
         )
         if toolset is not None:
             console.print(
@@ -305,7 +306,7 @@ async def _serve(
             )
         features = await open_features(
             store,
-            setup.agent,
+            agent,
             apps=settings.apps,
             hook_targets=settings.hook_targets(),
             attention=attention,
@@ -319,7 +320,7 @@ async def _serve(
             )
             notifier = Notifier(targets, guard=guard, max_attempts=settings.webhooks.max_attempts)
         app = create_app(
-            setup.agent,
+            agent,
             keys=keys,
             balances=setup.balances,
             rate_limit=limit,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import cast
 
@@ -118,8 +118,7 @@ def serve_setup(factory: AgentFactory, store: Store) -> ServedAgent:
     if isinstance(made, Agent):
         return ServedAgent(trace_from_env(made))
     if isinstance(made, ServedAgent):
-        trace_from_env(made.agent)
-        return made
+        return replace(made, agent=trace_from_env(made.agent))
     raise ConfigurationError(
         f"an agent factory must return an Agent or a ServedAgent, not {type(made).__name__}"
     )

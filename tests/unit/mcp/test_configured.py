@@ -264,7 +264,7 @@ async def test_an_agent_without_skills_gets_use_skill_over_the_servers_prompts()
         "bank", *BANK, cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)}, prefix="bank_"
     )
     async with await mcp_capabilities(server) as tools:
-        attach_toolset(agent, tools, skills=await tools.skills())
+        agent = attach_toolset(agent, tools, skills=await tools.skills())
         use_skill = agent.gates.get("use_skill")
         assert use_skill is not None
         listed = use_skill.handler(skill="")
@@ -290,7 +290,7 @@ async def test_the_approvals_command_is_given_the_servers_by_the_environment(
     agent = make_agent(store)
     alice, args = Principal("alice"), {"to": "bob", "amount": 7}
     try:
-        async with attached_mcp(agent, read_config(servers)):
+        async with attached_mcp(agent, read_config(servers)) as (agent, _):
             gateway = McpGateway(agent)
             pending = await gateway.call(alice, "bank_transfer", args)
             assert pending.status == "pending_approval"

@@ -85,8 +85,7 @@ def traced_agent(store: Store, *, capture_content: bool) -> tuple[Agent, InMemor
     exporter = InMemorySpanExporter()
     provider = TracerProvider(id_generator=RunIds())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instrument(agent, tracer_provider=provider, capture_content=capture_content)
-    return agent, exporter
+    return instrument(agent, tracer_provider=provider, capture_content=capture_content), exporter
 
 
 def as_json(span: ReadableSpan) -> dict[str, Any]:

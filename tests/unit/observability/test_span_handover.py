@@ -58,8 +58,7 @@ def traced(script: Script, *, max_turns: int) -> tuple[Agent, Watching, InMemory
     )
     provider = TracerProvider(id_generator=RunIds())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instrument(agent, tracer_provider=provider)
-    return agent, model, exporter
+    return instrument(agent, tracer_provider=provider), model, exporter
 
 
 async def test_a_long_drive_hands_its_spans_over_before_it_ends() -> None:

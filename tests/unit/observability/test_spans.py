@@ -143,7 +143,7 @@ async def test_metrics_count_tool_calls_by_outcome_and_tier(tmp_path: Path) -> N
     try:
         agent, _ = traced_agent(store, capture_content=False)
         reader = InMemoryMetricReader()
-        instrument(agent, meter_provider=MeterProvider(metric_readers=[reader]))
+        agent = instrument(agent, meter_provider=MeterProvider(metric_readers=[reader]))
         await collect(agent.run(MESSAGE, principal=PRINCIPAL))
     finally:
         await store.close()
@@ -180,7 +180,7 @@ async def test_a_provider_whose_ids_fiduciary_cannot_choose_still_gives_one_trac
         exporter = InMemorySpanExporter()
         provider = TracerProvider()  # random ids
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-        instrument(agent, tracer_provider=provider)
+        agent = instrument(agent, tracer_provider=provider)
         events = await collect(agent.run(MESSAGE, principal=PRINCIPAL))
     finally:
         await store.close()

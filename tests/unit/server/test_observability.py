@@ -49,8 +49,8 @@ async def test_the_server_reports_its_sse_subscribers(
     agent: Agent, make_app: AppFactory, keys: Keys, store: Store
 ) -> None:
     reader = InMemoryMetricReader()
-    instrument(agent, meter_provider=MeterProvider(metric_readers=[reader]))
-    app = make_app()
+    traced = instrument(agent, meter_provider=MeterProvider(metric_readers=[reader]))
+    app = make_app(agent=traced)
     server: Server = app.state.server
     assert gauge(reader) == [0]
     async with client_for(app) as client:
@@ -81,5 +81,6 @@ async def test_create_app_traces_its_agent_as_the_environment_asks(
     monkeypatch.setattr(otel, "otlp_tracer", lambda: made)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     assert agent.tracer is NO_TRACER
-    make_app()
-    assert agent.tracer is made
+    server: Server = make_app().state.server
+    assert server.agent.tracer is made
+    assert agent.tracer is NO_TRACER  # the agent given is not changed: the server's is another

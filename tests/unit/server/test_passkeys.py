@@ -40,16 +40,14 @@ def passkeys(tmp_path: Path, clock: ManualClock) -> Iterator[Passkeys]:
 def agent(
     store: Store, clock: ManualClock, effects: Effects, billing: Billing, passkeys: Passkeys
 ) -> Agent:
-    made = Agent(
+    return Agent(
         model=ScriptedModel(scripts()),
         capabilities=[*billing.capabilities(), *toy_capabilities(effects)],
         store=store,
         clock=clock,
         authorize=allow_all,
         policy=Policy(signatures=SignatureRule(at_or_above_usd=Decimal(50))),
-    )
-    made.signatures = passkeys
-    return made
+    ).with_options(signatures=passkeys)
 
 
 async def enrol(client: httpx.AsyncClient, key: str) -> SoftAuthenticator:

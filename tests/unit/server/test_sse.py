@@ -169,8 +169,7 @@ def gated_app(
     billing: Billing,
     gated: GatedModel,
 ) -> Starlette:
-    agent = make_agent(store, clock, effects, billing)
-    agent.model = gated
+    agent = make_agent(store, clock, effects, billing).with_options(model=gated)
     return make_app(agent=agent)
 
 
