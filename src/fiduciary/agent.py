@@ -6,7 +6,6 @@ store can continue it, decide its approvals or follow its events.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
@@ -16,13 +15,13 @@ from uuid import UUID
 
 from ._agent import cancelling as _cancelling
 from ._agent import decisions as _decisions
-from ._agent.built import Built, build
+from ._agent.built import Built, Parts, assemble
 from ._agent.following import run_events
-from ._agent.options import DEFAULT_SYSTEM, AgentOptions, option_names
-from ._agent.runs import Runs, Shared
+from ._agent.options import DEFAULT_SYSTEM, AgentOptions, option_names, replaced
+from ._agent.runs import Shared
 from ._agent.sweep import SWEEP_SECONDS, keep_moving, resume_once
 from ._logs import REDACT_LOGS
-from ._loop import Held, Transcript
+from ._loop import Held
 from .capabilities import Capability, Principal, principal_of
 from .clock import Clock, SystemClock
 from .context.compaction import Summarizer
@@ -55,10 +54,11 @@ class _Option(Generic[T]):
     """An option read on the agent (``agent.policy`` is ``agent.options.policy``); assigning
     one is refused, naming ``with_options``."""
 
-    __slots__ = ("name",)
+    __slots__ = ("built", "name")
 
-    def __init__(self) -> None:
+    def __init__(self, *, built: bool = False) -> None:
         self.name = ""
+        self.built = built  # what is built of the options, rather than one of them
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -70,7 +70,9 @@ class _Option(Generic[T]):
     def __get__(self, agent: Agent | None, owner: type) -> T | _Option[T]:
         if agent is None:
             return self
-        value: T = getattr(agent._built.options, self.name)
+        value: T = getattr(
+            agent._parts.built if self.built else agent._parts.built.options, self.name
+        )
         return value
 
     def __set__(self, agent: Agent, value: NoReturn) -> NoReturn:
@@ -128,13 +130,16 @@ class Agent:
     signatures: _Option[SignatureCheck | None] = _Option()
     tracer: _Option[RunTracer] = _Option()
     drives_replays: _Option[bool] = _Option()
+    # what it was given (frozen), and what is built of it
+    options: _Option[AgentOptions] = _Option(built=True)
+    gates: _Option[Gates] = _Option(built=True)  # the capabilities (and use_skill), their gates
+    skills: _Option[Mapping[str, Skill]] = _Option(built=True)  # by name
+    memory: _Option[MemoryLayer | None] = _Option(built=True)  # the loop's (options.memory: given)
 
-    __slots__ = ("__weakref__", "_built", "_cancelling", "_deciding", "_runs", "_shared")
-    _built: Built  # the options and what is built of them, once
-    _shared: Shared  # what agents derived with with_options share in this process
-    _runs: Runs
-    _deciding: _decisions.Deciding
-    _cancelling: _cancelling.Cancelling
+    owner: _Option[str] = _Option(built=True)  # the lease owner it drives runs as (shared)
+
+    __slots__ = ("__weakref__", "_parts")
+    _parts: Parts  # the options, what is built of them (once), and what is shared
 
     def __init__(
         self,
@@ -201,61 +206,18 @@ class Agent:
         self._make(options, Shared(), None)
 
     def _make(self, options: AgentOptions, shared: Shared, previous: Built | None) -> None:
-        built = build(options, shared, previous)
         REDACT_LOGS.register(options.redactor)  # fiduciary's log records get its rules too
-        runs = Runs(
-            options,
-            gates=built.gates,
-            skills=built.skills,
-            runtime=built.runtime,
-            shared=shared,
-        )
-        deciding = _decisions.Deciding(
-            store=options.store,
-            gates=built.gates,
-            clock=options.clock,
-            redactor=options.redactor,
-            transcript=Transcript,
-            signatures=options.signatures,
-        )
-        cancelling = _cancelling.Cancelling(
-            store=options.store,
-            clock=options.clock,
-            redactor=options.redactor,
-            owner=shared.owner,
-            lease_seconds=options.lease_seconds,
-            principal_lock=built.runtime.principal_lock,
-            lease=runs.lease,
-            replay=runs.replay,
-            driver=runs.driver,
-        )
-        put = object.__setattr__  # (frozen: set once, here)
-        for name, value in (
-            ("_built", built),
-            ("_shared", shared),
-            ("_runs", runs),
-            ("_deciding", deciding),
-            ("_cancelling", cancelling),
-        ):
-            put(self, name, value)
+        object.__setattr__(self, "_parts", assemble(options, shared, previous))  # (frozen)
 
     # --- options ---------------------------------------------------------------------------
-    @property
-    def options(self) -> AgentOptions:
-        """What this agent was given (frozen)."""
-        return self._built.options
-
     def with_options(self, **changes: Any) -> Agent:
         """Another agent: this one's options with ``changes`` (the constructor's keywords, and
         ``signatures``, ``tracer``), sharing the rest — the store, the clock, the gates when
         nothing they are made of changed — and, in this process, the lease owner it drives runs
         as and the principals' write locks."""
-        unknown = sorted(set(changes) - option_names())
-        if unknown:
-            raise ConfigurationError(f"unknown agent options: {', '.join(unknown)}")
-        options = dataclasses.replace(self._built.options, **changes)
+        options = replaced(self._parts.built.options, changes)
         agent = object.__new__(Agent)
-        agent._make(options, self._shared, self._built)
+        agent._make(options, self._parts.shared, self._parts.built)
         return agent
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
@@ -263,31 +225,6 @@ class Agent:
 
     def __delattr__(self, name: str) -> NoReturn:
         raise _frozen(name)
-
-    def __repr__(self) -> str:
-        o = self._built.options
-        return f"<Agent model={o.model.name!r} capabilities={len(self.gates.names)}>"
-
-    @property
-    def gates(self) -> Gates:
-        """The capabilities (with ``use_skill`` when there are skills) and their gates."""
-        return self._built.gates
-
-    @property
-    def skills(self) -> Mapping[str, Skill]:
-        """The skills by name (``use_skill``, and the prompt's skill layer)."""
-        return self._built.skills
-
-    @property
-    def memory(self) -> MemoryLayer | None:
-        """The memory as the loop uses it (``drain()`` waits for its background writes); the
-        ``Memory`` given is ``options.memory``."""
-        return self._built.memory
-
-    @property
-    def owner(self) -> str:
-        """The lease owner this agent drives runs as (shared with ``with_options`` agents)."""
-        return self._shared.owner
 
     # --- runs ------------------------------------------------------------------------------
     def run(
@@ -313,9 +250,16 @@ class Agent:
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
-        return self._runs.stream(
+        return self._parts.runs.stream(
             partial(
-                self._runs.open, message, principal, run_id, capabilities, plan_first, skill, origin
+                self._parts.runs.open,
+                message,
+                principal,
+                run_id,
+                capabilities,
+                plan_first,
+                skill,
+                origin,
             )
         )
 
@@ -332,7 +276,7 @@ class Agent:
         run's capabilities or has another model than the run recorded (unless ``any_model``):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         """
-        return self._runs.stream(partial(self._runs.reopen, run_id, claimed, any_model))
+        return self._parts.runs.stream(partial(self._parts.runs.reopen, run_id, claimed, any_model))
 
     async def submit(
         self,
@@ -353,7 +297,7 @@ class Agent:
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
-        return await self._runs.submit(
+        return await self._parts.runs.submit(
             message, principal, run_id, capabilities, plan_first, skill, origin
         )
 
@@ -391,7 +335,7 @@ class Agent:
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
         return await _cancelling.cancel(
-            self._cancelling,
+            self._parts.cancelling,
             run_id,
             by=by,
             reason=reason,
@@ -406,7 +350,7 @@ class Agent:
         lock awaited) and released if the block fails; what the block does with it stands
         otherwise (``cancel(claimed=...)`` releases it). Yields None, leasing nothing, if
         another process holds the run."""
-        return _cancelling.taken_over(self._cancelling, run_id)
+        return _cancelling.taken_over(self._parts.cancelling, run_id)
 
     async def resume_all(self) -> list[UUID]:
         """Resume, once, every run that can make progress and that nobody drives (left
@@ -416,16 +360,16 @@ class Agent:
         is. Raises ``StoreUnavailableError`` when the store failed — listing the runs, or for
         some of them (its ``failed``; the others were driven, its ``resumed``): those are left
         for a later attempt. To keep doing it, use ``keep_runs_moving``."""
-        store, clock = self.store, self._built.options.clock
+        store, clock = self.store, self._parts.built.options.clock
         return await resume_once(
             lambda: store.runs_to_resume(now=clock.now()),
-            partial(self._runs.resume_quietly, self.resume, reraise=True),
+            partial(self._parts.runs.resume_quietly, self.resume, reraise=True),
         )
 
     def leaves_alone(self, run_id: UUID) -> bool:
         """Whether this agent refused to drive the run (another agent's: ``check_resumable``);
         the sweeps skip it, so it is neither tried nor logged again and again."""
-        return run_id in self._runs.mismatched
+        return run_id in self._parts.runs.mismatched
 
     async def check_resumable(self, run_id: UUID, *, any_model: bool = False) -> None:
         """Refuse, with ``RunError("agent_mismatch")``, a run this agent is not the one for.
@@ -434,7 +378,7 @@ class Agent:
         that lacks one of those capabilities must neither drive the run nor decide its
         approvals; one with another model must not drive it unless ``any_model`` says so.
         """
-        await self._runs.check_resumable(run_id, any_model=any_model)
+        await self._parts.runs.check_resumable(run_id, any_model=any_model)
 
     async def keep_runs_moving(self, *, every: float = SWEEP_SECONDS) -> None:
         """Resume every run that can make progress and that nobody drives, now and every
@@ -446,10 +390,10 @@ class Agent:
         leases and are never taken."""
         if every <= 0:
             raise ConfigurationError("every must be positive")
-        store, clock = self.store, self._built.options.clock
+        store, clock = self.store, self._parts.built.options.clock
         await keep_moving(
             lambda: store.runs_to_resume(now=clock.now()),
-            partial(self._runs.resume_quietly, self.resume, reraise=False),
+            partial(self._parts.runs.resume_quietly, self.resume, reraise=False),
             self.leaves_alone,
             every=every,
         )
@@ -502,7 +446,7 @@ class Agent:
         signed (the policy's ``signatures``) and ``assertion`` is missing or refused.
         """
         return await _decisions.approve(
-            self._deciding,
+            self._parts.deciding,
             approval_id,
             by=by,
             edits=edits,
@@ -515,18 +459,18 @@ class Agent:
         self, approval_id: UUID, *, by: Principal | str, reason: str = ""
     ) -> ApprovalRecord:
         """Decline a pending action: it never executes; the model is told, with the reason."""
-        return await _decisions.deny(self._deciding, approval_id, by=by, reason=reason)
+        return await _decisions.deny(self._parts.deciding, approval_id, by=by, reason=reason)
 
     async def submit_result(
         self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
-        return await _decisions.submit_result(self._deciding, approval_id, result, by=by)
+        return await _decisions.submit_result(self._parts.deciding, approval_id, result, by=by)
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Held]:
         """Writes of one principal run one at a time: in this process, and across processes
         when the store's locks span them (``PrincipalLocking``: PostgreSQL)."""
-        return self._built.runtime.principal_lock(actor_id)
+        return self._parts.built.runtime.principal_lock(actor_id)
 
     async def list_runs(
         self,

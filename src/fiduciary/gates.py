@@ -16,43 +16,48 @@ import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from ._gates.attempt import (
+    Attempt,
+    CallScope,
+    Outcome,
+    ParsedCall,
+    Pending,
+    Refused,
+    Verdict,
+)
+from ._gates.execution import Execution
+from ._gates.guarding import guarded
 from ._logs import logger
-from ._render import render_result
 from .capabilities import (
     CallContext,
     Capability,
     Executor,
     Kind,
     Principal,
-    Replay,
     args_digest,
     out_of_range,
 )
 from .clock import Clock
 from .events import (
-    GuardFiredDraft,
     GuardNote,
-    Origin,
     PendingActionDraft,
     RejectReason,
-    ToolCallEndDraft,
-    ToolCallRejectedDraft,
     ToolProgressDraft,
 )
 from .exceptions import CapabilityError, ConfigurationError
-from .guards import Guard, GuardCall, GuardOutcome, RunHistory, order_guards, run_guards
+from .guards import Guard, GuardOutcome, order_guards
 from .models.base import ToolSpec
 from .policy import Policy, PolicyDecision
 from .redaction import Redactor
-from .stores.base import ApprovalRecord, AuditRecord, LedgerEntry, LedgerFinish, Store
+from .stores.base import ApprovalRecord, AuditRecord, Store
 
 __all__ = [
     "Attempt",
@@ -89,161 +94,6 @@ class AuthorizationRequest:
 Authorize: TypeAlias = Callable[[AuthorizationRequest], "bool | Awaitable[bool]"]
 
 
-async def _nothing(*_: Any) -> None:
-    return None
-
-
-def _in_person() -> Origin | None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class CallScope:
-    """What one run gives the pipeline: who, which capabilities, what happened so far, the
-    lease epoch its ledger rows are fenced by, and where the guards' and handlers' reports
-    (``guard_fired``, ``tool_progress``, redacted already) go.
-    ``before_effect`` is awaited before a call that is not ``concurrent`` starts its effect
-    (the loop makes its log durable and checks the principal's lock there).
-
-    A run that keeps its own log may also take the ledger's writes into its commits:
-    ``begin`` replaces ``before_effect`` then ``Store.ledger_begin`` for such a call (the loop
-    commits its log and the ledger row in one durable transaction), and ``finish`` takes a
-    row's ``Store.ledger_finish`` into the log's next commit. ``origin``: the outside event
-    the run's latest message came from (None: its principal in person), read at each call."""
-
-    run_id: UUID
-    principal: Principal
-    allowed: frozenset[str]
-    allowed_kinds: frozenset[Kind]
-    history: RunHistory
-    epoch: int = 0
-    report: Callable[[GuardFiredDraft | ToolProgressDraft], Awaitable[None]] = _nothing
-    before_effect: Callable[[], Awaitable[None]] = _nothing
-    begin: Callable[[LedgerEntry], Awaitable[LedgerEntry | None]] | None = None
-    finish: Callable[[LedgerFinish], None] | None = None
-    origin: Callable[[], Origin | None] = _in_person
-
-
-@dataclass(slots=True)
-class ParsedCall:
-    """A tool call as the model produced it, parsed once."""
-
-    tool_use_id: str
-    name: str
-    raw: dict[str, Any] | None  # None: the arguments were not a JSON object
-    cap: Capability | None
-    args: BaseModel | None = None
-    error: str | None = None
-    digest: str = ""
-    _json: dict[str, Any] | None = None
-    _shown: dict[str, Any] | None = None
-
-    @property
-    def args_json(self) -> dict[str, Any]:
-        """The validated arguments as JSON (the raw ones when they did not validate); made
-        once: the digest, the guards, the event, the approval and the audit row share it."""
-        if self._json is None:
-            self._json = self.args.model_dump(mode="json") if self.args is not None else None
-        return self._json if self._json is not None else (self.raw or {})
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One call on its way through the gates, admit → execute.
-
-    ``tier``, ``amount_usd`` and ``notes`` are what admission found (or, for an approved call,
-    what the approval recorded); ``recovery`` marks a call re-run after a crash;
-    ``concurrent``: a read running beside the others of its turn — it never waits for a
-    person, and starts without ``before_effect``."""
-
-    scope: CallScope
-    call: ParsedCall
-    tier: str | None = None
-    amount_usd: Decimal | None = None
-    notes: tuple[GuardNote, ...] = ()
-    recovery: Literal["replayed"] | None = None
-    concurrent: bool = False
-    _ctx: CallContext | None = None
-
-    @property
-    def cap(self) -> Capability:
-        assert self.call.cap is not None  # admitted calls only
-        return self.call.cap
-
-    @property
-    def args(self) -> BaseModel:
-        assert self.call.args is not None  # admitted calls only
-        return self.call.args
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The call does not run: its ``tool_call_rejected`` and (a known capability's) audit row."""
-
-    call: ParsedCall
-    reason: RejectReason
-    message: str
-    audit: AuditRecord | None = None
-
-    @property
-    def draft(self) -> ToolCallRejectedDraft:
-        return ToolCallRejectedDraft(
-            tool_use_id=self.call.tool_use_id,
-            name=self.call.name,
-            reason=self.reason,
-            message=self.message,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """The call waits for a person (or for the client that executes it): the approval row, the
-    ``pending_action`` the person is shown, and the audit row."""
-
-    record: ApprovalRecord
-    draft: PendingActionDraft
-    audit: AuditRecord
-
-
-@dataclass(slots=True)
-class Outcome:
-    """The result of one executed call: its ``tool_call_end`` and its audit row."""
-
-    call: ParsedCall
-    content: str
-    is_error: bool = False
-    error_code: str | None = None
-    recovery: Literal["replayed", "ledger", "unknown"] | None = None
-    truncated: bool = False
-    hints: list[str] = field(default_factory=list)
-    audit: AuditRecord | None = None
-
-    @property
-    def draft(self) -> ToolCallEndDraft:
-        # a write's tier and amount are its audit row's: the log says what the audit says
-        audit = self.audit
-        write = audit is not None and audit.kind not in _NO_EFFECT
-        return ToolCallEndDraft(
-            tool_use_id=self.call.tool_use_id,
-            name=self.call.name,
-            output=self.content,
-            is_error=self.is_error,
-            error_code=self.error_code,
-            recovery=self.recovery,
-            truncated=self.truncated,
-            hints=self.hints,
-            tier=audit.tier if write and audit is not None else None,
-            amount_usd=audit.amount_usd if write and audit is not None else None,
-        )
-
-
-Verdict: TypeAlias = Refused | Pending | Outcome
-
-
-def error_content(code: str, message: str) -> str:
-    return json.dumps({"error": code, "message": message}, ensure_ascii=False)
-
-
 class Gates:
     """The capabilities of an agent and the gates every call goes through."""
 
@@ -276,6 +126,15 @@ class Gates:
         self.redactor = redactor
         self.default_result_chars = default_result_chars
         self._specs: dict[str, ToolSpec] = {}
+        self._execution = Execution(
+            store=store,
+            clock=clock,
+            redactor=redactor,
+            default_result_chars=default_result_chars,
+            context=self.context,
+            run_guards=self.run_guards,
+            audit_row=self.audit_row,
+        )
 
     @property
     def names(self) -> list[str]:
@@ -423,54 +282,16 @@ class Gates:
         call = a.call
         audit = None
         if call.cap is not None:
-            audit = self._audit(a, f"rejected:{reason}", None, None, output=message, key=None)
+            audit = self.audit_row(a, f"rejected:{reason}", None, None, output=message, key=None)
         return Refused(call, reason, message, audit)
 
     async def run_guards(
         self, a: Attempt, phase: Literal["pre", "post"], output: Any = None
     ) -> GuardOutcome:
-        if not self.guards:
-            return GuardOutcome()
-        call, scope = a.call, a.scope
-        gcall = GuardCall(
-            capability=a.cap,
-            args=a.args.model_dump(mode="json"),  # its own copy: guards are host code
-            args_digest=call.digest,
-            tool_use_id=call.tool_use_id,
-            run_id=scope.run_id,
-            principal=scope.principal,
-            history=scope.history,
-            now=self.clock.now(),
-            output=output,
+        """Steps 4 and 10: the guards of ``phase``; their notes and block reported to the run."""
+        return await guarded(
+            self.guards, a, phase, output, now=self.clock.now(), redact=self.redactor.redact_text
         )
-        outcome = await run_guards(self.guards, gcall, phase)
-        redact = self.redactor.redact_text
-        for guard, verdict in outcome.notes:
-            await scope.report(
-                GuardFiredDraft(
-                    tool_use_id=call.tool_use_id,
-                    guard=guard.name,
-                    tier=guard.tier,
-                    phase=phase,
-                    verdict="warn" if verdict.kind == "warn" else "hint",
-                    message=redact(verdict.message),
-                    for_person=redact(verdict.for_person),
-                )
-            )
-        if outcome.block is not None:
-            name, tier, verdict = outcome.block
-            await scope.report(
-                GuardFiredDraft(
-                    tool_use_id=call.tool_use_id,
-                    guard=name,
-                    tier=tier,
-                    phase=phase,
-                    verdict="block",
-                    message=redact(verdict.message),
-                    for_person=redact(verdict.for_person),
-                )
-            )
-        return outcome
 
     async def authorized(self, a: Attempt) -> bool:
         """Step 5: the host's verdict on the server; reads need none; no callback → denied."""
@@ -606,182 +427,31 @@ class Gates:
             args_digest=record.args_digest,
             executor=cap.executor.value,
         )
-        audit = self._audit(a, "pending", tier, a.amount_usd, output=None, key=None)
+        audit = self.audit_row(a, "pending", tier, a.amount_usd, output=None, key=None)
         return Pending(record, draft, audit)
-
-    # --- steps 7-11 -------------------------------------------------------------------------
-    async def execute(self, a: Attempt) -> Outcome:
-        """Run an admitted (or approved) call; not ``concurrent``, after the scope's ``begin``
-        or ``before_effect``. The ledger row is fenced by the scope's lease epoch:
-        ``StaleEpochError`` (the handler not entered) if the run was taken over since."""
-        cap, call, args, scope = a.cap, a.call, a.args, a.scope
-        ledgered = cap.replay is not Replay.SAFE
-        begin = None if a.concurrent or not ledgered else scope.begin
-        if not a.concurrent and begin is None:
-            await scope.before_effect()
-        ctx = self.context(a)
-        started = time.perf_counter()
-        # 7 ledger: a non-replayable call runs at most once per key, and only by the lease holder
-        if ledgered:
-            now = self.clock.now()
-            entry = LedgerEntry(
-                ctx.idempotency_key, scope.run_id, call.tool_use_id, cap.name, "started", now
-            )
-            if begin is not None:  # the log and the row in one durable commit
-                existing = await begin(entry)
-            else:
-                existing = await self.store.ledger_begin(entry, epoch=scope.epoch)
-            if (
-                existing is not None
-                and not _resumable(cap, existing)
-                and not (
-                    _retryable(existing)
-                    and await self.store.ledger_retry(existing.key, at=entry.started_at)
-                )
-            ):
-                return self._from_ledger(a, existing)
-        # 8 execute with timeout
-        try:
-            try:
-                async with asyncio.timeout(cap.timeout):
-                    raw = await cap.invoke(args, ctx)
-            except BaseException:
-                # tell a handler still running in a thread (sync handlers cannot be cancelled)
-                ctx.cancelled.set()
-                raise
-            # 9 validate output (extra fields dropped)
-            output = cap.dump_output(raw)
-        except CapabilityError as exc:
-            if a.tier == "auto" and cap.is_write and a.recovery is None:
-                # refused before any effect: its reservation no longer counts (a replayed call
-                # keeps it: the attempt before the crash may have acted)
-                await self.store.release_autonomous(ctx.idempotency_key)
-            message = self.redactor.redact_text(exc.message)
-            return await self._failed(a, started, exc.code, message, effect_possible=False)
-        except TimeoutError:
-            message = f"{cap.name} did not finish within {cap.timeout:g}s."
-            return await self._failed(a, started, "timeout", message, effect_possible=True)
-        except ValidationError:
-            log.warning("%s returned output that does not match its declared type", cap.name)
-            message = f"{cap.name} ran but its result did not match its declared output."
-            return await self._failed(a, started, "invalid_output", message, effect_possible=True)
-        except Exception as exc:
-            log.exception("handler of %s failed", cap.name)
-            message = f"{cap.name} failed unexpectedly ({type(exc).__name__})."
-            return await self._failed(a, started, "handler_error", message, effect_possible=True)
-        # 10 guards (post): hints for the model
-        post = await self.run_guards(a, "post", output=output)
-        hints = [n.message for n in a.notes] + [v.message for _, v in post.notes]
-        # 11 redact, truncate, audit
-        safe = self.redactor.redact(output)
-        content, truncated = self.render(cap, safe, hints)
-        if ledgered:
-            await self._finish(a, LedgerFinish(ctx.idempotency_key, "done", self.clock.now(), safe))
-        audit = self._audit(a, "ok", a.tier, a.amount_usd, content, ctx.idempotency_key, started)
-        return Outcome(
-            call, content, truncated=truncated, hints=hints, audit=audit, recovery=a.recovery
-        )
-
-    async def _failed(
-        self, a: Attempt, started: float, code: str, message: str, *, effect_possible: bool
-    ) -> Outcome:
-        cap, key = a.cap, self.context(a).idempotency_key
-        if effect_possible and cap.is_write:
-            message += (
-                " Its outcome is unknown: check the current state with a read capability "
-                "before doing anything else, and do not simply retry."
-            )
-        if cap.replay is not Replay.SAFE:
-            error = json.dumps({"code": code, "message": message, "unknown": effect_possible})
-            await self._finish(a, LedgerFinish(key, "failed", self.clock.now(), error=error))
-        content = error_content(code, message)
-        # "unknown": the call may have acted (it counts toward the daily autonomous limit)
-        outcome = "unknown" if effect_possible and cap.is_write else "error"
-        audit = self._audit(a, outcome, a.tier, a.amount_usd, content, key, started)
-        return Outcome(a.call, content, is_error=True, error_code=code, audit=audit)
-
-    async def _finish(self, a: Attempt, done: LedgerFinish) -> None:
-        """The ledger row's end: into the run's next commit, when the run keeps a log."""
-        if a.scope.finish is not None and not a.concurrent:
-            a.scope.finish(done)
-            return
-        await done.write(self.store)
-
-    async def recorded(self, a: Attempt, *, resuming: bool = True) -> Outcome | None:
-        """What the ledger recorded of a non-replayable call (it may have acted), or None when
-        the ledger has no row for it (or the call is replayable: it can simply run again).
-        ``resuming``: a started ``resume`` call is None (its handler settles it); when the
-        call will not run again (a cancel), it is reported as it stands."""
-        if a.cap.replay is Replay.SAFE:
-            return None
-        entry = await self.store.ledger_get(self.context(a).idempotency_key)
-        if entry is None or (resuming and _resumable(a.cap, entry)):
-            return None  # not started, or its handler settles it (replay resume)
-        return self._from_ledger(a, entry)
-
-    async def resumable(self, a: Attempt) -> bool:
-        """A ``resume`` call an interruption left started: admitted before it started, it goes
-        back to its handler as it was (no second admission: a guard or a policy that changed
-        meanwhile must not hold or refuse what may already have happened)."""
-        if a.cap.replay is not Replay.RESUME:
-            return False
-        entry = await self.store.ledger_get(self.context(a).idempotency_key)
-        return entry is not None and _resumable(a.cap, entry)
-
-    def _from_ledger(self, a: Attempt, entry: LedgerEntry) -> Outcome:
-        """A second attempt with a key already in the ledger: never execute again."""
-        started = time.perf_counter()
-        cap, call = a.cap, a.call
-        if entry.status == "done":
-            content, truncated = self.render(cap, entry.result, [])
-            audit = self._audit(a, "ledger", a.tier, a.amount_usd, content, entry.key, started)
-            return Outcome(call, content, truncated=truncated, recovery="ledger", audit=audit)
-        if entry.status == "failed":
-            try:
-                err = json.loads(entry.error or "{}")
-            except ValueError:
-                err = {}
-            code = str(err.get("code") or "failed")
-            content = error_content(code, str(err.get("message", "")))
-            audit = self._audit(a, "ledger", a.tier, a.amount_usd, content, entry.key, started)
-            return Outcome(
-                call, content, is_error=True, error_code=code, recovery="ledger", audit=audit
-            )
-        message = (
-            f"{cap.name} was started before an interruption and its outcome is unknown. It will "
-            "not be run again. Check the current state with a read capability before anything "
-            "else, then tell the person what happened."
-        )
-        content = error_content("outcome_unknown", message)
-        audit = self._audit(a, "unknown", a.tier, a.amount_usd, content, entry.key, started)
-        return Outcome(
-            call,
-            content,
-            is_error=True,
-            error_code="outcome_unknown",
-            recovery="unknown",
-            audit=audit,
-        )
-
-    def client_result(self, a: Attempt, result: Any) -> Outcome:
-        """The outcome of a call its client executed, from the result the client reported."""
-        cap = a.cap
-        try:
-            output = self.redactor.redact(cap.dump_output(result))
-        except Exception:
-            content = error_content("invalid_output", "The client's result was not understood.")
-            audit = self._audit(a, "error", a.tier, a.amount_usd, content, None)
-            return Outcome(a.call, content, is_error=True, error_code="invalid_output", audit=audit)
-        content, truncated = self.render(cap, output, [])
-        audit = self._audit(a, "ok", a.tier, a.amount_usd, content, None)
-        return Outcome(a.call, content, truncated=truncated, audit=audit)
 
     def render(self, cap: Capability, output: Any, hints: Sequence[str]) -> tuple[str, bool]:
         """The text the model sees: JSON, cut to the result budget, then guard notes."""
-        budget = cap.max_result_chars or self.default_result_chars
-        return render_result(cap, output, hints, budget, self.redactor.redact_text)
+        return self._execution.render(cap, output, hints)
 
-    def _audit(
+    # --- steps 7-11 (_gates/execution.py) ---------------------------------------------------
+    async def execute(self, a: Attempt) -> Outcome:
+        """Run an admitted (or approved) call (``Execution.execute``)."""
+        return await self._execution.execute(a)
+
+    async def recorded(self, a: Attempt, *, resuming: bool = True) -> Outcome | None:
+        """What the ledger recorded of the call (``Execution.recorded``)."""
+        return await self._execution.recorded(a, resuming=resuming)
+
+    async def resumable(self, a: Attempt) -> bool:
+        """A ``resume`` call an interruption left started (``Execution.resumable``)."""
+        return await self._execution.resumable(a)
+
+    def client_result(self, a: Attempt, result: Any) -> Outcome:
+        """The outcome of a call its client executed (``Execution.client_result``)."""
+        return self._execution.client_result(a, result)
+
+    def audit_row(
         self,
         a: Attempt,
         outcome: str,
@@ -791,6 +461,7 @@ class Gates:
         key: str | None,
         started: float | None = None,
     ) -> AuditRecord:
+        """The audit row of the attempt, with its outcome."""
         call, cap, scope = a.call, a.call.cap, a.scope
         assert cap is not None  # calls of unknown capabilities leave no audit row
         return AuditRecord(
@@ -814,23 +485,6 @@ class Gates:
 _ARGUMENTS = json.JSONDecoder(parse_float=Decimal)
 _READS = PolicyDecision("auto", "reads and previews run on their own", None)
 _AUTHORIZED = frozenset({Kind.PROPOSE, Kind.APPROVE, Kind.EXECUTE})  # (enum lookups, once)
-_NO_EFFECT = frozenset({Kind.READ.value, Kind.PREVIEW.value})
-
-
-def _resumable(cap: Capability, entry: LedgerEntry) -> bool:
-    """A call left started whose handler settles it itself (replay ``resume``)."""
-    return cap.replay is Replay.RESUME and entry.status == "started"
-
-
-def _retryable(entry: LedgerEntry) -> bool:
-    """A failure known to have had no effect (a handler's own refusal) may be attempted again."""
-    if entry.status != "failed":
-        return False
-    try:
-        error = json.loads(entry.error or "{}")
-    except ValueError:
-        return False
-    return isinstance(error, dict) and error.get("unknown") is False
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -69,7 +69,7 @@ def test_options_are_read_as_attributes_and_assigning_one_names_with_options() -
     with pytest.raises(AttributeError, match=r"agent\.with_options\(signatures=\.\.\.\)"):
         made.signatures = None  # type: ignore[assignment]
     with pytest.raises(AttributeError, match=r"'gates' cannot be set.*with_options"):
-        made.gates = made.gates  # type: ignore[misc]
+        made.gates = made.gates  # type: ignore[assignment]
     with pytest.raises(AttributeError, match=r"'anything' cannot be set.*with_options"):
         made.anything = 1
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -14,17 +14,19 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-from .._loop import Held, Limits, Runtime
+from .._loop import Held, Limits, Runtime, Transcript
 from ..context.config import context_config
 from ..context.recall import MemoryLayer
 from ..context.skills import Skill, skill_table, with_skills
 from ..gates import Gates
 from ..guards import default_guards
 from ..stores.base import PrincipalLocking
+from .cancelling import Cancelling
+from .decisions import Deciding
 from .options import AgentOptions
-from .runs import Shared
+from .runs import Runs, Shared
 
-__all__ = ["Built", "build"]
+__all__ = ["Built", "Parts", "assemble", "build"]
 
 # what the gates are made of, and the memory layer (compared once, when an agent is derived)
 _GATES = (
@@ -41,6 +43,47 @@ class Built:
     gates: Gates
     memory: MemoryLayer | None
     runtime: Runtime
+    owner: str  # the lease owner, shared with the agents derived from this one
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What an ``Agent`` is made of: its options and what is built of them, the drives of its
+    runs, its decisions and its cancels, and what it shares with agents derived from it."""
+
+    built: Built
+    runs: Runs
+    deciding: Deciding
+    cancelling: Cancelling
+    shared: Shared
+
+
+def assemble(options: AgentOptions, shared: Shared, previous: Built | None) -> Parts:
+    """An agent's parts, built once (``previous``: the agent's it is derived from)."""
+    built = build(options, shared, previous)
+    runs = Runs(
+        options, gates=built.gates, skills=built.skills, runtime=built.runtime, shared=shared
+    )
+    deciding = Deciding(
+        store=options.store,
+        gates=built.gates,
+        clock=options.clock,
+        redactor=options.redactor,
+        transcript=Transcript,
+        signatures=options.signatures,
+    )
+    cancelling = Cancelling(
+        store=options.store,
+        clock=options.clock,
+        redactor=options.redactor,
+        owner=shared.owner,
+        lease_seconds=options.lease_seconds,
+        principal_lock=built.runtime.principal_lock,
+        lease=runs.lease,
+        replay=runs.replay,
+        driver=runs.driver,
+    )
+    return Parts(built, runs, deciding, cancelling, shared)
 
 
 def build(options: AgentOptions, shared: Shared, previous: Built | None = None) -> Built:
@@ -102,7 +145,7 @@ def build(options: AgentOptions, shared: Shared, previous: Built | None = None) 
         context=context,
         tracer=o.tracer,
     )
-    return Built(o, skills, gates, memory, runtime)
+    return Built(o, skills, gates, memory, runtime, shared.owner)
 
 
 def principal_lock(shared: Shared, options: AgentOptions) -> _PrincipalLock:

@@ -13,7 +13,7 @@ read-only mapping, ``capabilities`` / ``guards`` / ``skills`` tuples.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,7 @@ from ..tracing import NO_TRACER, RunTracer
 if TYPE_CHECKING:
     from ..context.memory import Memory
 
-__all__ = ["DEFAULT_SYSTEM", "AgentOptions", "option_names"]
+__all__ = ["DEFAULT_SYSTEM", "AgentOptions", "option_names", "replaced"]
 
 DEFAULT_SYSTEM = (
     "You act on behalf of a person through the tools you are given, and only through them. "
@@ -108,6 +108,14 @@ class AgentOptions:
             raise ConfigurationError("authorize_timeout must be a positive number of seconds")
         if self.remember_after_run is not None and self.memory is None:
             raise ConfigurationError("remember_after_run needs a memory (memory=...)")
+
+
+def replaced(options: AgentOptions, changes: Mapping[str, Any]) -> AgentOptions:
+    """``options`` with ``changes`` (``Agent.with_options``), checked as when first made."""
+    unknown = sorted(set(changes) - _NAMES)
+    if unknown:
+        raise ConfigurationError(f"unknown agent options: {', '.join(unknown)}")
+    return replace(options, **changes)
 
 
 def option_names() -> frozenset[str]:

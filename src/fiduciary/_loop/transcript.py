@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import assert_never
 from uuid import UUID, uuid4
 
+from .._gates.attempt import error_content
 from ..context.compaction import SentView, Shape
 from ..events import (
     ActionResolved,
@@ -38,7 +39,6 @@ from ..events import (
     Usage,
     UserMessage,
 )
-from ..gates import error_content
 from ..guards import CallRecord, RunHistory
 from ..models.base import (
     AssistantMessage,
