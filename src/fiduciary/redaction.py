@@ -79,22 +79,59 @@ Redaction is idempotent: ``redact(redact(x)) == redact(x)``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import datetime as _dt
 import enum
 import json
 import re
-import string
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from decimal import Decimal
 from typing import Any, Final
 
-from fiduciary.exceptions import ConfigurationError
+from ._redaction.keys import (
+    BUILTIN_KEY_TRIGGERS,
+    BUILTIN_KEYS,
+    CACHE_LIMIT,
+    CACHED_TEXT_LENGTH,
+    INERT_CHARS,
+    NOT_SENSITIVE,
+    REST_OF_LINE_FRAGMENTS,
+    SENSITIVE,
+    TOKEN,
+    TOKEN_ONLY,
+    is_exempt,
+    key_parts,
+    normalize_key,
+)
+from ._redaction.text import (
+    BARE_INT,
+    JSON_SCALAR,
+    KEY_CHARS,
+    KV_TAIL,
+    MAX_KEY_AFFIX,
+    MAX_TEXT_PASSES,
+    PEM_BLOCK,
+    QUOTED_KEY_STOP,
+    REDACTED,
+    REST_OF_LINE,
+    SAS_PARAMS,
+    SHAPE_TRIGGERS,
+    SHAPES,
+    URL_ALWAYS_PARAMS,
+    URL_BODY,
+    URL_SCHEME_BEFORE,
+    aligned_lower,
+    any_present,
+    auth_schemes,
+    minimal,
+    per_segment,
+    replace_keeping_scheme,
+    replacer,
+)
+from .exceptions import ConfigurationError
 
 __all__ = [
     "MAX_DEPTH",
@@ -105,247 +142,11 @@ __all__ = [
     "redact_text",
 ]
 
-REDACTED: Final = "[REDACTED]"
-"""What every secret is replaced by."""
-
 MAX_DEPTH: Final = 100
 """Containers nested deeper than this are replaced by ``REDACTED`` as a whole."""
 
 MIN_KNOWN_SECRET_LENGTH: Final = 6
 """Known secrets shorter than this are ignored: replacing them would shred ordinary text."""
-
-# --------------------------------------------------------------------------------------------
-# Key names
-# --------------------------------------------------------------------------------------------
-
-# Sensitive key fragments; `_` marks where text may put a separator ("api-key", "API Key").
-_BUILTIN_KEYS: Final = (
-    "cookie",
-    "passkey",
-    "passphrase",
-    "token",
-    "api_key",
-    "authorization",
-    "password",
-    "passwd",
-    "secret",
-    "private_key",
-    "session_id",
-    "credential",
-    "mnemonic",
-    "seed_phrase",
-    "client_secret",
-    "signature",
-)
-# Substrings of `lowered` text, one of which every built-in fragment above contains.
-_BUILTIN_KEY_TRIGGERS: Final = (
-    "api",
-    "authorization",
-    "cookie",
-    "credential",
-    "mnemonic",
-    "pass",
-    "phrase",
-    "private",
-    "secret",
-    "session",
-    "signature",
-    "token",
-)
-_TOKEN: Final = "token"
-# An unquoted `key: value` with one of these in the key covers the rest of the line.
-_REST_OF_LINE_FRAGMENTS: Final = ("authorization", "cookie", "mnemonic", "seedphrase", "passphrase")
-
-_SEPARATORS: Final = str.maketrans("", "", "-_ .")
-_KEY_PART_SPLIT: Final = re.compile(r"[-_. ]+")
-_TOKEN_COUNT_NAME: Final = re.compile(
-    r"(?:tokens|tokencount|tokensused|tokenlimit|tokenbudget|tokenstosample|tokensremaining)\Z"
-)
-# In finance "token" usually means an asset: these names describe one and hide no credential.
-_ASSET_NAME: Final = re.compile(
-    r"tokens?(?:symbol|symbols|address|addresses|name|decimals|in|out|a|b|mint|contract|price"
-    r"|prices|amount|balance|balances|pair|list|type)"
-)
-_TICKER: Final = re.compile(r"(?=[^A-Z]*[A-Z])[a-z]{0,3}[A-Z0-9]{2,10}(?:\.[a-z]{1,2})?\Z")
-
-_NOT_SENSITIVE: Final = 0
-_TOKEN_ONLY: Final = 1  # contains "token" and nothing else: the ticker / count rules may apply
-_SENSITIVE: Final = 2
-_CACHE_LIMIT: Final = 4096
-_CACHED_TEXT_LENGTH: Final = 64
-# Text made only of these (numbers, amounts, hex addresses and hashes, timestamps) cannot
-# contain any trigger, so it needs no scan at all.
-_INERT_CHARS: Final = string.digits + "abcdefABCDEFxX.,:+-_ TZ"
-
-
-def _normalize_key(name: str) -> str:
-    return name.lower().translate(_SEPARATORS)
-
-
-def _looks_like_ticker(value: str) -> bool:
-    return len(value) <= 12 and _TICKER.match(value) is not None
-
-
-def _is_exempt(normalized: str, value: Any) -> bool:
-    """Whether a key that is sensitive only because it contains "token" keeps ``value``."""
-    if _ASSET_NAME.fullmatch(normalized):
-        return True  # an asset descriptor (token_symbol, token_in, ...): scrubbed like any value
-    if normalized in (_TOKEN, "tokens") and isinstance(value, list):
-        return all(isinstance(v, str) and _looks_like_ticker(v) for v in value)
-    if normalized == _TOKEN and isinstance(value, str):
-        return _looks_like_ticker(value)
-    if _TOKEN_COUNT_NAME.search(normalized) is None:
-        return False
-    return value is None or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def _key_parts(key: str) -> list[str]:
-    return [p for p in _KEY_PART_SPLIT.split(key.lower()) if p]
-
-
-# --------------------------------------------------------------------------------------------
-# Text rules. Whole-text scans only use literal-prefixed patterns or run on a lower-cased copy
-# (case-insensitive regexes are an order of magnitude slower in `re`).
-# --------------------------------------------------------------------------------------------
-
-_PEM: Final = re.compile(
-    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-    r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s\\:,\-]*)",
-    re.DOTALL,
-)
-
-_URL_SCHEME_BEFORE: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}\Z")
-_URL_BODY: Final = re.compile(r"[^\s\"'<>\\`]+")
-_URL_ALWAYS_PARAMS: Final = frozenset({"sig", "policy", "key-pair-id"})
-_SAS_PARAMS: Final = frozenset({"se", "sp", "sv", "sr", "st", "spr", "srt", "ss"})
-
-_AUTH_SCHEME_LOWER: Final = re.compile(r"(?:bearer|basic)[ \t]+")  # run on the lowered text
-_AUTH_CREDENTIAL: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-_SCHEME_PREFIX: Final = re.compile(r"(?i:bearer|basic|token|digest)[ \t]+(?=\S)")
-
-_KEY_CHARS: Final = frozenset(string.ascii_letters + string.digits + "_.-")
-_QUOTED_KEY_STOP: Final = frozenset("\"'\\\r\n")
-_MAX_KEY_AFFIX: Final = 40
-_KV_TAIL: Final = re.compile(
-    r"(?P<sep>[ \t]*[:=][ \t]*)"
-    r"(?:(?P<dq>\"(?:[^\"\\\r\n]|\\.)*\")"
-    r"|(?P<sq>'(?:[^'\\\r\n]|\\.)*')"
-    r"|(?P<eq>\\{1,3}[\"'])(?P<eqbody>.*?)(?P=eq)"
-    r"|(?P<bare>(?:(?i:bearer|basic|token|digest)[ \t]+)?"
-    r"(?:\[REDACTED\]|[^\s\"'\\,;&<>{}\[\]()])+))"
-)
-_REST_OF_LINE: Final = re.compile(r"(?:[^\r\n\"\\]|\\(?![nr\"]))+")
-_BARE_INT: Final = re.compile(r"-?\d+\Z")
-_JSON_SCALAR: Final = re.compile(r"(?:-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null)\Z")
-
-# (case-sensitive triggers, pattern). Each pattern starts with its literal so `re` can skip
-# ahead fast; the boundary lookbehind therefore comes after the literal.
-_SHAPES: Final[tuple[tuple[tuple[str, ...], re.Pattern[str]], ...]] = (
-    (("sk-",), re.compile(r"sk-(?<![A-Za-z0-9_\-]sk-)[A-Za-z0-9_\-]{17,}")),
-    (("sk_",), re.compile(r"sk_(?<![A-Za-z0-9_]sk_)(?:live|test)_[A-Za-z0-9]{10,}")),
-    (("rk_",), re.compile(r"rk_(?<![A-Za-z0-9_]rk_)(?:live|test)_[A-Za-z0-9]{10,}")),
-    (("whsec_",), re.compile(r"whsec_(?<![A-Za-z0-9_]whsec_)[A-Za-z0-9+/=]{16,}")),
-    (
-        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-        re.compile(r"gh[pousr]_(?<![A-Za-z0-9_]gh[pousr]_)[A-Za-z0-9]{20,}"),
-    ),
-    (("github_pat_",), re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{20,}")),
-    (
-        ("AKIA", "ASIA"),
-        re.compile(r"A(?:KIA|SIA)(?<![A-Za-z0-9]A[KS]IA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
-    ),
-    (("AIza",), re.compile(r"AIza(?<![A-Za-z0-9_\-]AIza)[0-9A-Za-z_\-]{35}")),
-    (("xox",), re.compile(r"xox[baprs]-(?<![A-Za-z0-9]xox[baprs]-)[A-Za-z0-9\-]{10,}")),
-    (
-        ("eyJ",),
-        re.compile(
-            r"eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
-        ),
-    ),
-)
-_SHAPE_TRIGGERS: Final = tuple(t for triggers, _ in _SHAPES for t in triggers)
-
-_MAX_TEXT_PASSES: Final = 4
-
-
-def _aligned_lower(text: str) -> str:
-    """``text.lower()``, keeping indices aligned with ``text`` (a few characters grow)."""
-    lowered = text.lower()
-    if len(lowered) == len(text):
-        return lowered
-    return "".join(low if len(low := c.lower()) == 1 else c for c in text)
-
-
-def _minimal(triggers: Iterable[str]) -> tuple[str, ...]:
-    """The triggers that do not contain another one (enough to decide "none present")."""
-    unique = set(triggers)
-    return tuple(sorted(t for t in unique if not any(o != t and o in t for o in unique)))
-
-
-def _present(triggers: Iterable[str], haystack: str) -> bool:
-    return any(t in haystack for t in triggers)
-
-
-def _replace_keeping_scheme(value: str) -> str:
-    prefix = _SCHEME_PREFIX.match(value)
-    return (prefix.group(0) if prefix else "") + REDACTED
-
-
-def _is_basic_credential(cred: str) -> bool:
-    try:
-        decoded = base64.b64decode(cred, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return b":" in decoded
-
-
-def _is_bearer_credential(cred: str) -> bool:
-    """Long, or not a plain word: "bearer bonds" and "Bearer instrument" are prose."""
-    return len(cred) >= 20 or (len(cred) >= 8 and not cred.isalpha())
-
-
-def _is_word_char(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
-def _auth_schemes(text: str, lowered: str) -> str:
-    out: list[str] = []
-    pos = 0
-    for scheme in _AUTH_SCHEME_LOWER.finditer(lowered):
-        start = scheme.start()
-        if start < pos or (start > 0 and _is_word_char(text[start - 1])):
-            continue
-        cred = _AUTH_CREDENTIAL.match(text, scheme.end())
-        if cred is None:
-            continue
-        value = cred.group(0)
-        basic = lowered.startswith("basic", start)
-        if basic and not _is_basic_credential(value):
-            continue
-        if not basic and not _is_bearer_credential(value):
-            continue
-        out.append(text[pos : cred.start()])
-        out.append(REDACTED)
-        pos = cred.end()
-    if not out:
-        return text
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def _replacer(secret: str) -> Callable[[str], str]:
-    def replace(segment: str) -> str:
-        return segment.replace(secret, REDACTED)
-
-    return replace
-
-
-def _per_segment(text: str, fn: Callable[[str], str]) -> str:
-    """Apply ``fn`` to the text between existing ``REDACTED`` markers, never across them."""
-    if REDACTED not in text:
-        return fn(text)
-    return REDACTED.join(fn(part) for part in text.split(REDACTED))
-
 
 # --------------------------------------------------------------------------------------------
 # The redactor
@@ -377,23 +178,23 @@ class Redactor:
     ) -> None:
         extra = tuple(extra_keys)
         for key in extra:
-            if len(_normalize_key(key)) < 3:
+            if len(normalize_key(key)) < 3:
                 raise ConfigurationError(f"extra redaction key {key!r} is too short")
         self._sensitive_fragments: tuple[str, ...] = tuple(
             sorted(
-                {_normalize_key(k) for k in _BUILTIN_KEYS if _normalize_key(k) != _TOKEN}
-                | {_normalize_key(k) for k in extra}
+                {normalize_key(k) for k in BUILTIN_KEYS if normalize_key(k) != TOKEN}
+                | {normalize_key(k) for k in extra}
             )
         )
         fragments = sorted(
-            {"[-_. ]?".join(re.escape(p) for p in _key_parts(k)) for k in (*_BUILTIN_KEYS, *extra)},
+            {"[-_. ]?".join(re.escape(p) for p in key_parts(k)) for k in (*BUILTIN_KEYS, *extra)},
             key=len,
             reverse=True,
         )
         # Runs on the lowered text, so no IGNORECASE.
         self._key_fragment: re.Pattern[str] = re.compile("|".join(fragments))
-        self._key_triggers: tuple[str, ...] = _minimal(
-            (*_BUILTIN_KEY_TRIGGERS, *(max(_key_parts(k), key=len) for k in extra))
+        self._key_triggers: tuple[str, ...] = minimal(
+            (*BUILTIN_KEY_TRIGGERS, *(max(key_parts(k), key=len) for k in extra))
         )
 
         self._patterns: tuple[re.Pattern[str], ...] = tuple(
@@ -415,7 +216,7 @@ class Redactor:
                     variants.add(form)
         self._known: tuple[str, ...] = tuple(sorted(variants, key=lambda s: (-len(s), s)))
 
-        self._lower_triggers: tuple[str, ...] = _minimal(
+        self._lower_triggers: tuple[str, ...] = minimal(
             ("://", "private key", "bearer", "basic", *self._key_triggers)
         )
         self._inert_fast_path = not self._known and not self._patterns
@@ -486,14 +287,14 @@ class Redactor:
         known = self._kind_cache.get(key)
         if known is not None:
             return known
-        normalized = _normalize_key(key)
+        normalized = normalize_key(key)
         if any(f in normalized for f in self._sensitive_fragments):
-            kind = _SENSITIVE
-        elif _TOKEN in normalized:
-            kind = _TOKEN_ONLY
+            kind = SENSITIVE
+        elif TOKEN in normalized:
+            kind = TOKEN_ONLY
         else:
-            kind = _NOT_SENSITIVE
-        if len(self._kind_cache) >= _CACHE_LIMIT:
+            kind = NOT_SENSITIVE
+        if len(self._kind_cache) >= CACHE_LIMIT:
             self._kind_cache.clear()
         self._kind_cache[key] = known = (kind, normalized)
         return known
@@ -501,55 +302,55 @@ class Redactor:
     def _key_hides(self, key: str, value: Any) -> bool:
         """Whether the value under ``key`` must be replaced as a whole."""
         kind, normalized = self._kind_cache.get(key) or self._key_kind(key)
-        if kind == _TOKEN_ONLY:
-            return not _is_exempt(normalized, value)
-        return kind == _SENSITIVE
+        if kind == TOKEN_ONLY:
+            return not is_exempt(normalized, value)
+        return kind == SENSITIVE
 
     # -- free text ----------------------------------------------------------------------------
 
     def redact_text(self, text: str) -> str:
         """Return ``text`` with every credential it contains replaced by ``REDACTED``."""
-        if self._inert_fast_path and not text.strip(_INERT_CHARS):
+        if self._inert_fast_path and not text.strip(INERT_CHARS):
             return text
-        short = len(text) <= _CACHED_TEXT_LENGTH
+        short = len(text) <= CACHED_TEXT_LENGTH
         if short and text in self._clean:
             return text
         result = self._pass(text)
         passes = 1
         previous = text
-        while passes < _MAX_TEXT_PASSES and result != previous:
+        while passes < MAX_TEXT_PASSES and result != previous:
             previous, result = result, self._pass(result)
             passes += 1
         if short and result == text:
-            if len(self._clean) >= _CACHE_LIMIT:
+            if len(self._clean) >= CACHE_LIMIT:
                 self._clean.clear()
             self._clean.add(text)
         return result
 
     def _pass(self, text: str) -> str:
         """One application of every rule; a second pass over its output changes nothing."""
-        lowered = _aligned_lower(text)
+        lowered = aligned_lower(text)
         known = [s for s in self._known if s in text]
         if (
             not known
-            and not _present(self._lower_triggers, lowered)
-            and not _present(_SHAPE_TRIGGERS, text)
+            and not any_present(self._lower_triggers, lowered)
+            and not any_present(SHAPE_TRIGGERS, text)
         ):
             return self._apply_patterns(text) if self._patterns else text
 
         if "private key" in lowered:
-            text = _PEM.sub(REDACTED, text)
+            text = PEM_BLOCK.sub(REDACTED, text)
         for secret in known:
-            text = _per_segment(text, _replacer(secret))
+            text = per_segment(text, replacer(secret))
         if "://" in text:
             text = self._urls(text)
         if "bearer" in lowered or "basic" in lowered:
-            lowered = _aligned_lower(text)
-            text = _auth_schemes(text, lowered)
-        if _present(self._key_triggers, lowered):
-            text = self._key_values(text, _aligned_lower(text))
-        for triggers, pattern in _SHAPES:
-            if _present(triggers, text):
+            lowered = aligned_lower(text)
+            text = auth_schemes(text, lowered)
+        if any_present(self._key_triggers, lowered):
+            text = self._key_values(text, aligned_lower(text))
+        for triggers, pattern in SHAPES:
+            if any_present(triggers, text):
                 text = pattern.sub(REDACTED, text)
         if self._patterns:
             text = self._apply_patterns(text)
@@ -561,7 +362,7 @@ class Redactor:
                 segment = pattern.sub(lambda m: REDACTED if m.group(0) else "", segment)
             return segment
 
-        return _per_segment(text, one_segment)
+        return per_segment(text, one_segment)
 
     # URLs: user-info and signed / credential-bearing query and fragment parameters.
 
@@ -570,8 +371,8 @@ class Redactor:
         pos = 0
         at = text.find("://")
         while at != -1:
-            scheme = _URL_SCHEME_BEFORE.search(text, max(pos, at - 31), at)
-            body = _URL_BODY.match(text, at + 3)
+            scheme = URL_SCHEME_BEFORE.search(text, max(pos, at - 31), at)
+            body = URL_BODY.match(text, at + 3)
             if scheme is not None and body is not None:
                 out.append(text[pos : scheme.start()])
                 out.append(self._scrub_url(text[scheme.start() : body.end()]))
@@ -601,7 +402,7 @@ class Redactor:
         params = [p for p in (*query.split("&"), *fragment.split("&")) if p]
         names = {urllib.parse.unquote(p.partition("=")[0]).lower() for p in params}
         has_sig = "sig" in names
-        has_signature = has_sig or any("signature" in _normalize_key(n) for n in names)
+        has_signature = has_sig or any("signature" in normalize_key(n) for n in names)
         query = self._scrub_params(query, has_sig, has_signature)
         if "=" in fragment:
             fragment = self._scrub_params(fragment, has_sig, has_signature)
@@ -618,13 +419,13 @@ class Redactor:
 
     def _param_hides(self, name: str, value: str, has_sig: bool, has_signature: bool) -> bool:
         lname = urllib.parse.unquote(name).lower()
-        if lname in _URL_ALWAYS_PARAMS:
+        if lname in URL_ALWAYS_PARAMS:
             return True
-        if has_sig and lname in _SAS_PARAMS:
+        if has_sig and lname in SAS_PARAMS:
             return True
         if has_signature and lname == "key":
             return True
-        return self._key_hides(lname, 0 if _BARE_INT.match(value) else value)
+        return self._key_hides(lname, 0 if BARE_INT.match(value) else value)
 
     # `key: value` / `key=value` pairs in text.
 
@@ -655,13 +456,11 @@ class Redactor:
         # A quoted key: "...", '...', \"...\" (the key may hold spaces).
         left = start
         while (
-            left > floor
-            and start - left < _MAX_KEY_AFFIX
-            and text[left - 1] not in _QUOTED_KEY_STOP
+            left > floor and start - left < MAX_KEY_AFFIX and text[left - 1] not in QUOTED_KEY_STOP
         ):
             left -= 1
         right = end
-        while right < n and right - end < _MAX_KEY_AFFIX and text[right] not in _QUOTED_KEY_STOP:
+        while right < n and right - end < MAX_KEY_AFFIX and text[right] not in QUOTED_KEY_STOP:
             right += 1
         if left > floor and text[left - 1] in "\"'":
             quote_start = left - 1
@@ -669,23 +468,23 @@ class Redactor:
                 quote_start -= 1
             quote = text[quote_start:left]
             if text.startswith(quote, right) and not (
-                quote_start > 0 and text[quote_start - 1] in _KEY_CHARS
+                quote_start > 0 and text[quote_start - 1] in KEY_CHARS
             ):
-                tail = _KV_TAIL.match(text, right + len(quote))
+                tail = KV_TAIL.match(text, right + len(quote))
                 if tail is not None:
                     return self._pair_value(text, tail, text[left:right], quote, quote_start)
         # An unquoted key: letters, digits, `_`, `.`, `-` only.
         left = start
-        while left > floor and start - left < _MAX_KEY_AFFIX and text[left - 1] in _KEY_CHARS:
+        while left > floor and start - left < MAX_KEY_AFFIX and text[left - 1] in KEY_CHARS:
             left -= 1
-        if left > 0 and text[left - 1] in _KEY_CHARS:
+        if left > 0 and text[left - 1] in KEY_CHARS:
             return None
         right = end
-        while right < n and right - end < _MAX_KEY_AFFIX and text[right] in _KEY_CHARS:
+        while right < n and right - end < MAX_KEY_AFFIX and text[right] in KEY_CHARS:
             right += 1
-        if right < n and text[right] in _KEY_CHARS:
+        if right < n and text[right] in KEY_CHARS:
             return None
-        tail = _KV_TAIL.match(text, right)
+        tail = KV_TAIL.match(text, right)
         if tail is None:
             return None
         return self._pair_value(text, tail, text[left:right], "", left)
@@ -695,20 +494,20 @@ class Redactor:
     ) -> tuple[int, int, str | None]:
         kind, normalized = self._key_kind(key)
         value_start = tail.end("sep")
-        if kind == _NOT_SENSITIVE:
+        if kind == NOT_SENSITIVE:
             return value_start, tail.end(), None
         for group in ("dq", "sq"):
             raw = tail.group(group)
             if raw is not None:
-                if kind == _TOKEN_ONLY and _is_exempt(normalized, raw[1:-1]):
+                if kind == TOKEN_ONLY and is_exempt(normalized, raw[1:-1]):
                     return value_start, tail.end(), None
-                new = raw[0] + _replace_keeping_scheme(raw[1:-1]) + raw[-1]
+                new = raw[0] + replace_keeping_scheme(raw[1:-1]) + raw[-1]
                 return value_start, tail.end(), new
         if tail.group("eq") is not None:
             body = tail.group("eqbody")
-            if kind == _TOKEN_ONLY and _is_exempt(normalized, body):
+            if kind == TOKEN_ONLY and is_exempt(normalized, body):
                 return value_start, tail.end(), None
-            new = tail.group("eq") + _replace_keeping_scheme(body) + tail.group("eq")
+            new = tail.group("eq") + replace_keeping_scheme(body) + tail.group("eq")
             return value_start, tail.end(), new
 
         end = tail.end()
@@ -717,7 +516,7 @@ class Redactor:
             and ":" in tail.group("sep")
             and self._rest_of_line(text, key_start, normalized)
         ):
-            rest = _REST_OF_LINE.match(text, value_start)
+            rest = REST_OF_LINE.match(text, value_start)
             if rest is not None:
                 rest_end = rest.end()
                 # Inside a quoted string ('Authorization: Bearer x'), stop at its closing quote.
@@ -728,19 +527,19 @@ class Redactor:
                 end = max(end, rest_end)
         raw = text[value_start:end]
         value: Any = raw
-        if _BARE_INT.match(raw):
+        if BARE_INT.match(raw):
             value = 0
         elif raw.lower() in ("null", "none"):
             value = None
-        if kind == _TOKEN_ONLY and _is_exempt(normalized, value):
+        if kind == TOKEN_ONLY and is_exempt(normalized, value):
             return value_start, end, None
-        if '"' in quote and _JSON_SCALAR.match(raw.lower()):
+        if '"' in quote and JSON_SCALAR.match(raw.lower()):
             return value_start, end, quote + REDACTED + quote
-        return value_start, end, _replace_keeping_scheme(raw)
+        return value_start, end, replace_keeping_scheme(raw)
 
     @staticmethod
     def _rest_of_line(text: str, key_start: int, normalized: str) -> bool:
-        if any(f in normalized for f in _REST_OF_LINE_FRAGMENTS):
+        if any(f in normalized for f in REST_OF_LINE_FRAGMENTS):
             return True
         line_start = text.rfind("\n", 0, key_start) + 1
         return not text[line_start:key_start].strip(" \t-")
