@@ -4,6 +4,7 @@ funded account in an encrypted keystore that owns the minted USDC."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,3 +87,10 @@ def chain_pool(anvil_url: str, tmp_path: Path) -> ChainSetup:
     config_path = tmp_path / "chain.json"
     save_config(config, config_path)
     return ChainSetup(anvil_url, config, config_path, keystore, passphrase_file, tmp_path / "f.db")
+
+
+def fee_on(card: str) -> Decimal:
+    """The maximum fee in USD an approval card shows ("max fee about $0.94")."""
+    found = re.search(r"max fee about \$([0-9,.]+)", card)
+    assert found is not None, card
+    return Decimal(found.group(1).replace(",", ""))

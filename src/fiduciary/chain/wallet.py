@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, cast
 
 from eth_abi.abi import decode
@@ -203,6 +203,30 @@ class ChainWallet:
             lambda: self.prepare({"to": vault.address, "value": 0, "data": data}),
             Made(me, self.config.token_symbol, amount),
         )
+
+    async def withdraw_all(self, key: str) -> ChainReceipt:
+        """Redeem every share the wallet holds in the vault (``withdraw`` of "all"): the shares
+        are counted when the transaction is built, so a resumed call signs nothing new."""
+        vault = self._vault()
+        me = to_checksum_address(self.address)
+        made = Made(me, self.config.token_symbol, Decimal(0))
+
+        async def build() -> dict[str, Any]:
+            shares = int(await vault.functions.maxRedeem(me).call())
+            if shares == 0:
+                raise ChainError("nothing_saved", "the wallet holds no shares in the vault")
+            assets = int(await vault.functions.previewRedeem(shares).call())
+            made.amount = _amount(assets, self.config.token_decimals)
+            data = vault.encode_abi("redeem", args=[shares, me, me])
+            return await self.prepare({"to": vault.address, "value": 0, "data": data})
+
+        return await self.transact(key, build, made)
+
+    def fee_usd(self, gas: int, max_fee_per_gas: int) -> Decimal | None:
+        """The most ``gas`` at ``max_fee_per_gas`` can cost, in USD (cents, rounded up)."""
+        fee = _amount(gas * max_fee_per_gas, NATIVE_DECIMALS)
+        usd = self.usd_value(self.config.native_symbol, fee)
+        return None if usd is None else usd.quantize(Decimal("0.01"), rounding=ROUND_CEILING)
 
     async def savings(self) -> Decimal:
         """What the wallet could withdraw from the vault now."""
