@@ -214,7 +214,7 @@ async def test_save_withdraw_and_swap_cards_say_what_will_be_signed(
         assert await withdraw.amount(everything, None) == Decimal(40) + fee_on(card)  # type: ignore[arg-type]
         held = token_balance(setup.url, cfg.token, me)
         ctx = type("Ctx", (), {"idempotency_key": "all-1"})()
-        receipt = await withdraw.invoke(everything, ctx)  # type: ignore[arg-type]
+        receipt = await withdraw.invoke(everything, ctx)
         assert receipt.amount == Decimal(40)
         assert await wallet.savings() == 0
         assert token_balance(setup.url, cfg.token, me) == held + 40
