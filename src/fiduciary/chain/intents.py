@@ -55,6 +55,10 @@ _COLUMNS = "key, chain_id, sender, nonce, tx_hash, raw_tx, status, block_number,
 _BY_KEY = f"SELECT {_COLUMNS} FROM chain_intents WHERE key = ?"
 _HELD = "SELECT nonce FROM chain_intents WHERE chain_id = ? AND sender = ? AND nonce >= ?"
 _INSERT = f"INSERT INTO chain_intents ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'signed', NULL, NULL)"
+_CLAIM = (
+    f"INSERT INTO chain_intents ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, '', 'mined', ?,"
+    " 'signed and sent by the client')"
+)
 _MARK = "UPDATE chain_intents SET status = ?, block_number = ?, detail = ? WHERE key = ?"
 _RELEASE = "UPDATE chain_intents SET status = 'refused', nonce = NULL, detail = ? WHERE key = ?"
 _BY_SENDER = (
@@ -104,6 +108,12 @@ class IntentBook(Protocol):
 
     async def by_sender(self, chain_id: int, sender: str) -> list[Intent]: ...
 
+    async def claim(
+        self, key: str, *, chain_id: int, sender: str, nonce: int, tx_hash: str, block: int
+    ) -> bool:
+        """Record a mined transaction a client signed; False if already recorded."""
+        ...
+
 
 def _intent(row: Sequence[object]) -> Intent:
     key, chain_id, sender, nonce, tx_hash, raw, status, block, detail = row
@@ -151,6 +161,19 @@ class SQLIntentBook:
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> None:
         raise NotImplementedError
+
+    async def _insert_new(self, sql: str, params: Sequence[Any]) -> bool:
+        """One INSERT; False when a UNIQUE constraint refused it."""
+        raise NotImplementedError
+
+    async def claim(
+        self, key: str, *, chain_id: int, sender: str, nonce: int, tx_hash: str, block: int
+    ) -> bool:
+        """Record a transaction a client signed and sent (checked on chain) as ``key``'s: False
+        if it (its key or its account's nonce) was recorded for a call already."""
+        return await self._insert_new(
+            self._sql(_CLAIM), (key, chain_id, sender, nonce, tx_hash, block)
+        )
 
     async def get(self, key: str) -> Intent | None:
         rows = await self._fetch(self._sql(_BY_KEY), (key,))
@@ -227,6 +250,13 @@ class SQLiteIntentBook(SQLIntentBook):
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> None:
         await self._fetch(sql, params)
+
+    async def _insert_new(self, sql: str, params: Sequence[Any]) -> bool:
+        try:
+            await self._fetch(sql, params)
+        except sqlite3.IntegrityError:
+            return False
+        return True
 
     @contextmanager
     def _transaction(self, chain_id: int, sender: str) -> Iterator[Tx]:

@@ -45,6 +45,13 @@ class PostgresIntentBook(SQLIntentBook):
         async with await self._connect() as con:
             await con.execute(sql, tuple(params))
 
+    async def _insert_new(self, sql: str, params: Sequence[Any]) -> bool:
+        try:
+            await self._execute(sql, params)
+        except psycopg.errors.UniqueViolation:
+            return False
+        return True
+
     @contextmanager
     def _transaction(self, chain_id: int, sender: str) -> Iterator[Tx]:
         with psycopg.connect(self.dsn) as con:  # one transaction, committed on exit
