@@ -267,7 +267,7 @@ async def submit_result(
             raise ApprovalError(
                 "invalid_edit", "the recorded arguments no longer validate"
             ) from exc
-        result, refusal = await cap.check_result(args, result)
+        result, refusal = await cap.check_result(args, result, str(record.approval_id))
     try:
         cap.dump_output(result)
     except ValidationError as exc:

@@ -145,6 +145,18 @@ async def test_a_reported_hash_is_accepted_only_when_the_chain_shows_the_approve
     assert "Sign on your device: send 10 USDC" in card["description"]
     assert "simulated: succeeds" in card["description"]
     good = device_sends(url, person, approved)
+    # a server that died after recording the hash as this approval's, before deciding it: the
+    # device reports the same hash again, and it is accepted (the row is this approval's)
+    block = int(rpc(url, "eth_getTransactionReceipt", good)["blockNumber"], 16)
+    nonce = int(rpc(url, "eth_getTransactionByHash", good)["nonce"], 16)
+    assert await SQLiteIntentBook(chain.db).claim(
+        f"client:{card['approval_id']}",
+        chain_id=31337,
+        sender=person.address,
+        nonce=nonce,
+        tx_hash=good,
+        block=block,
+    )
     response = await api.report(card, good)
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "client_result"

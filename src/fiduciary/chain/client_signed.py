@@ -123,13 +123,13 @@ def client_signed_capabilities(wallet: ChainWallet) -> list[Capability]:
         It cannot be undone."""
         raise ChainError("client_signs", "the person's device performs this send")
 
-    async def check(args: Any, reported: Any) -> tuple[Any, str | None]:
+    async def check(args: Any, reported: Any, call: str) -> tuple[Any, str | None]:
         raw = reported.get("tx_hash") if isinstance(reported, dict) else reported
         tx_hash = str(raw) if isinstance(raw, str) and _HASH.match(raw) else ""
         try:
             if not tx_hash:
                 raise ChainError("bad_report", 'the report is not {"tx_hash": "0x<64 hex>"}')
-            receipt = await verified(wallet, args, tx_hash.lower())
+            receipt = await verified(wallet, args, tx_hash.lower(), call)
         except ChainError as exc:
             why = f"the reported transaction {tx_hash or '(none)'} was refused: {exc.message}"
             return ClientTxRefused(tx_hash=tx_hash, reason=why).model_dump(mode="json"), why
@@ -151,8 +151,9 @@ def expected_call(wallet: ChainWallet, to: str, asset: str, amount: Decimal) -> 
     raise ChainError("unknown_asset", f"{symbol} is not on this chain")
 
 
-async def verified(wallet: ChainWallet, args: Any, tx_hash: str) -> ChainReceipt:
-    """The receipt of ``tx_hash`` if it is the approved send, mined and successful."""
+async def verified(wallet: ChainWallet, args: Any, tx_hash: str, call: str) -> ChainReceipt:
+    """The receipt of ``tx_hash`` if it is the approved send, mined and successful; recorded
+    as ``call``'s (the approval's id) in the intent table."""
     cfg = wallet.config
     binding.check(wallet, args.chain_id, args.sender, args.contract, cfg.token)
     want = expected_call(wallet, args.to, args.asset, args.amount)
@@ -176,7 +177,7 @@ async def verified(wallet: ChainWallet, args: Any, tx_hash: str) -> ChainReceipt
     if int(receipt["status"]) != 1:
         raise ChainError("reverted", f"it reverted in block {block}")
     claimed = await wallet.intents.claim(
-        f"client:{tx_hash}",
+        f"client:{call}",
         chain_id=cfg.chain_id,
         sender=to_checksum_address(args.sender),
         nonce=int(tx["nonce"]),

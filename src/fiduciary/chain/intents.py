@@ -170,10 +170,13 @@ class SQLIntentBook:
         self, key: str, *, chain_id: int, sender: str, nonce: int, tx_hash: str, block: int
     ) -> bool:
         """Record a transaction a client signed and sent (checked on chain) as ``key``'s: False
-        if it (its key or its account's nonce) was recorded for a call already."""
-        return await self._insert_new(
-            self._sql(_CLAIM), (key, chain_id, sender, nonce, tx_hash, block)
-        )
+        if another call holds it (its account's nonce) or ``key`` holds another; True again for
+        the same key and hash (a report checked again after a crash)."""
+        params = (key, chain_id, sender, nonce, tx_hash, block)
+        if await self._insert_new(self._sql(_CLAIM), params):
+            return True
+        held = await self.get(key)
+        return held is not None and held.tx_hash == tx_hash
 
     async def get(self, key: str) -> Intent | None:
         rows = await self._fetch(self._sql(_BY_KEY), (key,))
