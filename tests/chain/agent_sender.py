@@ -14,6 +14,7 @@ of a live write it reaches (``sender.killer``).
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import uuid
 from decimal import Decimal
@@ -109,6 +110,19 @@ async def main(backend: str, target: str, chain_json: str, keystore: str, passfi
         redactor=Redactor(known_secrets=signer.secrets()),
         lease_seconds=LEASE_SECONDS,
     )
+
+    def dump() -> None:  # SIGUSR1: where every task is (a stuck test's first question)
+        with open(f"/tmp/agent_sender_{prefix}.tasks", "w") as out:
+            for task in asyncio.all_tasks():
+                coro: Any = task.get_coro()
+                while coro is not None:  # the awaited chain, innermost last
+                    frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                    if frame is not None:
+                        out.write(f"{frame.f_code.co_filename}:{frame.f_lineno} ")
+                    coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+                out.write("\n")
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
     try:
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from fiduciary.chain.intents import IntentBook, SQLiteIntentBook
+from fiduciary.events import ToolCallEnd
 
 from .agent_sender import amount_of, run_id_of
 from .anvil import ROOT
@@ -103,7 +104,7 @@ def test_random_kills_during_100_concurrent_payments_through_agents(
     keys = [(f"p{n}-{i}", i) for n in range(processes) for i in range(each)]
     landed = {k: token_balance(chain.url, chain.config.token, recipient(k)) for k, _ in keys}
     asked = {k: Decimal(amount_of(i)) for k, i in keys}
-    runs, approved = asyncio.run(_store_facts(kind, target, [k for k, _ in keys]))
+    runs, approved, errors = asyncio.run(_store_facts(kind, target, [k for k, _ in keys]))
     intents = asyncio.run(_intents(kind, target).by_sender(chain.config.chain_id, owner))
     nonces = [i.nonce for i in intents if i.nonce is not None]
     figures: dict[str, Any] = {
@@ -116,6 +117,7 @@ def test_random_kills_during_100_concurrent_payments_through_agents(
             1 for k, _ in keys if asked[k] >= 50 and landed[k] > 0 and k not in approved
         ),
         "stranded": sum(1 for k, _ in keys if runs.get(k) != "completed"),
+        "told_error": len(errors),
         "nonce_collisions": len(nonces) - len(set(nonces)),
         "sender_nonce_advanced": nonce_of(chain.url, owner) - DEPLOYMENT_TXS,
     }  # fmt: skip
@@ -125,6 +127,7 @@ def test_random_kills_during_100_concurrent_payments_through_agents(
     assert figures["transfers_on_chain"] == CALLS, figures
     assert figures["without_approval"] == 0, figures
     assert figures["stranded"] == 0, figures
+    assert errors == {}, errors  # every send told its receipt: no timeout, no outcome unknown
     assert figures["nonce_collisions"] == 0, figures
     assert figures["sender_nonce_advanced"] == CALLS, figures  # no nonce used twice or wasted
     assert len(intents) == CALLS
@@ -139,8 +142,10 @@ def _intents(kind: str, target: str) -> IntentBook:
     return PostgresIntentBook(target)
 
 
-async def _store_facts(kind: str, target: str, keys: list[str]) -> tuple[dict[str, str], set[str]]:
-    """Each run's status, and the runs whose send a person approved."""
+async def _store_facts(
+    kind: str, target: str, keys: list[str]
+) -> tuple[dict[str, str], set[str], dict[str, str]]:
+    """Each run's status, the runs whose send a person approved, the sends told an error."""
     if kind == "sqlite":
         from fiduciary.stores.sqlite import SQLiteStore
 
@@ -152,12 +157,16 @@ async def _store_facts(kind: str, target: str, keys: list[str]) -> tuple[dict[st
     try:
         runs: dict[str, str] = {}
         approved: set[str] = set()
+        errors: dict[str, str] = {}
         for key in keys:
+            for event in await store.read_events(run_id_of(key)):
+                if isinstance(event, ToolCallEnd) and event.is_error:
+                    errors[key] = event.output[:300]
             record = await store.get_run(run_id_of(key))
             runs[key] = "absent" if record is None else record.status
             decided = await store.list_approvals(run_id=run_id_of(key))
             if any(a.status == "approved" for a in decided):
                 approved.add(key)
-        return runs, approved
+        return runs, approved, errors
     finally:
         await store.close()
