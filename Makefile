@@ -20,7 +20,13 @@ $(DEVSTAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@ $(STAMP)
 
-demo: $(STAMP)
+# `make demo ARGS=--chain`: the demo on a local anvil needs the chain extra and anvil (npm ci)
+CHAINSTAMP := $(VENV)/.installed-chain
+$(CHAINSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server,chain]'
+	touch $@ $(STAMP)
+
+demo: $(STAMP) $(if $(findstring --chain,$(ARGS)),$(CHAINSTAMP) chain-tools)
 	$(BIN)/fiduciary demo $(ARGS)
 	@echo "Next: $(BIN)/fiduciary serve  (the console and API), $(BIN)/fiduciary --help"
 

@@ -181,6 +181,10 @@ AmountFn: TypeAlias = Callable[[Any, CallContext], "Decimal | Awaitable[Decimal 
 # a card's text; awaitable when it asks something slow (a node), asked only for a shown card
 DescribeFn: TypeAlias = Callable[[Any], "str | Awaitable[str]"]
 KeyFn: TypeAlias = Callable[[Any, CallContext], str]
+# a client-executed call's report, checked before it is recorded (``submit_result``), given
+# the call's arguments, the report and the approval's id: the result to record and, when
+# refused, why (the refusal is recorded too: the run is told)
+ResultCheckFn: TypeAlias = Callable[[Any, Any, str], "Awaitable[tuple[Any, str | None]]"]
 Tier: TypeAlias = Literal["auto", "confirm", "explicit", "deny"]
 
 
@@ -214,6 +218,9 @@ class Capability:
     _ctx_param: str | None
     # False: a sync handler declared non-blocking, called on the event loop (no thread)
     blocking: bool = True
+    # client-executed only: what the client reports is checked (and may be refused) before
+    # it is recorded, e.g. a transaction hash read back from a chain (``fiduciary.chain``)
+    check_result: ResultCheckFn | None = None
 
     @property
     def is_write(self) -> bool:

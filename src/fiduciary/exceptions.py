@@ -67,7 +67,10 @@ class ApprovalError(FiduciaryError):
     ``separation_of_duties`` (under dual control: the proposer, or someone outside the group,
     tried to approve), ``already_voted`` (this approver already approved these arguments),
     ``signature_required`` (the approval must be signed with a passkey, in the console),
-    ``signature_refused`` (the passkey assertion was refused: the reason says why).
+    ``signature_refused`` (the passkey assertion was refused: the reason says why),
+    ``result_refused`` (a client-executed action's reported result was checked and refused,
+    e.g. a transaction hash that does not match the approved call: the refusal is recorded as
+    the call's outcome and the run is told).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -4,6 +4,7 @@ funded account in an encrypted keystore that owns the minted USDC."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,6 +64,20 @@ def chain(anvil_url: str, tmp_path: Path) -> ChainSetup:
     return ChainSetup(anvil_url, config, config_path, keystore, passphrase_file, tmp_path / "f.db")
 
 
+@pytest.fixture
+def chain_rich(anvil_url: str, tmp_path: Path) -> ChainSetup:
+    """``chain`` with 10,000 USDC minted (for the tests that pay a hundred times)."""
+    keystore = tmp_path / "owner.json"
+    funded_keystore(anvil_url, keystore, PASSPHRASE)
+    passphrase_file = tmp_path / "passphrase"
+    passphrase_file.write_text(PASSPHRASE + "\n")
+    signer = load_keystore(keystore, passphrase_file=passphrase_file)
+    config = asyncio.run(deploy(anvil_url, signer, mint=Decimal(10_000)))
+    config_path = tmp_path / "chain.json"
+    save_config(config, config_path)
+    return ChainSetup(anvil_url, config, config_path, keystore, passphrase_file, tmp_path / "f.db")
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, chain: ChainSetup) -> Iterator[tuple[str, str]]:
     if request.param == "sqlite":
@@ -86,3 +101,10 @@ def chain_pool(anvil_url: str, tmp_path: Path) -> ChainSetup:
     config_path = tmp_path / "chain.json"
     save_config(config, config_path)
     return ChainSetup(anvil_url, config, config_path, keystore, passphrase_file, tmp_path / "f.db")
+
+
+def fee_on(card: str) -> Decimal:
+    """The maximum fee in USD an approval card shows ("max fee about $0.94")."""
+    found = re.search(r"max fee about \$([0-9,.]+)", card)
+    assert found is not None, card
+    return Decimal(found.group(1).replace(",", ""))

@@ -20,7 +20,7 @@ from fiduciary.events import PendingAction, ToolCallEnd
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
 
-from .conftest import ChainSetup
+from .conftest import ChainSetup, fee_on
 from .onchain import nonce_of, token_balance, transfers
 from .recorder import recording_proxy
 
@@ -61,11 +61,12 @@ async def test_an_approved_send_is_signed_only_after_the_approval_and_lands_once
         assert "gas limit " in shown
         assert ", max fee about $" in shown
         assert shown.endswith("simulated: succeeds")
-        assert pending.amount_usd == Decimal(100)
+        # the policy sees the amount plus the most the gas may cost (shown on the card)
+        assert pending.amount_usd == Decimal(100) + fee_on(shown)
         assert nonce_of(chain.url, signer.address) == 3  # nothing signed, nothing sent
         assert await SQLiteIntentBook(chain.db).by_sender(31337, signer.address) == []
 
-        await agent.approve(pending.approval_id, by="alice", confirm_amount=Decimal(100))
+        await agent.approve(pending.approval_id, by="alice", confirm_amount=pending.amount_usd)
         resumed = await collect(agent.resume(events[0].run_id))
         (end,) = [e for e in resumed if isinstance(e, ToolCallEnd)]
         assert not end.is_error, end.output
@@ -92,9 +93,11 @@ async def test_the_card_says_a_contract_is_a_contract_and_what_the_simulation_fo
         send = next(c for c in cards if c.name == "send_transfer")
         ctx = None
         ok = send.input_model(to=vault, asset="USDC", amount="10")
-        assert await send.amount(ok, ctx) == Decimal(10)  # type: ignore[arg-type]
-        assert f"to {vault} (a contract)" in await send.description_of(ok, Decimal(10))
+        card = await send.description_of(ok, Decimal(10))
+        assert f"to {vault} (a contract)" in card
+        assert await send.amount(ok, ctx) == Decimal(10) + fee_on(card)  # type: ignore[arg-type]
         short = send.input_model(to=vault, asset="USDC", amount="5000")  # 1000 were minted
+        # not buildable: the policy sees the amount alone (it is refused before signing)
         assert await send.amount(short, ctx) == Decimal(5000)  # type: ignore[arg-type]
         shown = await send.description_of(short, Decimal(5000))
         assert "simulated: refused (the chain would refuse this transaction: " in shown

@@ -260,6 +260,15 @@ async def submit_result(
     cap = ctx.gates.get(record.capability)
     if cap is None:
         raise ApprovalError("unknown", f"{record.capability} is no longer available")
+    refusal: str | None = None
+    if cap.check_result is not None:  # the report is checked first: what is recorded is its
+        try:  # outcome (the result, or the refusal the run is told)
+            args = cap.input_model.model_validate(record.args)
+        except ValidationError as exc:
+            raise ApprovalError(
+                "invalid_edit", "the recorded arguments no longer validate"
+            ) from exc
+        result, refusal = await cap.check_result(args, result, str(record.approval_id))
     try:
         cap.dump_output(result)
     except ValidationError as exc:
@@ -277,6 +286,8 @@ async def submit_result(
     )
     if not await ctx.store.decide_approval(decided):
         raise ApprovalError("already_decided", "this approval was decided meanwhile")
+    if refusal is not None:  # recorded as the call's outcome; the caller is refused
+        raise ApprovalError("result_refused", refusal)
     return decided
 
 

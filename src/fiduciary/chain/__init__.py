@@ -1,4 +1,4 @@
-"""The live backend: the wallet's writesigned transactions on an EVM node.
+"""The live backend: the wallet's writes as signed transactions on an EVM node.
 
 A ``ChainWallet`` reads balances from the chain and sends an ERC-20 token or the native coin;
 its capabilities (``chain_capabilities``) carry the paper wallet's names, operations and flags,
@@ -9,8 +9,11 @@ in the database, and a call resumed after a crash settles from that row (receipt
 pending: wait; unknown with the nonce free: the same bytes again; nonce taken: outcome unknown).
 
 Modules: ``config`` (the deployment file and settings), ``keys`` (v3 keystores), ``intents``
-(the intent table and nonce reservations), ``rpc`` (the node, errors mapped), ``wallet`` (the
-façade), ``capabilities``, ``deploy`` (contracts on a dev chain) and ``cli``.
+and ``intents_postgres`` (the intent table and nonce reservations: one core, two dialects),
+``wallet`` (the façade), ``binding`` (what an approval binds: chain, account, contract),
+``cards`` (what a card says, the gas in USD), ``capabilities``, ``client_signed`` (sends the
+person's device signs, checked on chain), ``swaps``, ``reconcile``, ``deploy`` (contracts on a
+dev chain), ``demo`` (``fiduciary demo --chain``) and ``cli``.
 Needs the ``chain`` extra (web3.py, eth-account).
 """
 
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .capabilities import chain_capabilities
+    from .client_signed import ClientTxRefused, client_signed_capabilities, connect_watching
     from .config import (
         ChainConfig,
         load_config,
@@ -48,6 +52,9 @@ _WHERE = {
     "ChainOutcomeUnknown": "errors",
     "ChainReceipt": "wallet",
     "ChainWallet": "wallet",
+    "ClientTxRefused": "client_signed",
+    "client_signed_capabilities": "client_signed",
+    "connect_watching": "client_signed",
     "Intent": "intents",
     "RecipientGuard": "guards",
     "chain_guards": "guards",
@@ -69,6 +76,7 @@ __all__ = [
     "ChainOutcomeUnknown",
     "ChainReceipt",
     "ChainWallet",
+    "ClientTxRefused",
     "Intent",
     "IntentBook",
     "PostgresIntentBook",
@@ -77,6 +85,8 @@ __all__ = [
     "Signer",
     "chain_capabilities",
     "chain_guards",
+    "client_signed_capabilities",
+    "connect_watching",
     "load_config",
     "load_keystore",
     "save_config",

@@ -14,12 +14,14 @@ wait, the same signed bytes again, or outcome unknown; it never signs twice.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
-from .cards import SendCards
+from . import binding
+from .binding import BoundAddress, BoundChain
+from .cards import ChainCards
 from .errors import ChainError
 from .swaps import SwapQuote, quote, swap
 from .wallet import ChainBalances, ChainReceipt, ChainWallet
@@ -41,22 +43,58 @@ Amount = Annotated[
 def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
     """``balance_check`` and ``send_transfer`` over one ``ChainWallet``."""
 
-    cards = SendCards(wallet)
+    cards = ChainCards(wallet)
+    cfg = wallet.config
+    me = wallet.address
+    token = cfg.token
+    vault = cfg.vault or ""
+    router = cfg.router or ""
 
-    def amount_of(args: Any, ctx: CallContext) -> Decimal | None:
-        return wallet.usd_value(args.asset, args.amount)
+    def usd(asset: str, amount: Decimal | str) -> Decimal | None:
+        return wallet.usd_value(asset, amount) if isinstance(amount, Decimal) else None
 
-    def amount_of_swap(args: Any, ctx: CallContext) -> Decimal | None:
-        return wallet.usd_value(args.from_asset, args.amount)
+    def priced(op: str, asset_of: str) -> Any:
+        """The policy's amount: the value moved plus the most its gas may cost, in USD."""
 
-    def about(asset: str, amount: Decimal) -> str:
-        value = wallet.usd_value(asset, amount)
+        async def amount(args: Any, ctx: CallContext) -> Decimal | None:
+            value = usd(getattr(args, asset_of), args.amount)
+            if op == "withdraw" and args.amount == "all":
+                value = usd(cfg.token_symbol, await wallet.savings())
+            if value is None:
+                return None
+            return value + await cards.gas_usd(op, args)
+
+        return amount
+
+    def about(asset: str, amount: Decimal | str) -> str:
+        value = usd(asset, amount)
         return "" if value is None else f" (about ${value:,.2f})"
 
     async def send_card(a: Any) -> str:
         return (
             f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to} "
-            f"on chain {wallet.config.chain_id}; {await cards.facts(a)}"
+            f"on chain {cfg.chain_id}; {await cards.facts('send', a)}"
+        )
+
+    async def save_card(a: Any) -> str:
+        return (
+            f"Save {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} into the vault "
+            f"{cfg.vault} on chain {cfg.chain_id}; {await cards.facts('save', a)}"
+        )
+
+    async def withdraw_card(a: Any) -> str:
+        amount = "all savings" if a.amount == "all" else f"{a.amount} {a.asset.upper()}"
+        return (
+            f"Withdraw {amount}{about(a.asset, a.amount)} from the vault to the wallet on "
+            f"chain {cfg.chain_id}; {await cards.facts('withdraw', a)}"
+        )
+
+    async def swap_card(a: Any) -> str:
+        slip = a.max_slippage_pct if a.max_slippage_pct is not None else 1
+        return (
+            f"Swap {a.amount} {a.from_asset.upper()}{about(a.from_asset, a.amount)} for "
+            f"{a.to_asset.upper()} through the pool on chain {cfg.chain_id}, at most {slip}% "
+            f"slippage; {await cards.facts('swap', a)}"
         )
 
     @capability(kind="read")
@@ -74,7 +112,7 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         risk="high",
         replay="resume",
         operation="send",
-        amount_usd=amount_of,
+        amount_usd=priced("send", "asset"),
         flags={"mutating", "requires_balance", "irreversible"},
         modifiable_fields=["amount"],
         describe=send_card,
@@ -88,8 +126,12 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         asset: Asset,
         amount: Amount,
         memo: Annotated[str, Field(max_length=140)] = "",
+        chain_id: BoundChain = cfg.chain_id,
+        sender: BoundAddress = me,
+        contract: BoundAddress = token,
     ) -> ChainReceipt:
         """Send an amount to an address as a transaction on chain. It cannot be undone."""
+        binding.check(wallet, chain_id, sender, contract, token)
         return await wallet.send(ctx.idempotency_key, to, asset, amount)
 
     def stable_only(asset: str) -> None:
@@ -103,19 +145,23 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         risk="low",
         replay="resume",
         operation="save",
-        amount_usd=amount_of,
+        amount_usd=priced("save", "asset"),
         flags={"mutating", "requires_balance"},
         modifiable_fields=["amount"],
-        describe=lambda a: (
-            f"Save {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} into the vault "
-            f"{wallet.config.vault} on chain {wallet.config.chain_id} (an allowance of exactly "
-            "that amount, then the deposit)"
-        ),
+        describe=save_card,
     )
-    async def save_deposit(ctx: CallContext, asset: Asset, amount: Amount) -> ChainReceipt:
+    async def save_deposit(
+        ctx: CallContext,
+        asset: Asset,
+        amount: Amount,
+        chain_id: BoundChain = cfg.chain_id,
+        sender: BoundAddress = me,
+        contract: BoundAddress = vault,
+    ) -> ChainReceipt:
         """Move an amount of the stablecoin from the wallet into the savings vault (ERC-4626),
         where it earns the vault's yield."""
         stable_only(asset)
+        binding.check(wallet, chain_id, sender, contract, vault)
         return await wallet.save(ctx.idempotency_key, amount)
 
     @capability(
@@ -123,17 +169,29 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         risk="medium",
         replay="resume",
         operation="withdraw",
-        amount_usd=amount_of,
+        amount_usd=priced("withdraw", "asset"),
         flags={"mutating"},
         modifiable_fields=["amount"],
-        describe=lambda a: (
-            f"Withdraw {a.amount} {a.asset.upper()} from the vault to the wallet on chain "
-            f"{wallet.config.chain_id}"
-        ),
+        describe=withdraw_card,
     )
-    async def withdraw(ctx: CallContext, asset: Asset, amount: Amount) -> ChainReceipt:
-        """Move savings back from the vault to the wallet."""
+    async def withdraw(
+        ctx: CallContext,
+        asset: Asset,
+        amount: Annotated[
+            Decimal | Literal["all"],
+            Field(description='An amount of the stablecoin, or "all" (every share redeemed).'),
+        ],
+        chain_id: BoundChain = cfg.chain_id,
+        sender: BoundAddress = me,
+        contract: BoundAddress = vault,
+    ) -> ChainReceipt:
+        """Move savings back from the vault to the wallet: an amount, or "all"."""
         stable_only(asset)
+        binding.check(wallet, chain_id, sender, contract, vault)
+        if amount == "all":
+            return await wallet.withdraw_all(ctx.idempotency_key)
+        if amount <= 0:
+            raise ChainError("bad_amount", 'a withdrawal is a positive amount or "all"')
         return await wallet.withdraw(ctx.idempotency_key, amount)
 
     @capability(kind="preview")
@@ -149,13 +207,9 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         risk="medium",
         replay="resume",
         operation="swap",
-        amount_usd=amount_of_swap,
+        amount_usd=priced("swap", "from_asset"),
         flags={"mutating", "requires_balance", "irreversible"},
-        describe=lambda a: (
-            f"Swap {a.amount} {a.from_asset.upper()}{about(a.from_asset, a.amount)} for "
-            f"{a.to_asset.upper()} through the pool on chain {wallet.config.chain_id}, at most "
-            f"{a.max_slippage_pct if a.max_slippage_pct is not None else 1}% slippage"
-        ),
+        describe=swap_card,
     )
     async def swap_execute(
         ctx: CallContext,
@@ -163,10 +217,14 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         to_asset: Asset,
         amount: Amount,
         max_slippage_pct: Slippage = None,
+        chain_id: BoundChain = cfg.chain_id,
+        sender: BoundAddress = me,
+        contract: BoundAddress = router,
     ) -> ChainReceipt:
         """Swap an amount of the stablecoin for the native coin or back, through the pool. The
         least output (the quote less the slippage) is signed into the transaction: the chain
         refuses the swap rather than give less."""
+        binding.check(wallet, chain_id, sender, contract, router)
         slip = Decimal(1) if max_slippage_pct is None else max_slippage_pct
         return await swap(
             wallet, ctx.idempotency_key, from_asset, to_asset, amount, max_slippage_pct=slip

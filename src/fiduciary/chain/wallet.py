@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, cast
 
 from eth_abi.abi import decode
@@ -47,6 +47,8 @@ GAS_HEADROOM = 60_000
 # a send's transaction as simulated for its card is signed as is within this many seconds
 RECENT_SECONDS = 10.0
 RECENT_KEPT = 64
+# a transaction still queued this long looks for a lower nonce of the account left unsent
+GAP_SECONDS = 1.0
 
 
 class ChainReceipt(BaseModel):
@@ -203,6 +205,30 @@ class ChainWallet:
             lambda: self.prepare({"to": vault.address, "value": 0, "data": data}),
             Made(me, self.config.token_symbol, amount),
         )
+
+    async def withdraw_all(self, key: str) -> ChainReceipt:
+        """Redeem every share the wallet holds in the vault (``withdraw`` of "all"): the shares
+        are counted when the transaction is built, so a resumed call signs nothing new."""
+        vault = self._vault()
+        me = to_checksum_address(self.address)
+        made = Made(me, self.config.token_symbol, Decimal(0))
+
+        async def build() -> dict[str, Any]:
+            shares = int(await vault.functions.maxRedeem(me).call())
+            if shares == 0:
+                raise ChainError("nothing_saved", "the wallet holds no shares in the vault")
+            assets = int(await vault.functions.previewRedeem(shares).call())
+            made.amount = _amount(assets, self.config.token_decimals)
+            data = vault.encode_abi("redeem", args=[shares, me, me])
+            return await self.prepare({"to": vault.address, "value": 0, "data": data})
+
+        return await self.transact(key, build, made)
+
+    def fee_usd(self, gas: int, max_fee_per_gas: int) -> Decimal | None:
+        """The most ``gas`` at ``max_fee_per_gas`` can cost, in USD (cents, rounded up)."""
+        fee = _amount(gas * max_fee_per_gas, NATIVE_DECIMALS)
+        usd = self.usd_value(self.config.native_symbol, fee)
+        return None if usd is None else usd.quantize(Decimal("0.01"), rounding=ROUND_CEILING)
 
     async def savings(self) -> Decimal:
         """What the wallet could withdraw from the vault now."""
@@ -391,6 +417,7 @@ class ChainWallet:
     async def _wait(self, intent: Intent) -> TxReceipt:
         deadline = time.monotonic() + self.config.receipt_timeout
         needed = self.config.confirmations - 1
+        gaps_checked = time.monotonic()
         while True:
             receipt = await self._receipt(intent.tx_hash)
             if receipt is not None and (
@@ -402,6 +429,9 @@ class ChainWallet:
                 # evicted from the node's pool (the same bytes are still good: sent again)
                 await self._nonce_still_free(intent)
                 await self._broadcast(intent)
+            elif receipt is None and time.monotonic() - gaps_checked > GAP_SECONDS:
+                gaps_checked = time.monotonic()
+                await self._fill_gaps(intent)
             if time.monotonic() > deadline:
                 raise ChainOutcomeUnknown(
                     f"{intent.tx_hash} has no receipt with {self.config.confirmations} "
@@ -409,6 +439,25 @@ class ChainWallet:
                     "and a resumed call settles it"
                 )
             await asyncio.sleep(self.config.poll_interval)
+
+    async def _fill_gaps(self, intent: Intent) -> None:
+        """Our transaction waits in the node's queue behind a lower nonce of the account that
+        nobody broadcast: an intent committed by a call that crashed before its broadcast and
+        is not resumed yet (its run may wait for this very call to end). Its recorded bytes are
+        sent (the same bytes, never signed anew): a gap is filled by whoever waits on it."""
+        assert intent.nonce is not None
+        sender = cast(ChecksumAddress, intent.sender)
+        used = await self.w3.eth.get_transaction_count(sender, "latest")
+        if used >= intent.nonce:
+            return
+        for other in await self.intents.by_sender(intent.chain_id, intent.sender):
+            if other.status != "signed" or other.nonce is None or other.key == intent.key:
+                continue
+            if used <= other.nonce < intent.nonce and not await self._pending(other):
+                try:
+                    await self.w3.eth.send_raw_transaction(other.raw_tx)
+                except Web3Exception:
+                    continue  # mined meanwhile, or refused: its own call settles it
 
     async def _revert_reason(self, intent: Intent, block: int, gas_used: int) -> str:
         tx = await self.w3.eth.get_transaction(HexStr(intent.tx_hash))

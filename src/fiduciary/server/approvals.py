@@ -90,7 +90,8 @@ async def _decide(
     try:
         decided = await decide()
     except ApprovalError as exc:
-        if exc.code == "expired":  # the run records the expiry and tells the model
+        # the run records the expiry (or the refused report) and tells the model
+        if exc.code in ("expired", "result_refused"):
             server.resume(record.run_id, record.principal)
         raise
     if decided.status != "pending":  # under dual control a vote short of N decides nothing

@@ -173,7 +173,14 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         "Report the result of a client-executed action", approvals.submit_result,
         scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=ResultBody,
         response=ApprovalOut,
-        problems=("not_found", "already_decided", "expired", "not_client_executed", "invalid_edit"),
+        problems=(
+            "not_found",
+            "already_decided",
+            "expired",
+            "not_client_executed",
+            "invalid_edit",
+            "result_refused",
+        ),
         tags=("approvals",),
     ),
     Operation(

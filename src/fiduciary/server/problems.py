@@ -53,6 +53,7 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "already_voted": (409, "You have already approved these arguments"),
     "signature_required": (403, "This approval must be signed with a passkey"),
     "signature_refused": (403, "The passkey signature was refused"),
+    "result_refused": (422, "The reported result was checked and refused"),
     # webhooks
     "unknown_channel": (404, "No such webhook channel"),
     "invalid_signature": (401, "The webhook signature is missing or wrong"),

@@ -55,6 +55,15 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--reset-keys", help="With --reset: delete the API keys too."),
         ] = False,
+        chain: Annotated[
+            bool,
+            typer.Option(
+                "--chain",
+                help="The demo on a local anvil started for it (make chain-tools; the chain "
+                "extra): deploy, the card with the simulation, the transaction hash and block "
+                "after approval, the balances read from the chain and reconciled.",
+            ),
+        ] = False,
     ) -> int:
         """The paper-wallet demo: two reads in parallel, a small save, a send that waits for
         you, a refused send, and a swap after a quote; then the balances and where the ledger
@@ -67,12 +76,30 @@ def register(app: typer.Typer) -> None:
 
         if reset_keys and not reset:
             raise CliError("--reset-keys goes with --reset")
+        if chain:
+            return await _chain_demo(yes=yes)
         out = Console()
         if reset:
             reset_database(db, out, keep_keys=not reset_keys)
         try:
             with holding(db, "fiduciary demo"):
                 return await run_demo(db, yes=yes, out=out, env=_environment(), model=model)
+        except ConfigurationError as exc:
+            raise CliError(str(exc)) from exc
+
+    async def _chain_demo(*, yes: bool) -> int:
+        try:
+            from ..chain.demo import run_chain_demo
+        except ImportError:
+            raise CliError(
+                "the chain demo needs the chain extra: pip install 'fiduciary[chain]'"
+            ) from None
+
+        async def ask(card: object) -> bool:
+            return yes or typer.confirm("Approve this send?", default=False)
+
+        try:
+            return await run_chain_demo(say=typer.echo, ask=ask)
         except ConfigurationError as exc:
             raise CliError(str(exc)) from exc
 
