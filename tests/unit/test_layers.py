@@ -30,10 +30,7 @@ KNOWN_UP: dict[tuple[str, str], str] = {
     ("fiduciary.apps.served", "fiduciary.wallet.wallet"): "issue 26 step 1",
 }
 # each a set of modules that import one another
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    # step 3: AppEngine split by concept; intents use hooks and state, no private name
-    frozenset({"fiduciary.apps.engine", "fiduciary.apps.intents"}): "issue 26 step 3",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 LAYERS = ("core", "features", "domains", "interfaces")
 
