@@ -243,9 +243,10 @@ async def open_features(
     try:
         if apps is not None:
             from ..apps.served import open_apps
+            from ..cli._common import apps_engine
 
             served = await open_apps(
-                store, principal=apps.principal, folder=apps.dir, factory=apps.engine
+                store, principal=apps.principal, folder=apps.dir, factory=apps_engine(apps.engine)
             )
             features.closers.append(served.close)
             features.apps = served.engine
