@@ -1,8 +1,8 @@
 """Scheduling: an app's ticks, one per slot of its tier, each run once across processes.
 
 A tick has an id derived from the app and its scheduled slot, and a row keyed by both: the first
-process to insert the row runs the slot; no other does. Its context (sources, state, config,
-permissions, budget) is hashed canonically: unchanged since the last tick → no model call,
+process to insert the row runs the slot; no other does. Its context (sources, positions, state,
+config, permissions, budget) is hashed canonically: unchanged since the last tick → no model call,
 recorded as ``unchanged``. A tick of an app whose previous tick is still running or waiting for
 a person is recorded as ``busy`` and not run. Each step of a tick is a run with a derived id, so a
 tick re-entered (after a crash, or once a person decided) continues where it stopped.
@@ -54,6 +54,7 @@ class Scheduler:
         hooks: Hooks,
         state: AppState,
         sources: dict[str, Source],
+        positions: Source | None = None,
         tiers: dict[str, float],
         max_errors: int,
         cooldown: timedelta,
@@ -63,6 +64,7 @@ class Scheduler:
         self.hooks = hooks
         self.state = state
         self.sources = sources
+        self.positions = positions  # what the app's principal holds (a list), in every tick
         self.tiers = tiers
         self.max_errors = max_errors
         self.cooldown = cooldown
@@ -205,23 +207,37 @@ class Scheduler:
         return await self._finish(manifest, tick, "ran", done.summary, records=records)
 
     async def _context(self, manifest: Manifest, record: AppRecord) -> dict[str, Any] | None:
+        """The tick's context (``sources, positions, state, config, permissions, budget``), or
+        None when a source (or the positions) failed under the app's error policy."""
         fetched: dict[str, Any] = {}
-        policy = manifest.config.errors.source_fail
         for name in manifest.sources:
-            attempts = 2 if policy == "retry" else 1
-            for attempt in range(attempts):
-                try:
-                    fetched[name] = await self.sources[name]()
-                    break
-                except Exception as exc:  # a source's failure is the app's error policy's
-                    await self.state.note(
-                        manifest.id, "source_failed", source=name, error=str(exc)[:200]
-                    )
-                    if attempt == attempts - 1:
-                        return None
+            if not await self._read(manifest, name, self.sources[name], fetched):
+                return None
+        held: dict[str, Any] = {}
+        if self.positions is not None and not await self._read(
+            manifest, "positions", self.positions, held
+        ):
+            return None
         context = self.state.context(manifest, record)
         context["sources"] = fetched
+        context["positions"] = held.get("positions", [])
         return context
+
+    async def _read(
+        self, manifest: Manifest, name: str, read: Source, into: dict[str, Any]
+    ) -> bool:
+        attempts = 2 if manifest.config.errors.source_fail == "retry" else 1
+        for attempt in range(attempts):
+            try:
+                into[name] = await read()
+                return True
+            except Exception as exc:  # a source's failure is the app's error policy's
+                await self.state.note(
+                    manifest.id, "source_failed", source=name, error=str(exc)[:200]
+                )
+                if attempt == attempts - 1:
+                    return False
+        return False
 
     async def _pause(self, manifest: Manifest) -> None:
         record = await self.state.record(manifest.id)

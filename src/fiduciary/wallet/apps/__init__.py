@@ -36,7 +36,14 @@ from ..capabilities import wallet_capabilities
 from ..demo import own_wallet_only
 from ..wallet import PaperWallet
 
-__all__ = ["SAMPLES", "paper_engine", "sample_engine", "sample_manifests", "sample_model"]
+__all__ = [
+    "SAMPLES",
+    "paper_engine",
+    "sample_engine",
+    "sample_manifests",
+    "sample_model",
+    "sample_positions",
+]
 
 SAMPLES = Path(__file__).parent
 
@@ -135,6 +142,23 @@ def sample_sources(wallet: PaperWallet, principal: str, clock: Clock) -> dict[st
     return {"balances": balances, "health": health, "period": period}
 
 
+def sample_positions(wallet: PaperWallet, principal: str, clock: Clock) -> Source:
+    """The principal's positions in the wallet's lending market (savings and debt, to the cent:
+    interest accrued between two ticks does not make every tick's context new)."""
+
+    async def positions() -> Any:
+        held = wallet.positions(principal, clock.now())
+        cent = Decimal("0.01")
+        return [
+            {"kind": kind, "asset": asset, "amount": str(amount.quantize(cent))}
+            for kind, amounts in (("savings", held.savings), ("debt", held.debt))
+            for asset, amount in sorted(amounts.items())
+            if amount > 0
+        ]
+
+    return positions
+
+
 def sample_manifests(wallet: PaperWallet) -> list[Manifest]:
     caps = wallet_capabilities(wallet)
     return load_manifests(
@@ -169,6 +193,7 @@ def sample_engine(
         authorize=authorize,
         clock=clock,
         sources=sample_sources(wallet, who, clock),
+        positions=sample_positions(wallet, who, clock),
     )
 
 
