@@ -37,6 +37,7 @@ from ..tracing import RunTracer
 from . import runs
 from .hooks import DrivenElsewhereError, Hooks
 from .intents import message_origin
+from .live import AppChannels
 from .manifest import TIER_SECONDS, Manifest
 from .scheduling import Scheduler, Source, TickResult
 from .state import AppState
@@ -145,6 +146,11 @@ class AppEngine:
     @property
     def tables(self) -> AppTables:
         return self.state.tables
+
+    @property
+    def channels(self) -> AppChannels:
+        """The live app channels: every app's emits, as they happen (``live.py``)."""
+        return self.state.channels
 
     @property
     def sources(self) -> dict[str, Source]:

@@ -226,6 +226,12 @@ class Hooks:
         caps = {**self.paper, **(self.live or {})}
         return self._agent(runs.PlannedModel(), [*caps.values(), *self.own], self.policy)
 
+    async def unfinished(self, run_id: UUID) -> bool:
+        """Whether the run has yet to finish: its end, when a drive now reaches it, is news
+        (the live channels tell it once, not again each time a waiting tick is re-entered)."""
+        run = await self.store.get_run(run_id)
+        return run is None or run.status not in ("completed", "failed", "cancelled")
+
     # --- one hook ----------------------------------------------------------------------------
     def prompt(self, manifest: Manifest, hook: str, context: Mapping[str, Any]) -> str:
         keys = "reply, state, emit" if hook == "message" else "reply, state, intents, emit"

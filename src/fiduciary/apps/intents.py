@@ -18,6 +18,9 @@ resources, ttl}}`` — a request for a scoped temporary grant.
   deep (a deeper one is dropped and recorded). It is called back at most ``CALLBACKS`` times per
   app per ``CALLBACK_WINDOW`` (the window resets after that long without a callback); beyond, the
   callback is skipped and recorded, and the executions stand.
+- A per-action intent or a grant a person decided is told live (``live.py``):
+  ``action:resolved``, then, approved, ``action:executed``; the ``result`` hook's reply goes out
+  on ``agent:message``. Each once: a step that had finished before is not told again.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ from ..policy import Policy
 from . import runs
 from .grants import DEFAULT_GRANT_TTL
 from .hooks import DrivenElsewhereError, Hooks
+from .live import ACTION_EXECUTED, ACTION_RESOLVED, AGENT_MESSAGE
 from .manifest import Manifest
 
 __all__ = ["CALLBACKS", "CALLBACK_WINDOW", "MAX_DEPTH", "IntentsState", "process_intents"]
 
 MAX_DEPTH = 3
+_DONE = frozenset({"completed", "failed", "cancelled"})
 CALLBACKS = 3
 CALLBACK_WINDOW = timedelta(minutes=2)
 
@@ -174,10 +179,11 @@ async def _run(
         title = f"[app {manifest.id}] {'batch' if is_batch else 'action'} at depth {depth + 1}"
         message = runs.plan_message(title, gate=gate, calls=[p.call for p in items])
         origin = tick_origin(hooks.policy, manifest)
+        fresh = await hooks.unfinished(rid)
         run = await runs.drive(agent, rid, message, hooks.principal, origin=origin)
         if run is None:
             raise DrivenElsewhereError(rid)
-        if run.status not in ("completed", "failed", "cancelled"):
+        if run.status not in _DONE:
             state.waiting = True
             continue
         found, _ = await runs.outcomes(agent, rid)
@@ -185,6 +191,8 @@ async def _run(
         gate_outcome = by_id.get("gate")
         for n, p in enumerate(items):
             outcome = by_id.get(f"plan_{n}")
+            if fresh and not is_batch and outcome is not None:
+                await _resolved(hooks, manifest, outcome)
             if gate is not None and (gate_outcome is None or gate_outcome.status != "executed"):
                 status = gate_outcome.status if gate_outcome is not None else "skipped"
             else:
@@ -198,6 +206,18 @@ async def _run(
                     {**detail, "status": status, "output": outcome.output if outcome else ""}
                 )
     return done
+
+
+async def _resolved(hooks: Hooks, manifest: Manifest, outcome: runs.CallOutcome) -> None:
+    """``action:resolved`` for an action a person decided; approved, ``action:executed``."""
+    if outcome.approval_id is None:
+        return  # refused before any card: nobody was asked
+    approved = outcome.status in ("executed", "failed")
+    request = {"requestId": outcome.approval_id, "approved": approved}
+    await hooks.state.emit(manifest.id, ACTION_RESOLVED, request)
+    if approved:
+        executed = {**request, "status": outcome.status, "result": outcome.output}
+        await hooks.state.emit(manifest.id, ACTION_EXECUTED, executed)
 
 
 def _grant_call(manifest: Manifest, spec: dict[str, Any], summary: str) -> dict[str, Any] | str:
@@ -239,6 +259,7 @@ async def _callback(
 ) -> None:
     rid = runs.step_id(str(base), f"result/{depth}")
     record = await hooks.state.record(manifest.id)
+    fresh = await hooks.unfinished(rid)
     if await hooks.store.get_run(rid) is None:
         now = hooks.clock.now()
         window = list(record.callbacks)
@@ -255,7 +276,10 @@ async def _callback(
     if answer is None:
         state.waiting = True
         return
-    await hooks.state.apply(manifest, await hooks.state.record(manifest.id), answer)
+    await hooks.state.apply(manifest, await hooks.state.record(manifest.id), answer, live=fresh)
+    said = answer.get("reply")
+    if fresh and isinstance(said, str) and said:
+        await hooks.state.emit(manifest.id, AGENT_MESSAGE, {"message": said})
     follow = answer.get("intents") or []
     if isinstance(follow, list):
         await _level(hooks, manifest, rid, follow, depth + 1, state)

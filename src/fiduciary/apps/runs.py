@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -173,15 +173,18 @@ class CallOutcome:
     name: str
     status: str  # executed | failed | denied | expired | refused | pending
     output: str
+    approval_id: str | None = None  # the approval a person was asked for, when one was
 
 
 async def outcomes(agent: Agent, run_id: UUID) -> tuple[list[CallOutcome], str | None]:
     """The outcome of each call of a run (by tool use id, in order) and its final text."""
     events = await agent.store.read_events(run_id)
     found: dict[str, CallOutcome] = {}
+    asked: dict[str, str] = {}
     final: str | None = None
     for event in events:
         if isinstance(event, PendingAction):
+            asked[event.tool_use_id] = str(event.approval_id)
             found[event.tool_use_id] = CallOutcome(event.tool_use_id, event.name, "pending", "")
         elif isinstance(event, ToolCallEnd):
             status = "failed" if event.is_error else "executed"
@@ -195,4 +198,5 @@ async def outcomes(agent: Agent, run_id: UUID) -> tuple[list[CallOutcome], str |
             )
         elif isinstance(event, RunCompleted):
             final = event.text
-    return list(found.values()), final
+    done = [replace(o, approval_id=asked.get(o.tool_use_id)) for o in found.values()]
+    return done, final

@@ -168,6 +168,7 @@ class Scheduler:
         state = self.state
         rid = UUID(tick.run_id)
         record = await state.record(manifest.id)  # restored at each tick start
+        fresh = await self.hooks.unfinished(rid)
         try:
             answer: dict[str, Any] | None
             if await self.hooks.store.get_run(rid) is None:
@@ -187,7 +188,9 @@ class Scheduler:
                 answer = await self.hooks.run(manifest, record, "tick", rid)
             if answer is None:
                 return await self._finish(manifest, tick, "waiting", "", status="waiting")
-            record = await state.apply(manifest, await state.record(manifest.id), answer)
+            record = await state.apply(
+                manifest, await state.record(manifest.id), answer, live=fresh
+            )
             done = await process_intents(
                 self.hooks, manifest, rid, list(answer.get("intents") or [])
             )

@@ -3,8 +3,9 @@
 ``AppState`` owns what an app keeps between ticks, in the apps' tables: a record read fresh
 each time (its counters included), written through on every change (``save`` stamps it), and
 the app's log. A hook's answer lands here (``apply``: its ``state`` replaces the app's, its
-``emit`` items are logged), and so does what a person approved through the engine's own
-capabilities (an enabling's mode, a grant). It runs nothing: hooks and ticks are elsewhere.
+``emit`` items are logged and broadcast live, ``live.py``), and so does what a person approved
+through the engine's own capabilities (an enabling's mode, a grant). It runs nothing: hooks
+and ticks are elsewhere.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from ..capabilities import CallContext
 from ..clock import Clock
 from . import runs
+from .live import AppChannels, AppEmit, parse_emit
 from .manifest import Manifest
 from .tables import AppRecord, AppTables, GrantRecord, LogEntry
 
@@ -27,9 +29,12 @@ __all__ = ["AppState"]
 class AppState:
     """The apps' records and log in ``tables``, stamped with ``clock``."""
 
-    def __init__(self, tables: AppTables, clock: Clock) -> None:
+    def __init__(
+        self, tables: AppTables, clock: Clock, channels: AppChannels | None = None
+    ) -> None:
         self.tables = tables
         self.clock = clock
+        self.channels = channels or AppChannels()  # the live emits' listeners (live.py)
 
     async def record(self, app_id: str) -> AppRecord:
         """The app's record as stored (its counters included): read fresh each time."""
@@ -60,16 +65,27 @@ class AppState:
         return (await self.record(app_id)).state
 
     async def apply(
-        self, manifest: Manifest, record: AppRecord, answer: Mapping[str, Any]
+        self, manifest: Manifest, record: AppRecord, answer: Mapping[str, Any], *, live: bool = True
     ) -> AppRecord:
-        """A hook's answer: its state replaces the app's (written through), its emits logged."""
+        """A hook's answer: its state replaces the app's (written through), its emits logged
+        and, ``live``, broadcast (not for an answer read again when a step is re-entered)."""
         if isinstance(answer.get("state"), dict):
             record = replace(record, state=dict(answer["state"]))
             await self.save(record)
         emits = answer.get("emit")
         for item in emits if isinstance(emits, list) else [emits] if emits else []:
             await self.note(manifest.id, "emit", data=item)
+            if live:
+                self._publish(manifest.id, *parse_emit(item))
         return record
+
+    async def emit(self, app_id: str, channel: str, data: Any) -> None:
+        """An emit of the engine's own (``action:resolved``...): logged, then broadcast."""
+        await self.note(app_id, "emit", data={"channel": channel, "data": data})
+        self._publish(app_id, channel, data)
+
+    def _publish(self, app_id: str, channel: str, data: Any) -> None:
+        self.channels.publish(AppEmit(app_id, channel, data, self.clock.now().isoformat()))
 
     def context(self, manifest: Manifest, record: AppRecord) -> dict[str, Any]:
         """What every hook is told of the app: state, config, permissions, budget."""
