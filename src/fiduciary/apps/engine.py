@@ -102,6 +102,7 @@ class AppEngine:
         cooldown_seconds: float = COOLDOWN_SECONDS,
         lease_seconds: float = 30.0,
         inbox: Inbox | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.store = store
         self.principal = principal_of(principal)
@@ -120,6 +121,7 @@ class AppEngine:
             authorize=authorize,
             clock=self.clock,
             lease_seconds=lease_seconds,
+            context_window=context_window,
         )
         self.scheduler = Scheduler(
             hooks=self.hooks,
@@ -388,8 +390,9 @@ class AppEngine:
         if not record.enabled:
             raise RunError("state", f"app {app_id} is not enabled")
         context = {"message": text, "appId": app_id, **self.state.context(manifest, record)}
-        rid = uuid4()
-        answer = await self.hooks.run(manifest, record, "message", rid, context, origin)
+        turn = uuid4()
+        rid = self.hooks.run_of(manifest, "message", record, turn)  # its session's, if kept
+        answer = await self.hooks.run(manifest, record, "message", turn, context, origin)
         if answer is None:
             pending = await self.decider().pending_approvals(run_id=rid)
             return AppReply("", tuple(pending), run_id=rid, waiting=True)

@@ -24,7 +24,7 @@ from ..guards import Guard
 from ..models.base import Model
 from ..policy import Policy, Threshold
 from ..redaction import Redactor
-from ..stores.base import Store
+from ..stores.base import IDLE, Store
 from ..tracing import NO_TRACER, RunTracer
 from . import runs
 from ._caps import (
@@ -40,8 +40,9 @@ from .manifest import Manifest
 from .state import AppState
 from .tables import AppRecord
 
-__all__ = ["MESSAGE_KEYS", "TICK_KEYS", "DrivenElsewhereError", "Hooks"]
+__all__ = ["MESSAGE_KEYS", "SESSION_HOOKS", "TICK_KEYS", "DrivenElsewhereError", "Hooks"]
 
+SESSION_HOOKS = frozenset({"tick", "message"})  # the hooks whose turns an app's sessions keep
 TICK_KEYS = frozenset({"reply", "state", "intents", "emit"})
 MESSAGE_KEYS = frozenset({"reply", "state", "emit"})
 
@@ -71,6 +72,7 @@ class Hooks:
         authorize: Authorize | None,
         clock: Clock,
         lease_seconds: float,
+        context_window: int | None = None,
     ) -> None:
         self.model = model
         self.paper = paper
@@ -83,6 +85,7 @@ class Hooks:
         self.authorize = authorize
         self.clock = clock
         self.lease_seconds = lease_seconds
+        self.context_window = context_window  # the hooks' model's (compaction), when known
         self.tracer: RunTracer = NO_TRACER  # the hooks' agents': set where the apps are served
         self.redactor = Redactor()  # one for every agent of the engine (they are many)
         self._hook_agents: dict[tuple[str, str, bool], Agent] = {}
@@ -126,7 +129,13 @@ class Hooks:
 
     # --- agents ------------------------------------------------------------------------------
     def _agent(
-        self, model: Model, caps: Iterable[Capability], policy: Policy, *, fast: bool = False
+        self,
+        model: Model,
+        caps: Iterable[Capability],
+        policy: Policy,
+        *,
+        fast: bool = False,
+        context_window: int | None = None,
     ) -> Agent:
         agent = Agent(
             redactor=self.redactor,
@@ -140,6 +149,7 @@ class Hooks:
             max_tool_calls=HOOK_TOOL_CALLS,
             lease_seconds=self.lease_seconds,
             model_tier="fast" if fast else None,
+            context_window=context_window,
         )
         agent.tracer = self.tracer
         return agent
@@ -161,7 +171,9 @@ class Hooks:
         # app_state marks the run as an app's: an agent without it (a server's own) refuses
         # to resume it after a crash, and leaves it to an apps engine
         caps.append(self._state_cap)
-        agent = self._agent(self.model, caps, self.policy_for(manifest), fast=fast)
+        policy = self.policy_for(manifest)
+        window = self.context_window
+        agent = self._agent(self.model, caps, policy, fast=fast, context_window=window)
         self._hook_agents[key] = agent
         return agent
 
@@ -241,6 +253,30 @@ class Hooks:
             f"Answer with one JSON object with the keys {keys}."
         )
 
+    def run_of(self, manifest: Manifest, hook: str, record: AppRecord, turn: UUID) -> UUID:
+        """The run a hook invocation ``turn`` is a turn of: its session's, for an app that
+        keeps sessions (one for ticks, one for messages, new after each disable), else its
+        own."""
+        if not manifest.session or hook not in SESSION_HOOKS:
+            return turn
+        epoch = str(record.counters.get("disables", 0))
+        return runs.step_id(manifest.id, "session", hook, epoch)
+
+    async def asked(self, manifest: Manifest, hook: str, record: AppRecord, turn: UUID) -> bool:
+        """Whether the hook invocation ``turn`` was started (its run, or its session turn)."""
+        session = self.run_of(manifest, hook, record, turn)
+        if session == turn:
+            return await self.store.get_run(turn) is not None
+        return await runs.turn_of(self.store, session, _marker(turn)) is not None
+
+    async def answered(self, manifest: Manifest, hook: str, record: AppRecord, turn: UUID) -> bool:
+        """Whether the hook invocation ``turn`` has finished (its answer is old news)."""
+        session = self.run_of(manifest, hook, record, turn)
+        if session == turn:
+            return not await self.unfinished(turn)
+        found = await runs.turn_of(self.store, session, _marker(turn))
+        return found is not None and found.status != "waiting"
+
     async def run(
         self,
         manifest: Manifest,
@@ -252,19 +288,68 @@ class Hooks:
     ) -> dict[str, Any] | None:
         """Run one hook invocation; its structured answer, or None while it waits for a person.
         Raises ``HookOutputError`` for an answer that is not the structured output, ``RunError``
-        for a run that failed, ``DrivenElsewhereError`` when another process drives it."""
+        for a run that failed, ``DrivenElsewhereError`` when another process drives it. In an
+        app that keeps sessions, a tick or a message is a turn (``run_id``) of its session."""
         agent = self.hook_agent(manifest, hook, record)
         ctx = context if context is not None else self.state.context(manifest, record)
         prompt = self.prompt(manifest, hook, ctx)
-        run = await runs.drive(agent, run_id, prompt, self.principal, origin=origin)
-        if run is None:
-            raise DrivenElsewhereError(run_id)
-        if run.status in ("failed", "cancelled"):
-            raise RunError("state", f"the {hook} hook's run {run_id} ended {run.status}")
-        if run.status != "completed":
-            return None
-        _, final = await runs.outcomes(agent, run_id)
+        session = self.run_of(manifest, hook, record, run_id)
+        if session != run_id:
+            final = await self._turn(agent, session, run_id, prompt, hook, origin)
+            if final is None:
+                return None
+        else:
+            run = await runs.drive(agent, run_id, prompt, self.principal, origin=origin)
+            if run is None:
+                raise DrivenElsewhereError(run_id)
+            if run.status in ("failed", "cancelled"):
+                raise RunError("state", f"the {hook} hook's run {run_id} ended {run.status}")
+            if run.status != "completed":
+                return None
+            _, final = await runs.outcomes(agent, run_id)
         keys = MESSAGE_KEYS if hook == "message" else TICK_KEYS
         if hook in ("execute", "result"):
             keys = keys | {"action"}
         return runs.hook_output(final or "", allowed=keys)
+
+    async def _turn(
+        self,
+        agent: Agent,
+        session: UUID,
+        turn: UUID,
+        prompt: str,
+        hook: str,
+        origin: Origin | None,
+    ) -> str | None:
+        """One turn of a session run: the prompt sent once (marked with the turn's id), the
+        session continued or resumed; the turn's final text, None while it waits."""
+        marker = _marker(turn)
+        if await runs.turn_of(self.store, session, marker) is None:
+            existing = await self.store.get_run(session)
+            if existing is not None and existing.status not in IDLE:
+                # a turn a crash cut, or one waiting for a person: it ends before a new one
+                run = await runs.drive(agent, session, prompt, self.principal)
+                if run is None:
+                    raise DrivenElsewhereError(session)
+                if run.status not in IDLE:
+                    raise RunError("busy", f"the {hook} session {session} waits for a person")
+            sent = await runs.drive(
+                agent, session, prompt + marker, self.principal, origin=origin, again=True
+            )
+            if sent is None:
+                raise DrivenElsewhereError(session)
+        else:
+            run = await runs.drive(agent, session, prompt + marker, self.principal)
+            if run is None:
+                raise DrivenElsewhereError(session)
+        found = await runs.turn_of(self.store, session, marker)
+        if found is None or found.status == "waiting":
+            return None
+        if found.status == "failed":
+            raise RunError("state", f"the {hook} session's turn {turn} failed")
+        return found.text
+
+
+def _marker(turn: UUID) -> str:
+    """How a session turn's prompt ends: the turn's id, to find it again after a crash."""
+    return f"\n\n[turn {turn}]"

@@ -52,6 +52,7 @@ _KNOWN = frozenset(
         "sources",
         "config",
         "description",
+        "session",
     }
 )
 
@@ -102,6 +103,7 @@ class Manifest:
     config: AppConfig
     instructions: str
     path: str = ""
+    session: bool = False  # its tick and message hooks each keep one conversation (hooks.py)
 
     @property
     def needs_approval(self) -> bool:
@@ -204,6 +206,9 @@ def parse_manifest(
     auto_start = raw.get("autoStart", False)
     if not isinstance(auto_start, bool):
         raise _fail(where, "autoStart", "must be true or false")
+    session = raw.get("session", False)
+    if not isinstance(session, bool):
+        raise _fail(where, "session", "must be true or false")
     caps = _strings(where, "capabilities", raw.get("capabilities"))
     for i, name in enumerate(caps):
         if name not in capabilities:
@@ -253,6 +258,7 @@ def parse_manifest(
         config=_config(where, raw.get("config")),
         instructions=body.strip(),
         path=where,
+        session=session,
     )
 
 

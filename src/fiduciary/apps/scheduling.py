@@ -168,10 +168,10 @@ class Scheduler:
         state = self.state
         rid = UUID(tick.run_id)
         record = await state.record(manifest.id)  # restored at each tick start
-        fresh = await self.hooks.unfinished(rid)
+        fresh = not await self.hooks.answered(manifest, "tick", record, rid)
         try:
             answer: dict[str, Any] | None
-            if await self.hooks.store.get_run(rid) is None:
+            if not await self.hooks.asked(manifest, "tick", record, rid):
                 context = await self._context(manifest, record)
                 if context is None:
                     pause = manifest.config.errors.source_fail == "pause"
