@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from fiduciary import ManualClock, MemoryStore
-from fiduciary.apps import AppEngine, MemoryAppTables, parse_manifest
+from fiduciary.apps import AppEngine, ManifestError, MemoryAppTables, parse_manifest
 from fiduciary.events import Compaction, UserMessage
 from fiduciary.testing import allow_all
 
@@ -147,3 +149,11 @@ def test_the_session_survives_a_restart_in_a_new_process(tmp_path: Path) -> None
         said.append(json.loads(done.stdout))
     assert [s["outcome"] for s in said] == ["ran", "ran", "ran"]
     assert said[2]["state"] == {"turn": 3, "before": "turn 2"}
+
+
+def test_session_is_true_or_false_in_the_manifest() -> None:
+    with pytest.raises(ManifestError, match=r"session: must be true or false"):
+        parse_manifest(DIARY.format(session="1"), capabilities={}, sources=("hour",))
+    assert not parse_manifest(
+        DIARY.replace("session: {session}\n", ""), capabilities={}, sources=("hour",)
+    ).session
