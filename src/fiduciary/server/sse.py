@@ -28,7 +28,7 @@ import contextlib
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -402,14 +402,15 @@ class GlobalStreams:
             bus = self._bus(after, principal, statuses, types, follow, stop)
             frames = bus if unlisten is None else _merged(bus, emits)
             quiet = time.monotonic()
-            async for frame in frames:
-                now = time.monotonic()
-                if frame:
-                    yield frame
-                    quiet = now
-                elif now - quiet >= self.heartbeat_seconds:
-                    yield b": keep-alive\n\n"
-                    quiet = now
+            async with contextlib.aclosing(frames):  # its reader task ends with the client
+                async for frame in frames:
+                    now = time.monotonic()
+                    if frame:
+                        yield frame
+                        quiet = now
+                    elif now - quiet >= self.heartbeat_seconds:
+                        yield b": keep-alive\n\n"
+                        quiet = now
         finally:
             if unlisten is not None:
                 unlisten()
@@ -423,7 +424,7 @@ class GlobalStreams:
         types: frozenset[BusType] | None,
         follow: bool,
         stop: asyncio.Event,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The bus's frames, a batch at a time (``b""``: a quiet while)."""
         wait = min(self.poll_seconds, self.heartbeat_seconds)
         if types is not None and not types:  # app emits only: no run event is wanted
@@ -461,7 +462,9 @@ def _queued(emits: asyncio.Queue[bytes]) -> Callable[[AppEmit], None]:
     return heard
 
 
-async def _merged(bus: AsyncIterator[bytes], emits: asyncio.Queue[bytes]) -> AsyncIterator[bytes]:
+async def _merged(
+    bus: AsyncGenerator[bytes, None], emits: asyncio.Queue[bytes]
+) -> AsyncGenerator[bytes, None]:
     """The bus's frames and the apps' emits, each as it comes; ends with the bus."""
     frames: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
 
@@ -497,6 +500,7 @@ async def _merged(bus: AsyncIterator[bytes], emits: asyncio.Queue[bytes]) -> Asy
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
+        await bus.aclose()
 
 
 def _emit_frame(emit: AppEmit) -> bytes:
