@@ -28,7 +28,7 @@ Say what you said last time.
 """
 
 
-async def main(db: str, seconds: float) -> None:
+async def main(db: str, seconds: float, mode: str, hang_file: str) -> None:
     clock = ManualClock(datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds))
 
     async def hour() -> str:
@@ -38,7 +38,7 @@ async def main(db: str, seconds: float) -> None:
     tables = SQLiteAppTables(db)
     manifest = parse_manifest(DIARY, capabilities={}, sources=("hour",))
     engine = AppEngine(
-        model=Remembering(),
+        model=Remembering(hang_at=2 if mode == "hang" else None, hang_file=hang_file),
         capabilities=[],
         store=store,
         tables=tables,
@@ -50,13 +50,18 @@ async def main(db: str, seconds: float) -> None:
     )
     try:
         await engine.enable("diary")
-        result = await engine.tick("diary")
+        if mode == "resume":  # what a scheduler's step does for a tick a dead process left
+            outcomes = [r.outcome for r in await engine.resume_ticks()]
+        else:
+            outcomes = [(await engine.tick("diary")).outcome]
         state = (await engine.record("diary")).state
-        print(json.dumps({"outcome": result.outcome, "state": state}))
+        asked = len(engine.hooks.model.requests)  # type: ignore[attr-defined]
+        print(json.dumps({"outcomes": outcomes, "state": state, "asked": asked}))
     finally:
         tables.close()
         await store.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+    mode = sys.argv[3] if len(sys.argv) > 3 else "tick"
+    asyncio.run(main(sys.argv[1], float(sys.argv[2]), mode, sys.argv[4] if mode == "hang" else ""))

@@ -5,8 +5,11 @@ restart in a new process, compacted like any long conversation; a disable starts
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -147,7 +150,7 @@ def test_the_session_survives_a_restart_in_a_new_process(tmp_path: Path) -> None
         )
         assert done.returncode == 0, done.stderr
         said.append(json.loads(done.stdout))
-    assert [s["outcome"] for s in said] == ["ran", "ran", "ran"]
+    assert [s["outcomes"] for s in said] == [["ran"], ["ran"], ["ran"]]
     assert said[2]["state"] == {"turn": 3, "before": "turn 2"}
 
 
@@ -157,3 +160,40 @@ def test_session_is_true_or_false_in_the_manifest() -> None:
     assert not parse_manifest(
         DIARY.replace("session: {session}\n", ""), capabilities={}, sources=("hour",)
     ).session
+
+
+def child(db: str, seconds: float, *mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.unit.apps.session_child", db, str(seconds), *mode],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_turn_cut_by_sigkill_is_asked_again_once_in_the_session(tmp_path: Path) -> None:
+    db, asked = str(tmp_path / "diary.sqlite3"), tmp_path / "asked"
+    first = child(db, 0)
+    assert first.wait(timeout=60) == 0, first.communicate()[1]
+    first.communicate()
+    hanging = child(db, 30, "hang", str(asked))
+    try:
+        deadline = time.monotonic() + 60
+        while not asked.exists():  # the second turn is with the model: kill it there
+            assert hanging.poll() is None, hanging.communicate()[1]
+            assert time.monotonic() < deadline, "the model was never asked"
+            time.sleep(0.05)  # a condition polled across processes: no event to wait on
+        os.kill(hanging.pid, signal.SIGKILL)
+    finally:
+        hanging.wait(timeout=30)
+        hanging.communicate()
+    # later than the dead process's leases: its tick is stale, its session run free
+    resumed = child(db, 30 + 120, "resume")
+    out, err = resumed.communicate(timeout=60)
+    assert resumed.returncode == 0, err
+    done = json.loads(out)
+    assert done["outcomes"] == ["ran"]  # the cut tick, finished
+    assert done["asked"] == 1  # its turn asked again once, not sent a second time
+    assert done["state"] == {"turn": 2, "before": "turn 1"}
