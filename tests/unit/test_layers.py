@@ -22,18 +22,9 @@ BENCH = ROOT / "bench"
 DOC = ROOT / "docs" / "architecture.md"
 
 # (importer, imported): arrows that point up today
-KNOWN_UP: dict[tuple[str, str], str] = {
-    # step 1: the wallet's sample apps and attention source move into wallet/, registered by it
-    ("fiduciary.apps.samples", "fiduciary.wallet.capabilities"): "issue 26 step 1",
-    ("fiduciary.apps.samples", "fiduciary.wallet.wallet"): "issue 26 step 1",
-    ("fiduciary.apps.served", "fiduciary.wallet.demo"): "issue 26 step 1",
-    ("fiduciary.apps.served", "fiduciary.wallet.wallet"): "issue 26 step 1",
-}
+KNOWN_UP: dict[tuple[str, str], str] = {}
 # each a set of modules that import one another
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    # step 3: AppEngine split by concept; intents use hooks and state, no private name
-    frozenset({"fiduciary.apps.engine", "fiduciary.apps.intents"}): "issue 26 step 3",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 LAYERS = ("core", "features", "domains", "interfaces")
 

@@ -8,6 +8,7 @@ core never imports this package. See docs/apps.md.
 from .engine import MAX_ERRORS, AppEngine, MessageReply, Source, TickResult
 from .grants import DEFAULT_GRANT_TTL
 from .intents import CALLBACK_WINDOW, CALLBACKS, MAX_DEPTH
+from .live import AppChannels, AppEmit
 from .manifest import (
     HOOKS,
     TIER_SECONDS,
@@ -27,6 +28,8 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_ERRORS",
     "TIER_SECONDS",
+    "AppChannels",
+    "AppEmit",
     "AppEngine",
     "AppRecord",
     "AppTables",

@@ -1,14 +1,14 @@
 """``fiduciary apps list | show | enable | disable | tick ID | logs ID``.
 
 ``register(app)`` adds the ``apps`` group to the main command, the way ``server/cli.py`` adds
-``serve``. The engine runs over the paper wallet in the runs' SQLite file (``--db``), with the
-apps of ``--apps`` (the sample apps by default) and the scripted model; its tables live in the
-same file. Pending actions are listed with their ids; ``--yes`` approves them at the terminal.
+``serve``. The engine is the one an apps factory makes (``--apps-engine``; by default the
+wallet's sample apps, on the paper wallet and the scripted model, which the entry points name)
+over the runs' SQLite file (``--db``), with the apps of ``--apps`` when given; its tables live in
+the same file. Pending actions are listed with their ids; ``--yes`` approves them at the terminal.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..cli._common import DEFAULT_DB, CliError, Db, Yes, _command
-from ..clock import SystemClock
+from ..cli._common import DEFAULT_DB, CliError, Db, Yes, _command, apps_engine
+from ..exceptions import ConfigurationError
 from .engine import AppEngine
 
-__all__ = ["apps_app", "register"]
+__all__ = ["apps_app", "open_engine", "register"]
 
 apps_app = typer.Typer(help="Apps that tick on their own: list, show, enable, disable, tick, logs.")
 console = Console(highlight=False)
@@ -33,47 +33,42 @@ AppsDir = Annotated[
     Path | None,
     typer.Option("--apps", help="A folder of <id>/app.md manifests (default: the sample apps)."),
 ]
+EngineName = Annotated[
+    str | None,
+    typer.Option(
+        "--apps-engine",
+        help="The apps factory, module:attribute (store, tables, principal); default: the "
+        "wallet's sample apps, fiduciary.wallet.apps:paper_engine.",
+        show_default=False,
+    ),
+]
 Who = Annotated[str, typer.Option("--principal", help="On whose behalf the apps act.")]
 AppId = Annotated[str, typer.Argument(metavar="ID", help="The app's id.")]
 
 
 @asynccontextmanager
-async def _engine(db: Path, apps: Path | None, principal: str) -> AsyncIterator[AppEngine]:
+async def open_engine(
+    db: Path, apps: Path | None, principal: str, factory: str | None = None
+) -> AsyncIterator[AppEngine]:
+    """The engine the apps factory ``factory`` makes (the default: the wallet's sample apps)
+    over the runs' SQLite file ``db``, with the manifests of ``apps`` when given."""
     from ..stores.sqlite import SQLiteStore
-    from ..wallet.demo import own_wallet_only
-    from ..wallet.wallet import PaperWallet
-    from .manifest import load_manifests
-    from .samples import sample_engine
-    from .tables import SQLiteAppTables
+    from .served import open_apps
 
     db.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(db)
-    wallet = PaperWallet(db)
-    tables = SQLiteAppTables(db)
     try:
         try:
-            import yaml  # noqa: F401  (the manifests need it)
-        except ImportError as exc:
-            raise CliError("apps need PyYAML: pip install 'fiduciary[apps]'") from exc
-        engine = sample_engine(
-            wallet,
-            store=store,
-            principal=principal,
-            clock=SystemClock(),
-            authorize=own_wallet_only,
-            tables=tables,
-        )
-        if apps is not None:
-            if not await asyncio.to_thread(apps.is_dir):
-                raise CliError(f"no folder at {apps}")
-            engine.manifests = {}
-            names = {c.name: c.operation for c in engine.paper.values()}
-            for manifest in load_manifests(apps, capabilities=names, sources=engine.sources):
-                engine.add(manifest)
-        yield engine
+            served = await open_apps(
+                store, principal=principal, folder=apps, factory=apps_engine(factory)
+            )
+        except ConfigurationError as exc:
+            raise CliError(str(exc)) from None
+        try:
+            yield served.engine
+        finally:
+            await served.close()
     finally:
-        tables.close()
-        wallet.close()
         await store.close()
 
 
@@ -92,9 +87,14 @@ async def _pending(engine: AppEngine, app_id: str, yes: bool, principal: str) ->
 
 
 @_command(apps_app, "list")
-async def apps_list(db: Db = DEFAULT_DB, apps: AppsDir = None, principal: Who = "demo-user") -> int:
+async def apps_list(
+    db: Db = DEFAULT_DB,
+    apps: AppsDir = None,
+    engine_name: EngineName = None,
+    principal: Who = "demo-user",
+) -> int:
     """The apps, whether each is enabled, and its tick counters."""
-    async with _engine(db, apps, principal) as engine:
+    async with open_engine(db, apps, principal, engine_name) as engine:
         table = Table("id", "name", "tier", "enabled", "model calls", "unchanged", "busy", "errors")
         for app_id, manifest in sorted(engine.manifests.items()):
             record = await engine.record(app_id)
@@ -115,10 +115,14 @@ async def apps_list(db: Db = DEFAULT_DB, apps: AppsDir = None, principal: Who = 
 
 @_command(apps_app, "show")
 async def apps_show(
-    app_id: AppId, db: Db = DEFAULT_DB, apps: AppsDir = None, principal: Who = "demo-user"
+    app_id: AppId,
+    db: Db = DEFAULT_DB,
+    apps: AppsDir = None,
+    engine_name: EngineName = None,
+    principal: Who = "demo-user",
 ) -> int:
     """An app's manifest, state, counters, last ticks and pending actions."""
-    async with _engine(db, apps, principal) as engine:
+    async with open_engine(db, apps, principal, engine_name) as engine:
         manifest = engine.manifest(app_id)
         record = await engine.record(app_id)
         console.print(f"[bold]{escape(manifest.name)}[/] ({escape(app_id)}), tier {manifest.tier}")
@@ -142,11 +146,12 @@ async def apps_enable(
     app_id: AppId,
     db: Db = DEFAULT_DB,
     apps: AppsDir = None,
+    engine_name: EngineName = None,
     principal: Who = "demo-user",
     yes: Yes = False,
 ) -> int:
     """Enable an app (an app with permissions or limits first waits for a person)."""
-    async with _engine(db, apps, principal) as engine:
+    async with open_engine(db, apps, principal, engine_name) as engine:
         record = await engine.enable(app_id)
         if not record.enabled:
             await _pending(engine, app_id, yes, principal)
@@ -160,10 +165,14 @@ async def apps_enable(
 
 @_command(apps_app, "disable")
 async def apps_disable(
-    app_id: AppId, db: Db = DEFAULT_DB, apps: AppsDir = None, principal: Who = "demo-user"
+    app_id: AppId,
+    db: Db = DEFAULT_DB,
+    apps: AppsDir = None,
+    engine_name: EngineName = None,
+    principal: Who = "demo-user",
 ) -> int:
     """Run the app's shutdown hook, persist its state, and stop its ticks."""
-    async with _engine(db, apps, principal) as engine:
+    async with open_engine(db, apps, principal, engine_name) as engine:
         await engine.disable(app_id)
         console.print(f"{escape(app_id)}: disabled")
     return 0
@@ -174,11 +183,12 @@ async def apps_tick(
     app_id: AppId,
     db: Db = DEFAULT_DB,
     apps: AppsDir = None,
+    engine_name: EngineName = None,
     principal: Who = "demo-user",
     yes: Yes = False,
 ) -> int:
     """Run the app's tick for the current slot (once: a slot that ran is not run again)."""
-    async with _engine(db, apps, principal) as engine:
+    async with open_engine(db, apps, principal, engine_name) as engine:
         result = await engine.tick(app_id)
         if result.outcome == "waiting" or yes:
             await _pending(engine, app_id, yes, principal)
@@ -196,11 +206,12 @@ async def apps_logs(
     app_id: AppId,
     db: Db = DEFAULT_DB,
     apps: AppsDir = None,
+    engine_name: EngineName = None,
     principal: Who = "demo-user",
     limit: Annotated[int, typer.Option(help="How many entries.")] = 50,
 ) -> int:
     """What the app did: ticks, skips, intents, grants, pauses."""
-    async with _engine(db, apps, principal) as engine:
+    async with open_engine(db, apps, principal, engine_name) as engine:
         engine.manifest(app_id)
         for entry in await engine.tables.read_log(app_id, limit=limit):
             detail = escape(json.dumps(entry.detail, sort_keys=True, default=str))

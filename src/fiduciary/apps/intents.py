@@ -18,6 +18,9 @@ resources, ttl}}`` — a request for a scoped temporary grant.
   deep (a deeper one is dropped and recorded). It is called back at most ``CALLBACKS`` times per
   app per ``CALLBACK_WINDOW`` (the window resets after that long without a callback); beyond, the
   callback is skipped and recorded, and the executions stand.
+- A per-action intent or a grant a person decided is told live (``live.py``):
+  ``action:resolved``, then, approved, ``action:executed``; the ``result`` hook's reply goes out
+  on ``agent:message``. Each once: a step that had finished before is not told again.
 """
 
 from __future__ import annotations
@@ -25,21 +28,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from ..channels.agent_chat import OUTSIDE_CHANNELS
 from ..events import Origin
+from ..policy import Policy
 from . import runs
 from .grants import DEFAULT_GRANT_TTL
+from .hooks import DrivenElsewhereError, Hooks
+from .live import ACTION_EXECUTED, ACTION_RESOLVED, AGENT_MESSAGE
 from .manifest import Manifest
-
-if TYPE_CHECKING:
-    from .engine import AppEngine
 
 __all__ = ["CALLBACKS", "CALLBACK_WINDOW", "MAX_DEPTH", "IntentsState", "process_intents"]
 
 MAX_DEPTH = 3
+_DONE = frozenset({"completed", "failed", "cancelled"})
 CALLBACKS = 3
 CALLBACK_WINDOW = timedelta(minutes=2)
 
@@ -67,16 +71,18 @@ class _Planned:
 
 
 async def process_intents(
-    engine: AppEngine, manifest: Manifest, base: UUID, intents: list[Any]
+    hooks: Hooks, manifest: Manifest, base: UUID, intents: list[Any]
 ) -> IntentsState:
-    """Run a hook's intents and their follow-ups; idempotent (every step a derived run)."""
+    """Run a hook's intents and their follow-ups; idempotent (every step a derived run).
+    ``hooks`` runs the hooks and builds the intent runs' agents; the app's record is its
+    ``state``'s."""
     state = IntentsState()
-    await _level(engine, manifest, base, intents, 0, state)
+    await _level(hooks, manifest, base, intents, 0, state)
     return state
 
 
 async def _level(
-    engine: AppEngine,
+    hooks: Hooks,
     manifest: Manifest,
     base: UUID,
     intents: list[Any],
@@ -90,8 +96,8 @@ async def _level(
             summary = intent.get("summary", "") if isinstance(intent, dict) else ""
             state.records.append(("intent_dropped", {"depth": depth + 1, "summary": summary}))
         return
-    record = await engine.record(manifest.id)
-    caps = engine._caps(manifest, record)
+    record = await hooks.state.record(manifest.id)
+    caps = hooks.capabilities(manifest, record)
     planned: list[_Planned] = []
     for i, intent in enumerate(intents):
         if not isinstance(intent, dict):
@@ -108,7 +114,7 @@ async def _level(
         action = intent.get("action")
         if action is None and "execute" in manifest.hooks:
             rid = runs.step_id(str(base), str(depth), str(i), "execute")
-            answer = await engine._hook(
+            answer = await hooks.run(
                 manifest, record, "execute", rid, {"intent": intent, "state": record.state}
             )
             if answer is None:
@@ -133,14 +139,14 @@ async def _level(
                 state.records.append(("intent_refused", {"summary": summary, "why": why}))
                 continue
         planned.append(_Planned(i, summary, call, per_action=bool(permissions)))
-    executed = await _run(engine, manifest, record, base, depth, planned, state)
+    executed = await _run(hooks, manifest, record, base, depth, planned, state)
     if state.waiting or not executed or "result" not in manifest.hooks:
         return
-    await _callback(engine, manifest, base, depth, executed, state)
+    await _callback(hooks, manifest, base, depth, executed, state)
 
 
 async def _run(
-    engine: AppEngine,
+    hooks: Hooks,
     manifest: Manifest,
     record: Any,
     base: UUID,
@@ -169,16 +175,15 @@ async def _run(
                 "args": {"app_id": manifest.id, "intents": listed},
             }
         per_action = not is_batch and items[0].call["name"] != "app_grant"
-        agent = await engine.plan_agent(manifest, record, batch=approve, per_action=per_action)
+        agent = await hooks.plan_agent(manifest, record, batch=approve, per_action=per_action)
         title = f"[app {manifest.id}] {'batch' if is_batch else 'action'} at depth {depth + 1}"
         message = runs.plan_message(title, gate=gate, calls=[p.call for p in items])
-        origin = tick_origin(engine, manifest)
-        run = await runs.drive(agent, rid, message, engine.principal, origin=origin)
+        origin = tick_origin(hooks.policy, manifest)
+        fresh = await hooks.unfinished(rid)
+        run = await runs.drive(agent, rid, message, hooks.principal, origin=origin)
         if run is None:
-            from .engine import DrivenElsewhereError
-
             raise DrivenElsewhereError(rid)
-        if run.status not in ("completed", "failed", "cancelled"):
+        if run.status not in _DONE:
             state.waiting = True
             continue
         found, _ = await runs.outcomes(agent, rid)
@@ -186,6 +191,8 @@ async def _run(
         gate_outcome = by_id.get("gate")
         for n, p in enumerate(items):
             outcome = by_id.get(f"plan_{n}")
+            if fresh and not is_batch and outcome is not None:
+                await _resolved(hooks, manifest, outcome)
             if gate is not None and (gate_outcome is None or gate_outcome.status != "executed"):
                 status = gate_outcome.status if gate_outcome is not None else "skipped"
             else:
@@ -199,6 +206,18 @@ async def _run(
                     {**detail, "status": status, "output": outcome.output if outcome else ""}
                 )
     return done
+
+
+async def _resolved(hooks: Hooks, manifest: Manifest, outcome: runs.CallOutcome) -> None:
+    """``action:resolved`` for an action a person decided; approved, ``action:executed``."""
+    if outcome.approval_id is None:
+        return  # refused before any card: nobody was asked
+    approved = outcome.status in ("executed", "failed")
+    request = {"requestId": outcome.approval_id, "approved": approved}
+    await hooks.state.emit(manifest.id, ACTION_RESOLVED, request)
+    if approved:
+        executed = {**request, "status": outcome.status, "result": outcome.output}
+        await hooks.state.emit(manifest.id, ACTION_EXECUTED, executed)
 
 
 def _grant_call(manifest: Manifest, spec: dict[str, Any], summary: str) -> dict[str, Any] | str:
@@ -231,7 +250,7 @@ def _grant_call(manifest: Manifest, spec: dict[str, Any], summary: str) -> dict[
 
 
 async def _callback(
-    engine: AppEngine,
+    hooks: Hooks,
     manifest: Manifest,
     base: UUID,
     depth: int,
@@ -239,39 +258,43 @@ async def _callback(
     state: IntentsState,
 ) -> None:
     rid = runs.step_id(str(base), f"result/{depth}")
-    record = await engine.record(manifest.id)
-    if await engine.store.get_run(rid) is None:
-        now = engine.clock.now()
+    record = await hooks.state.record(manifest.id)
+    fresh = await hooks.unfinished(rid)
+    if await hooks.store.get_run(rid) is None:
+        now = hooks.clock.now()
         window = list(record.callbacks)
         if window and now - datetime.fromisoformat(window[-1]) >= CALLBACK_WINDOW:
             window = []  # two minutes quiet: the window resets
         if len(window) >= CALLBACKS:
             state.records.append(("callback_skipped", {"depth": depth + 1}))
-            await engine.count(manifest.id, "skipped_callbacks")
+            await hooks.state.count(manifest.id, "skipped_callbacks")
             return
         record = replace(record, callbacks=(*window, now.isoformat()))
-        await engine._save(record)
+        await hooks.state.save(record)
     context = {"results": executed, "state": record.state, "depth": depth + 1}
-    answer = await engine._hook(manifest, record, "result", rid, context)
+    answer = await hooks.run(manifest, record, "result", rid, context)
     if answer is None:
         state.waiting = True
         return
-    await engine._apply(manifest, await engine.record(manifest.id), answer)
+    await hooks.state.apply(manifest, await hooks.state.record(manifest.id), answer, live=fresh)
+    said = answer.get("reply")
+    if fresh and isinstance(said, str) and said:
+        await hooks.state.emit(manifest.id, AGENT_MESSAGE, {"message": said})
     follow = answer.get("intents") or []
     if isinstance(follow, list):
-        await _level(engine, manifest, rid, follow, depth + 1, state)
+        await _level(hooks, manifest, rid, follow, depth + 1, state)
 
 
-def message_origin(engine: AppEngine, app_id: str, channel: str) -> Origin | None:
+def message_origin(policy: Policy, manifest: Manifest, channel: str) -> Origin | None:
     """A message to an app from an outside channel (a signed webhook, a Telegram group) is not
     the principal in person: recorded with the app's budget, like a tick's intents."""
     if channel not in OUTSIDE_CHANNELS:
         return None
-    budget = tick_origin(engine, engine.manifest(app_id)).budget
-    return Origin(source=f"app:{app_id}:{channel}", budget=budget)
+    budget = tick_origin(policy, manifest).budget
+    return Origin(source=f"app:{manifest.id}:{channel}", budget=budget)
 
 
-def tick_origin(engine: AppEngine, manifest: Manifest) -> Origin:
+def tick_origin(policy: Policy, manifest: Manifest) -> Origin:
     """What an intent run records as its origin. A tick is an outside event: nobody asked for
     its intents, so a write of theirs waits for a person — unless the app's autonomous budget
     allows it: the operations of its ``permissions``, which a person approved when enabling it,
@@ -281,7 +304,7 @@ def tick_origin(engine: AppEngine, manifest: Manifest) -> Origin:
     for op in manifest.permissions:
         limit = manifest.limits.get(op)
         if limit is None:
-            threshold = engine.policy.threshold(op)
+            threshold = policy.threshold(op)
             limit = Decimal(0) if threshold is None else threshold.auto_below
         budget[op] = limit
     return Origin(source=f"app:{manifest.id}", budget=budget)

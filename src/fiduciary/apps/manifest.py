@@ -52,6 +52,7 @@ _KNOWN = frozenset(
         "sources",
         "config",
         "description",
+        "session",
     }
 )
 
@@ -102,6 +103,7 @@ class Manifest:
     config: AppConfig
     instructions: str
     path: str = ""
+    session: bool = False  # its tick and message hooks each keep one conversation (hooks.py)
 
     @property
     def needs_approval(self) -> bool:
@@ -111,6 +113,13 @@ class Manifest:
 
 def _fail(where: str, field_name: str, message: str) -> ManifestError:
     return ManifestError(f"{where}: {field_name}: {message}")
+
+
+def _flag(where: str, raw: Mapping[str, Any], name: str) -> bool:
+    value = raw.get(name, False)
+    if not isinstance(value, bool):
+        raise _fail(where, name, "must be true or false")
+    return value
 
 
 def _strings(where: str, name: str, value: Any) -> tuple[str, ...]:
@@ -201,9 +210,7 @@ def parse_manifest(
     tier_names = list(tiers)
     if tier not in tier_names:
         raise _fail(where, "tier", f"unknown tier {tier!r}; choose from {', '.join(tier_names)}")
-    auto_start = raw.get("autoStart", False)
-    if not isinstance(auto_start, bool):
-        raise _fail(where, "autoStart", "must be true or false")
+    auto_start, session = _flag(where, raw, "autoStart"), _flag(where, raw, "session")
     caps = _strings(where, "capabilities", raw.get("capabilities"))
     for i, name in enumerate(caps):
         if name not in capabilities:
@@ -253,6 +260,7 @@ def parse_manifest(
         config=_config(where, raw.get("config")),
         instructions=body.strip(),
         path=where,
+        session=session,
     )
 
 

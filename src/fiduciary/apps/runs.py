@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID, uuid5
 
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event, Origin, PendingAction, RunCompleted, ToolCallEnd, ToolCallRejected
+from ..events import (
+    Event,
+    Origin,
+    PendingAction,
+    RunCompleted,
+    RunFailed,
+    ToolCallEnd,
+    ToolCallRejected,
+    UserMessage,
+)
 from ..exceptions import RunError, StoreError
 from ..models.base import (
     AssistantMessage,
@@ -33,7 +42,7 @@ from ..models.base import (
     ToolResultsMessage,
     UserTextMessage,
 )
-from ..stores.base import RunRecord
+from ..stores.base import RunRecord, Store
 
 __all__ = [
     "PLAN_MARKER",
@@ -44,6 +53,7 @@ __all__ = [
     "outcomes",
     "plan_message",
     "step_id",
+    "turn_of",
 ]
 
 APPS_NAMESPACE = UUID("6f1c1d8e-3b0a-5d6e-9a51-0f1d2c3b4a59")
@@ -112,13 +122,15 @@ async def drive(
     principal: Principal | str,
     *,
     origin: Origin | None = None,
+    again: bool = False,
 ) -> RunRecord | None:
     """Start the run, or continue it from its log; None when another process drives it.
-    A run already finished is left as it is (never continued with a second message).
-    ``origin``: what the message comes from when not the principal in person (a tick)."""
+    A run already finished is left as it is — unless ``again``: then it is continued with the
+    message (a session's next turn). ``origin``: what the message comes from when not the
+    principal in person (a tick)."""
     existing = await agent.store.get_run(run_id)
     try:
-        if existing is None:
+        if existing is None or (again and existing.status in _DONE):
             await _drain(agent.run(message, principal=principal, run_id=run_id, origin=origin))
         elif existing.status not in _DONE:
             await _drain(agent.resume(run_id))
@@ -168,20 +180,49 @@ def hook_output(text: str, *, allowed: frozenset[str]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Turn:
+    """How one turn of a session run ended: ``completed`` (its final text), ``failed``, or
+    ``waiting`` (not yet)."""
+
+    status: str
+    text: str = ""
+
+
+async def turn_of(store: Store, run_id: UUID, marker: str) -> Turn | None:
+    """The turn of the run whose user message ends with ``marker``; None if it was not sent."""
+    events = await store.read_events(run_id)
+    start = next(
+        (i for i, e in enumerate(events) if isinstance(e, UserMessage) and e.text.endswith(marker)),
+        None,
+    )
+    if start is None:
+        return None
+    for event in events[start + 1 :]:
+        if isinstance(event, RunCompleted):
+            return Turn("completed", event.text)
+        if isinstance(event, RunFailed | UserMessage):
+            return Turn("failed")  # (a next turn after none completed: this one is lost)
+    return Turn("waiting")
+
+
+@dataclass(frozen=True, slots=True)
 class CallOutcome:
     tool_use_id: str
     name: str
     status: str  # executed | failed | denied | expired | refused | pending
     output: str
+    approval_id: str | None = None  # the approval a person was asked for, when one was
 
 
 async def outcomes(agent: Agent, run_id: UUID) -> tuple[list[CallOutcome], str | None]:
     """The outcome of each call of a run (by tool use id, in order) and its final text."""
     events = await agent.store.read_events(run_id)
     found: dict[str, CallOutcome] = {}
+    asked: dict[str, str] = {}
     final: str | None = None
     for event in events:
         if isinstance(event, PendingAction):
+            asked[event.tool_use_id] = str(event.approval_id)
             found[event.tool_use_id] = CallOutcome(event.tool_use_id, event.name, "pending", "")
         elif isinstance(event, ToolCallEnd):
             status = "failed" if event.is_error else "executed"
@@ -195,4 +236,5 @@ async def outcomes(agent: Agent, run_id: UUID) -> tuple[list[CallOutcome], str |
             )
         elif isinstance(event, RunCompleted):
             final = event.text
-    return list(found.values()), final
+    done = [replace(o, approval_id=asked.get(o.tool_use_id)) for o in found.values()]
+    return done, final

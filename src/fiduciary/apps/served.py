@@ -1,11 +1,11 @@
 """An apps engine for ``fiduciary serve`` and ``fiduciary worker``, over their store.
 
 An apps factory is ``(store, tables, principal) -> AppEngine | ServedApps``, named on the command
-line as ``module:attribute`` (``--apps-engine``). The default, ``paper_engine``, runs the sample
-apps' engine (the paper wallet, the scripted model) in the runs' SQLite file; a folder given with
-``--apps`` replaces its manifests. The apps' tables go where the runs are: the SQLite file, the
-PostgreSQL database (``PostgresAppTables``: with several processes, each tick slot runs once),
-or memory.
+line as ``module:attribute`` (``--apps-engine``); the entry points name the default (the
+wallet's sample apps, ``fiduciary.wallet.apps:paper_engine``: this package knows no wallet). A
+folder given with ``--apps`` replaces its manifests. The apps' tables go where the runs are:
+the SQLite file, the PostgreSQL database (``PostgresAppTables``: with several processes, each
+tick slot runs once), or memory.
 """
 
 from __future__ import annotations
@@ -24,15 +24,7 @@ from .engine import AppEngine
 from .manifest import load_manifests
 from .tables import AppTables, MemoryAppTables, SQLiteAppTables
 
-__all__ = [
-    "DEFAULT_APPS_ENGINE",
-    "AppsFactory",
-    "ServedApps",
-    "open_apps",
-    "paper_engine",
-]
-
-DEFAULT_APPS_ENGINE = "fiduciary.apps.served:paper_engine"
+__all__ = ["AppsFactory", "ServedApps", "open_apps"]
 
 
 @dataclass(slots=True)
@@ -53,32 +45,6 @@ class ServedApps:
 AppsFactory = Callable[[Store, AppTables, str], "AppEngine | ServedApps"]
 
 
-def paper_engine(store: Store, tables: AppTables, principal: str) -> ServedApps:
-    """The sample apps' engine over the paper wallet kept in the runs' SQLite file."""
-    from ..clock import SystemClock
-    from ..stores.memory import MemoryStore
-    from ..stores.sqlite import SQLiteStore
-    from ..wallet.demo import own_wallet_only
-    from ..wallet.wallet import PaperWallet
-    from .samples import sample_engine
-
-    if not isinstance(store, SQLiteStore | MemoryStore):
-        raise ConfigurationError(
-            "the sample apps run on the paper wallet, kept in the runs' SQLite file: with "
-            f"{type(store).__name__}, name your own apps factory (--apps-engine module:attribute)"
-        )
-    wallet = PaperWallet(getattr(store, "path", ":memory:"))
-    engine = sample_engine(
-        wallet,
-        store=store,
-        principal=principal,
-        clock=SystemClock(),
-        authorize=own_wallet_only,
-        tables=tables,
-    )
-    return ServedApps(engine, [wallet.close])
-
-
 async def _tables(store: Store) -> tuple[AppTables, Callable[[], Awaitable[None] | None] | None]:
     dsn = getattr(store, "dsn", None)
     if isinstance(dsn, str):
@@ -97,8 +63,8 @@ async def open_apps(
     store: Store,
     *,
     principal: str,
+    factory: str,
     folder: Path | None = None,
-    factory: str = DEFAULT_APPS_ENGINE,
 ) -> ServedApps:
     """The apps engine ``factory`` makes over ``store`` (its manifests replaced by those of
     ``folder`` when given); ``ConfigurationError`` when it cannot be made."""

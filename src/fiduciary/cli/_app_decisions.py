@@ -38,13 +38,13 @@ async def is_app_run(store: Store, run_id: UUID) -> bool:
 async def app_engine(db: Path, principal: str) -> AsyncIterator[AppEngine]:
     """The sample apps' engine over the paper wallet in ``db`` (as ``fiduciary apps`` runs it)."""
     try:
-        from ..apps.cli import _engine
+        from ..apps.cli import open_engine
     except ImportError as exc:
         raise CliError(
             "this approval is an app's: deciding it needs the apps extra: "
             "pip install 'fiduciary[apps]'"
         ) from exc
-    async with _engine(db, None, principal) as engine:
+    async with open_engine(db, None, principal) as engine:
         yield engine
 
 

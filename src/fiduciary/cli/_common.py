@@ -35,6 +35,20 @@ from ..stores.base import ApprovalRecord, RunRecord, RunStatus, Store
 from ..stores.sqlite import SQLiteStore
 
 DEFAULT_DB = Path(".fiduciary") / "fiduciary.sqlite3"
+# The apps factory of ``serve --apps``, ``worker --apps`` and ``fiduciary apps`` unless one is
+# named: the wallet's sample apps (the entry points compose; fiduciary.apps knows no wallet).
+DEFAULT_APPS_ENGINE = "fiduciary.wallet.apps:paper_engine"
+_MOVED_APPS_ENGINES = {"fiduciary.apps.served:paper_engine": DEFAULT_APPS_ENGINE}
+
+
+def apps_engine(name: str | None) -> str:
+    """The apps factory to load for ``name``: the default for None, and where a factory is now
+    for the name it had before it moved (``fiduciary.apps.served:paper_engine``)."""
+    if name is None:
+        return DEFAULT_APPS_ENGINE
+    return _MOVED_APPS_ENGINES.get(name, name)
+
+
 _FINISHED: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
 _WAITING: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
 _MIN_PREFIX = 6

@@ -145,10 +145,11 @@ async def _ticking(
     if folder is None and factory is None:
         yield
         return
-    from ..apps.served import DEFAULT_APPS_ENGINE, open_apps
+    from ..apps.served import open_apps
+    from ._common import apps_engine
 
     served = await open_apps(
-        store, principal=principal, folder=folder, factory=factory or DEFAULT_APPS_ENGINE
+        store, principal=principal, folder=folder, factory=apps_engine(factory)
     )
 
     async def tick() -> None:

@@ -1,4 +1,5 @@
-"""The handler of ``GET /events``: the global stream of the caller's runs (SSE, resumable).
+"""The handler of ``GET /events``: the global stream of the caller's runs (SSE, resumable), and
+the live emits of the apps the server serves (``app_emit``, for their principal's keys).
 
 A key sees the events of its principal's runs only (an ``admin`` key: everyone's), filtered by
 the runs' current status and by the kind of event; ``id:`` is the event's position in the
@@ -23,6 +24,8 @@ from .state import Server
 __all__ = ["GlobalEventsQuery", "global_events"]
 
 _STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+APP_EMIT = "app_emit"  # not a run's: an app's emit (fiduciary.apps.live), when apps are served
+_TYPES: tuple[str, ...] = (*BUS_TYPES, APP_EMIT)
 _LIST = r"^[a-z_]+(,[a-z_]+)*$"
 
 
@@ -54,7 +57,9 @@ class GlobalEventsQuery(BaseModel):
         default=None,
         max_length=100,
         pattern=_LIST,
-        description="Only these kinds of events, comma-separated: " + ", ".join(BUS_TYPES) + ".",
+        description="Only these kinds of events, comma-separated: "
+        + ", ".join(_TYPES)
+        + " (app_emit: what the served apps emit, live only, without an id).",
     )
 
     @field_validator("status")
@@ -65,7 +70,7 @@ class GlobalEventsQuery(BaseModel):
     @field_validator("type")
     @classmethod
     def _known_types(cls, text: str | None) -> str | None:
-        return _names(text, BUS_TYPES, "type")
+        return _names(text, _TYPES, "type")
 
     def statuses(self) -> frozenset[RunStatus] | None:
         if self.status is None:
@@ -76,6 +81,9 @@ class GlobalEventsQuery(BaseModel):
         if self.type is None:
             return None
         return frozenset(t for t in BUS_TYPES if t in self.type.split(","))
+
+    def app_emits(self) -> bool:
+        return self.type is None or APP_EMIT in self.type.split(",")
 
 
 async def global_events(server: Server, call: Call) -> Response:
@@ -96,5 +104,6 @@ async def global_events(server: Server, call: Call) -> Response:
         statuses=query.statuses(),
         types=query.types(),
         follow=query.follow,
+        app_emits=query.app_emits(),
     )
     return SSEResponse(body)

@@ -95,6 +95,7 @@ class Features:
             routes.append(self._hooks_route(server))
         if self.apps is not None:
             from ..apps.http import apps_routes
+            from .sse import AppEmitFeed
 
             async def authenticate(request: Request) -> Principal:
                 try:
@@ -104,6 +105,10 @@ class Features:
                 return Principal(key.principal, key.scopes)
 
             routes.append(Mount("/apps", routes=apps_routes(self.apps, authenticate)))
+            # the apps' emits join GET /events, live (for the apps' principal and admins)
+            server.global_streams.app_emits = AppEmitFeed(
+                self.apps.channels, self.apps.principal.actor_id
+            )
         if self.attention is not None:
             routes += self._attention_routes(server)
         return routes
@@ -243,9 +248,10 @@ async def open_features(
     try:
         if apps is not None:
             from ..apps.served import open_apps
+            from ..cli._common import apps_engine
 
             served = await open_apps(
-                store, principal=apps.principal, folder=apps.dir, factory=apps.engine
+                store, principal=apps.principal, folder=apps.dir, factory=apps_engine(apps.engine)
             )
             features.closers.append(served.close)
             features.apps = served.engine

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..cli._common import plain_errors
+from ..cli._common import DEFAULT_APPS_ENGINE, plain_errors
 from .webhooks import InboundChannel, WebhookTarget
 
 __all__ = [
@@ -54,13 +54,13 @@ class AppsSettings(_Config):
 
     [apps]
     dir = "apps"                                  # <id>/app.md folders (else the samples)
-    engine = "fiduciary.apps.served:paper_engine" # (store, tables, principal) -> AppEngine
+    engine = "fiduciary.wallet.apps:paper_engine" # (store, tables, principal) -> AppEngine
     principal = "demo-user"                       # on whose behalf the apps act
     tick_seconds = 1.0                            # between scheduler steps
     """
 
     dir: Path | None = None
-    engine: str = "fiduciary.apps.served:paper_engine"
+    engine: str = DEFAULT_APPS_ENGINE
     principal: str = Field(default="demo-user", min_length=1)
     tick_seconds: float = Field(default=1.0, gt=0)
 

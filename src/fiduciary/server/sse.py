@@ -28,8 +28,9 @@ import contextlib
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from starlette.responses import Response
@@ -41,6 +42,9 @@ from ..bus import BUS_ADAPTER, BusEvent, BusType
 from ..bus import follow as follow_bus
 from ..events import Event, encode_sse
 from ..stores.base import RunStatus
+
+if TYPE_CHECKING:  # the apps package is imported only by a server that serves apps
+    from ..apps.live import AppChannels, AppEmit
 
 __all__ = ["EventHub", "GlobalStreams", "SSEResponse", "Subscriber"]
 
@@ -347,13 +351,24 @@ class EventHub:
                 await follower.task
 
 
+@dataclass(frozen=True, slots=True)
+class AppEmitFeed:
+    """The live app channels a server serves, and the principal its apps act for (whose keys,
+    and ``admin`` keys, see the emits)."""
+
+    channels: AppChannels
+    principal: str
+
+
 class GlobalStreams:
-    """Subscriptions to the global stream: each follows the store's global order itself."""
+    """Subscriptions to the global stream: each follows the store's global order itself, and,
+    when the server serves apps (``app_emits``), their live emits too."""
 
     def __init__(self, agent: Agent, *, heartbeat_seconds: float, poll_seconds: float) -> None:
         self.agent = agent
         self.heartbeat_seconds = heartbeat_seconds
         self.poll_seconds = poll_seconds
+        self.app_emits: AppEmitFeed | None = None  # set where the apps are mounted
         self._stops: set[asyncio.Event] = set()
 
     @property
@@ -368,38 +383,129 @@ class GlobalStreams:
         statuses: frozenset[RunStatus] | None,
         types: frozenset[BusType] | None,
         follow: bool = True,
+        app_emits: bool = True,
     ) -> AsyncIterator[bytes]:
         """SSE bytes: the bus events after the position ``after``, then live ones (``follow``),
-        with heartbeats; ends (the client reconnects after its last id) when the server goes."""
+        with heartbeats; ends (the client reconnects after its last id) when the server goes.
+        Following, and with ``app_emits``, the apps' emits as they happen (``app_emit`` events
+        without an id: live only) for the apps' principal or an admin (``principal`` None)."""
         stop = asyncio.Event()
         self._stops.add(stop)
+        feed = self.app_emits if follow and app_emits else None
+        if feed is not None and principal not in (None, feed.principal):
+            feed = None  # another principal's key: not its apps
+        # listening before the first byte: an emit after the client got it is not missed
+        emits: asyncio.Queue[bytes] = asyncio.Queue(maxsize=_EMITS_QUEUED)
+        unlisten = None if feed is None else feed.channels.listen(_queued(emits))
         try:
             yield b"retry: 2000\n: events\n\n"
+            bus = self._bus(after, principal, statuses, types, follow, stop)
+            frames = bus if unlisten is None else _merged(bus, emits)
             quiet = time.monotonic()
-            async for batch in follow_bus(
-                self.agent.store,
-                after=after,
-                principal=principal,
-                statuses=statuses,
-                types=types,
-                wait_seconds=min(self.poll_seconds, self.heartbeat_seconds),
-                stop=stop,
-                live=follow,
-            ):
-                now = time.monotonic()
-                if batch:
-                    yield b"".join(map(_bus_frame, batch))
-                    quiet = now
-                elif now - quiet >= self.heartbeat_seconds:
-                    yield b": keep-alive\n\n"
-                    quiet = now
+            async with contextlib.aclosing(frames):  # its reader task ends with the client
+                async for frame in frames:
+                    now = time.monotonic()
+                    if frame:
+                        yield frame
+                        quiet = now
+                    elif now - quiet >= self.heartbeat_seconds:
+                        yield b": keep-alive\n\n"
+                        quiet = now
         finally:
+            if unlisten is not None:
+                unlisten()
             self._stops.discard(stop)
+
+    async def _bus(
+        self,
+        after: int,
+        principal: str | None,
+        statuses: frozenset[RunStatus] | None,
+        types: frozenset[BusType] | None,
+        follow: bool,
+        stop: asyncio.Event,
+    ) -> AsyncGenerator[bytes, None]:
+        """The bus's frames, a batch at a time (``b""``: a quiet while)."""
+        wait = min(self.poll_seconds, self.heartbeat_seconds)
+        if types is not None and not types:  # app emits only: no run event is wanted
+            while follow and not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)
+                yield b""
+            return
+        async for batch in follow_bus(
+            self.agent.store,
+            after=after,
+            principal=principal,
+            statuses=statuses,
+            types=types,
+            wait_seconds=wait,
+            stop=stop,
+            live=follow,
+        ):
+            yield b"".join(map(_bus_frame, batch))
 
     def end_all(self) -> None:
         """End every stream now (their clients reconnect): the server is going away."""
         for stop in list(self._stops):
             stop.set()
+
+
+_EMITS_QUEUED = 256  # frames waiting for a slow client; app emits beyond are dropped
+
+
+def _queued(emits: asyncio.Queue[bytes]) -> Callable[[AppEmit], None]:
+    def heard(emit: AppEmit) -> None:
+        with contextlib.suppress(asyncio.QueueFull):  # a client that does not keep up
+            emits.put_nowait(_emit_frame(emit))
+
+    return heard
+
+
+async def _merged(
+    bus: AsyncGenerator[bytes, None], emits: asyncio.Queue[bytes]
+) -> AsyncGenerator[bytes, None]:
+    """The bus's frames and the apps' emits, each as it comes; ends with the bus."""
+    frames: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
+
+    async def pump() -> None:
+        try:
+            async for frame in bus:
+                await frames.put(frame)
+        finally:
+            await frames.put(None)  # the end, after the frames before it
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            if not emits.empty():
+                yield emits.get_nowait()
+                continue
+            got_bus = asyncio.ensure_future(frames.get())
+            got_emit = asyncio.ensure_future(emits.get())
+            await asyncio.wait({got_bus, got_emit}, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in (got_bus, got_emit):
+                if not waiting.done():
+                    waiting.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await waiting
+            if got_emit.done() and not got_emit.cancelled():
+                yield got_emit.result()
+            if got_bus.done() and not got_bus.cancelled():
+                frame = got_bus.result()
+                if frame is None:
+                    return
+                yield frame
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        await bus.aclose()
+
+
+def _emit_frame(emit: AppEmit) -> bytes:
+    data = json.dumps(emit.as_json(), default=str, separators=(",", ":"))
+    return f"event: app_emit\ndata: {data}\n\n".encode()
 
 
 def _bus_frame(event: BusEvent) -> bytes:

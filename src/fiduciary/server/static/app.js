@@ -289,9 +289,10 @@
     refreshBalances();
     refreshApps();
     followDecisions();
+    followAppEmits();
     // refreshLists too: an approval waiting for this principal's vote under dual control comes
     // from another principal's run, which sends this tab no event
-    if (!appsState.timer) appsState.timer = setInterval(() => state.key && (refreshApps(), followDecisions(), refreshLists()), 5000);
+    if (!appsState.timer) appsState.timer = setInterval(() => state.key && (refreshApps(), followDecisions(), followAppEmits(), refreshLists()), 5000);
     const runId = store.getItem(RUN);
     if (runId) openRun(runId);
     else newChat();
@@ -302,6 +303,7 @@
     document.dispatchEvent(new CustomEvent("fiduciary:signout"));
     stopStream();
     if (appsState.feed) appsState.feed.abort();
+    if (appsState.emitsFeed) appsState.emitsFeed.abort();
     state.key = null;
     store.clear();
     $("who").hidden = true;
@@ -1088,7 +1090,7 @@
 
   // --- apps and the attention feed (shown only when the server serves them) ---------------
   // Every string from the server goes in as text (el's "text" or a text node), never as HTML.
-  const appsState = { timer: null, feed: null, decisions: [] };
+  const appsState = { timer: null, feed: null, decisions: [], emitsFeed: null, emits: [] };
 
   function panel(id, title, testid) {
     let node = $(id);
@@ -1165,6 +1167,70 @@
     node.hidden = false;
     node.querySelector(".body").replaceChildren(
       el("ul", { class: "list apps", "data-testid": "apps" }, ...apps.map((app, i) => appCard(app, details[i]))));
+    followAppEmits(); // once the panel is shown (apps served, and ours)
+  }
+
+  // the apps' live channels: GET /events?type=app_emit (live only: nothing is replayed)
+  function emitRow(e) {
+    let data;
+    try {
+      data = JSON.stringify(e.data);
+    } catch (_) {
+      data = String(e.data);
+    }
+    return el("li", { "data-testid": "app-emit", "data-app": e.app_id, "data-channel": e.channel },
+      el("span", { text: shown(`${e.app_id} · ${e.channel}`).text }),
+      el("span", { class: "sub", text: shown(data || "").text }));
+  }
+
+  function drawEmits() {
+    const node = $("apps-panel");
+    if (!node || !appsState.emits.length) return;
+    let list = node.querySelector("[data-testid=app-emits]");
+    if (!list) {
+      list = el("ul", { class: "list app-emits", "data-testid": "app-emits" });
+      node.append(el("h3", { text: "Live" }), list);
+    }
+    list.replaceChildren(...appsState.emits.slice(-20).reverse().map(emitRow));
+  }
+
+  async function followAppEmits() {
+    if (appsState.emitsFeed || !$("apps-panel") || $("apps-panel").hidden) return;
+    const controller = new AbortController();
+    appsState.emitsFeed = controller;
+    try {
+      const response = await fetch("/events?type=app_emit", {
+        headers: { authorization: `Bearer ${state.key}` },
+        signal: controller.signal,
+      });
+      if (!response.ok) return;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value.replace(/\r\n?/g, "\n");
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const lines = block.split("\n");
+          if (!lines.includes("event: app_emit")) continue;
+          const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
+          try {
+            appsState.emits.push(JSON.parse(data));
+          } catch (_) {
+            continue;
+          }
+          appsState.emits = appsState.emits.slice(-50);
+          drawEmits();
+        }
+      }
+    } catch (_) {
+      /* aborted, or the connection dropped: the next refresh reconnects */
+    } finally {
+      if (appsState.emitsFeed === controller) appsState.emitsFeed = null;
+    }
   }
 
   function decisionRow(d) {

@@ -6,8 +6,8 @@ from decimal import Decimal
 from typing import Any
 
 from fiduciary import ManualClock, MemoryStore
-from fiduciary.apps.samples import sample_engine
 from fiduciary.testing import allow_all
+from fiduciary.wallet.apps import sample_engine
 from fiduciary.wallet.operations import Borrow
 from fiduciary.wallet.wallet import PaperWallet
 

@@ -1,4 +1,4 @@
-"""Sample apps on the paper wallet, each answered by the scripted model.
+"""The wallet's sample apps, on the paper wallet, each answered by the scripted model.
 
 - ``dca``: buys a fixed amount of an asset each period (batch intents, one approval per batch);
 - ``sweeper``: moves idle USDC above a threshold to savings within a scoped grant;
@@ -7,6 +7,9 @@
 ``sample_engine`` assembles an ``AppEngine`` over a ``PaperWallet``: the wallet's capabilities,
 sources read from the wallet, and ``sample_model``, which answers each app's hooks from the tick
 context alone (deterministic, so a tick resumed in another process gets the same answer).
+``paper_engine`` is it as an apps factory (``--apps-engine``): the default of ``fiduciary
+serve --apps``, ``fiduciary worker --apps`` and ``fiduciary apps``, which name it at the entry
+points (``fiduciary.apps`` knows no wallet).
 """
 
 from __future__ import annotations
@@ -17,20 +20,30 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from ...apps.engine import AppEngine, Source
+from ...apps.manifest import Manifest, load_manifests
+from ...apps.served import ServedApps
+from ...apps.tables import AppTables
 from ...capabilities import Principal
-from ...clock import Clock
+from ...clock import Clock, SystemClock
+from ...exceptions import ConfigurationError
 from ...gates import Authorize
 from ...guards import Guard
 from ...models.scripted import Reply, Results, Script, ScriptedModel
 from ...policy import Policy
 from ...stores.base import Store
-from ...wallet.capabilities import wallet_capabilities
-from ...wallet.wallet import PaperWallet
-from ..engine import AppEngine, Source
-from ..manifest import Manifest, load_manifests
-from ..tables import AppTables
+from ..capabilities import wallet_capabilities
+from ..demo import own_wallet_only
+from ..wallet import PaperWallet
 
-__all__ = ["SAMPLES", "sample_engine", "sample_manifests", "sample_model"]
+__all__ = [
+    "SAMPLES",
+    "paper_engine",
+    "sample_engine",
+    "sample_manifests",
+    "sample_model",
+    "sample_positions",
+]
 
 SAMPLES = Path(__file__).parent
 
@@ -129,6 +142,23 @@ def sample_sources(wallet: PaperWallet, principal: str, clock: Clock) -> dict[st
     return {"balances": balances, "health": health, "period": period}
 
 
+def sample_positions(wallet: PaperWallet, principal: str, clock: Clock) -> Source:
+    """The principal's positions in the wallet's lending market (savings and debt, to the cent:
+    interest accrued between two ticks does not make every tick's context new)."""
+
+    async def positions() -> Any:
+        held = wallet.positions(principal, clock.now())
+        cent = Decimal("0.01")
+        return [
+            {"kind": kind, "asset": asset, "amount": str(amount.quantize(cent))}
+            for kind, amounts in (("savings", held.savings), ("debt", held.debt))
+            for asset, amount in sorted(amounts.items())
+            if amount > 0
+        ]
+
+    return positions
+
+
 def sample_manifests(wallet: PaperWallet) -> list[Manifest]:
     caps = wallet_capabilities(wallet)
     return load_manifests(
@@ -163,4 +193,28 @@ def sample_engine(
         authorize=authorize,
         clock=clock,
         sources=sample_sources(wallet, who, clock),
+        positions=sample_positions(wallet, who, clock),
     )
+
+
+def paper_engine(store: Store, tables: AppTables, principal: str) -> ServedApps:
+    """The sample apps' engine over the paper wallet kept in the runs' SQLite file (an apps
+    factory: ``fiduciary.wallet.apps:paper_engine``)."""
+    from ...stores.memory import MemoryStore
+    from ...stores.sqlite import SQLiteStore
+
+    if not isinstance(store, SQLiteStore | MemoryStore):
+        raise ConfigurationError(
+            "the sample apps run on the paper wallet, kept in the runs' SQLite file: with "
+            f"{type(store).__name__}, name your own apps factory (--apps-engine module:attribute)"
+        )
+    wallet = PaperWallet(getattr(store, "path", ":memory:"))
+    engine = sample_engine(
+        wallet,
+        store=store,
+        principal=principal,
+        clock=SystemClock(),
+        authorize=own_wallet_only,
+        tables=tables,
+    )
+    return ServedApps(engine, [wallet.close])
