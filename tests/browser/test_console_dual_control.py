@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,8 +26,9 @@ from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.signed_approvals import SignatureRule
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from tests.agent_support import Effects, toy_capabilities
+from tests.waiting import eventually
 
-from ..unit.conftest import Effects, toy_capabilities
 from .served_page import DESKTOP, PHONE, Page, overflow, signed_in
 from .test_console_passkeys import authenticator
 
@@ -58,13 +58,6 @@ async def pictures(page: Page, card: Locator, tmp_path: Path, name: str) -> None
         shot = (DOCS if update else tmp_path) / f"{name}-{label}.png"
         await page.screenshot(path=str(shot))
         assert shot.stat().st_size > 0
-
-
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """Until ``check`` is true (the state is in tables, with nothing to wait on)."""
-    async with asyncio.timeout(20):
-        while not await check():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
 
 
 async def test_register_from_the_panel_then_approve_a_signed_card(tmp_path: Path) -> None:
@@ -146,7 +139,7 @@ async def vote(client: httpx.AsyncClient, key: str, edits: dict[str, str] | None
         waiting[:] = got.json()["approvals"]
         return bool(waiting)
 
-    await until(pending)
+    await eventually(pending, what="an approval waiting for a vote")  # in tables: nothing to await
     (approval,) = waiting
     body: dict[str, object] = {"args_digest": approval["args_digest"]}
     if edits:
@@ -197,10 +190,7 @@ async def test_a_one_of_two_card_is_shown_to_the_second_approver(tmp_path: Path)
                 await card.get_by_test_id("approve").click()
                 await card.get_by_test_id("vote-outcome").get_by_text("approved").wait_for()
 
-                async def paid() -> bool:
-                    return len(effects.payments) == 1
-
-                await until(paid)
+                await eventually(lambda: len(effects.payments) == 1, what="the payment")
     finally:
         await store.close()
 
