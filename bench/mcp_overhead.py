@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
-from tests.unit.mcp.served_agent import balance, make_agent  # noqa: E402
+from tests.unit.mcp.served_agent import balance, mcp_agent  # noqa: E402
 
 from fiduciary import Principal  # noqa: E402
 from fiduciary.mcp import McpGateway  # noqa: E402
@@ -41,7 +41,7 @@ from fiduciary.server.app import create_app  # noqa: E402
 from fiduciary.server.auth import MemoryKeyStore  # noqa: E402
 from fiduciary.stores.sqlite import SQLiteStore  # noqa: E402
 
-AGENT = "tests.unit.mcp.served_agent:make_agent"
+AGENT = "tests.unit.mcp.served_agent:mcp_agent"
 
 
 async def timed(n: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
@@ -68,7 +68,7 @@ async def main(n: int) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory()
     db = Path(tmp.name) / "bench.sqlite3"
     store = SQLiteStore(db)
-    agent = make_agent(store)
+    agent = mcp_agent(store)
     results: dict[str, list[float]] = {}
 
     async def direct() -> Any:

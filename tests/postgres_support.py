@@ -4,6 +4,12 @@ The server is ``FIDUCIARY_TEST_POSTGRES`` (default ``postgresql://postgres@127.0
 When it cannot be reached, a test that needs it is skipped, with the reason, except in CI
 (``CI=true``), where it fails: CI must run the PostgreSQL suite, not skip it silently.
 
+A test says it needs the server in one of two ways, and nothing else: it asks for the
+``postgres_dsn`` fixture (or calls ``create_database()``), or it carries the ``postgres`` marker
+(``pytestmark = pytest.mark.postgres``, or a parameter's ``marks=``), which ``tests/conftest.py``
+turns into ``require_postgres()`` before the test's fixtures are set up. A module that imports the
+driver at its top calls ``require_driver()`` first (the whole module is skipped without it).
+
 The template is named after a digest of the migrations, so a changed schema gets a new one; it
 is built by ``PostgresStore`` itself (its migration runner). Each test gets
 ``CREATE DATABASE ... TEMPLATE ...`` (tens of milliseconds), so it starts empty and isolated:
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import hashlib
+import importlib.util
 import itertools
 import os
 from collections.abc import AsyncIterator
@@ -59,8 +66,23 @@ def require_postgres() -> None:
     if reason is None:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the PostgreSQL tests must run)")
+        pytest.fail(_failing_in_ci(reason))
     pytest.skip(reason)
+
+
+def _failing_in_ci(reason: str) -> str:
+    return f"{reason} (CI=true: the PostgreSQL tests must run)"
+
+
+def require_driver() -> None:
+    """At the top of a test module that imports psycopg or ``fiduciary.stores.postgres``: without
+    the driver, skip the whole module with the reason; in CI, fail (a collection error)."""
+    if importlib.util.find_spec("psycopg") is not None:
+        return
+    reason = "psycopg is not installed: pip install 'fiduciary[postgres]'"
+    if os.environ.get("CI") == "true":
+        pytest.fail(_failing_in_ci(reason), pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
 
 
 def dsn_for(dbname: str) -> str:

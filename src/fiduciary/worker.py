@@ -87,40 +87,11 @@ async def run_worker(
         raise ConfigurationError("a worker's owner must be its agent's owner (agent.owner)")
     if concurrency < 1 or poll_interval <= 0:
         raise ConfigurationError("concurrency must be at least 1 and poll_interval positive")
-    active: dict[UUID, asyncio.Task[None]] = {}
-    principals: dict[UUID, str] = {}  # of the runs driven here
-    cancelling: dict[UUID, asyncio.Task[None]] = {}
-    refused: set[UUID] = set()  # runs this agent may not drive: left for another worker's agent
-    asked: dict[UUID, float] = {}  # by request id: when a request being honoured last arrived
+    here = _Driven(agent)
+    active, cancelling, refused = here.active, here.cancelling, here.refused
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
 
-    def on_cancel(request: CancelRequest) -> None:
-        """A cancel request for a run driven here: take the run over from the drive, stop the
-        drive, record the cancellation — if the requester may cancel it."""
-        drive = active.get(request.run_id)
-        if request.run_id in cancelling:
-            if request.request_id in asked:  # the same request again: its sender still waits
-                asked[request.request_id] = asyncio.get_running_loop().time()
-            return
-        if drive is None:
-            return
-        if not request.allowed_for(principals[request.run_id]):
-            log.warning(
-                "run %s: ignored a cancel request of %s, who may not cancel it",
-                request.run_id,
-                request.by,
-            )
-            return
-        asked[request.request_id] = asyncio.get_running_loop().time()
-        task = asyncio.create_task(
-            _cancel_drive(agent, drive, request, lambda: asked[request.request_id]),
-            name=f"fiduciary-cancel-{request.run_id}",
-        )
-        cancelling[request.run_id] = task
-        task.add_done_callback(_forget(cancelling, request.run_id))
-        task.add_done_callback(_forget(asked, request.request_id))
-
-    unlisten = queue.on_cancel_request(on_cancel) if isinstance(queue, CancelChannel) else None
+    unlisten = queue.on_cancel_request(here.on_cancel) if isinstance(queue, CancelChannel) else None
     try:
         while not stop.is_set():
             seen = queue.work_generation
@@ -145,13 +116,7 @@ async def run_worker(
                 except FiduciaryError as exc:
                     log.warning("could not claim runs (%s); trying again", exc)
             for run in claimed:
-                task = asyncio.create_task(
-                    _drive(agent, run, refused), name=f"fiduciary-run-{run.run_id}"
-                )
-                active[run.run_id] = task
-                principals[run.run_id] = run.principal
-                task.add_done_callback(_forget(active, run.run_id))
-                task.add_done_callback(_forget(principals, run.run_id))
+                here.drive(run)
             if claimed and len(claimed) == free:
                 # more may be waiting: claim again as soon as a run finishes
                 await _first(stopping, [*excluded, *active.values()], None, seconds=poll_interval)
@@ -170,6 +135,57 @@ async def run_worker(
         stopping.cancel()
         await _drain(list(active.values()), drain_seconds)
         await asyncio.gather(*cancelling.values(), return_exceptions=True)
+
+
+class _Driven:
+    """The runs a worker drives, cancels and refused, and the cancel requests it honours."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.active: dict[UUID, asyncio.Task[None]] = {}
+        self.principals: dict[UUID, str] = {}  # of the runs driven here
+        self.cancelling: dict[UUID, asyncio.Task[None]] = {}
+        # runs this agent may not drive: left for another worker's agent
+        self.refused: set[UUID] = set()
+        # by request id: when a request being honoured last arrived
+        self.asked: dict[UUID, float] = {}
+
+    def drive(self, run: RunRecord) -> None:
+        """Drive a claimed run in a task of its own."""
+        task = asyncio.create_task(
+            _drive(self.agent, run, self.refused), name=f"fiduciary-run-{run.run_id}"
+        )
+        self.active[run.run_id] = task
+        self.principals[run.run_id] = run.principal
+        task.add_done_callback(_forget(self.active, run.run_id))
+        task.add_done_callback(_forget(self.principals, run.run_id))
+
+    def on_cancel(self, request: CancelRequest) -> None:
+        """A cancel request for a run driven here: take the run over from the drive, stop the
+        drive, record the cancellation — if the requester may cancel it."""
+        asked = self.asked
+        drive = self.active.get(request.run_id)
+        if request.run_id in self.cancelling:
+            if request.request_id in asked:  # the same request again: its sender still waits
+                asked[request.request_id] = asyncio.get_running_loop().time()
+            return
+        if drive is None:
+            return
+        if not request.allowed_for(self.principals[request.run_id]):
+            log.warning(
+                "run %s: ignored a cancel request of %s, who may not cancel it",
+                request.run_id,
+                request.by,
+            )
+            return
+        asked[request.request_id] = asyncio.get_running_loop().time()
+        task = asyncio.create_task(
+            _cancel_drive(self.agent, drive, request, lambda: asked[request.request_id]),
+            name=f"fiduciary-cancel-{request.run_id}",
+        )
+        self.cancelling[request.run_id] = task
+        task.add_done_callback(_forget(self.cancelling, request.run_id))
+        task.add_done_callback(_forget(asked, request.request_id))
 
 
 async def _cancel_drive(

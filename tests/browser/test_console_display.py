@@ -19,7 +19,8 @@ from fiduciary import Agent, CallContext, capability
 from fiduciary.events import ActionResolved
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
+from tests.agent_support import make_agent
 
 from .served_page import Page, signed_in
 
@@ -30,7 +31,7 @@ PAYEE = "\u0430lice"  # a Cyrillic а, then Latin letters
 ARGUMENTS = {"to": RECIPIENT, "payee": PAYEE, "amount": "1.5E+2", "memo": "a\nb"}
 
 
-def make_agent(store: SQLiteStore, paid: list[dict[str, Any]]) -> Agent:
+def paying_agent(store: SQLiteStore, paid: list[dict[str, Any]]) -> Agent:
     @capability(
         kind="execute",
         risk="high",
@@ -48,9 +49,7 @@ def make_agent(store: SQLiteStore, paid: list[dict[str, Any]]) -> Agent:
         return {"paid": str(amount)}
 
     script = Script("pay", [ToolCalls([Call("pay", ARGUMENTS)]), Reply("Paid.")])
-    return Agent(
-        model=ScriptedModel([script]), capabilities=[pay], store=store, authorize=allow_all
-    )
+    return make_agent(store=store, model=ScriptedModel([script]), capabilities=[pay])
 
 
 @dataclass
@@ -67,7 +66,7 @@ async def card_waiting(tmp_path: Path) -> AsyncIterator[Console]:
     paid: list[dict[str, Any]] = []
     keys = MemoryKeyStore()
     key, _ = await keys.create("ann", ["runs:write", "runs:read", "approvals:decide"])
-    app = create_app(make_agent(store, paid), keys=keys, heartbeat_seconds=5)
+    app = create_app(paying_agent(store, paid), keys=keys, heartbeat_seconds=5)
     try:
         async with signed_in(app, key) as shown:
             page = shown.page

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,9 +27,10 @@ from fiduciary.passkeys import PasskeyRegistry, Passkeys, check_origins, verify_
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.signed_approvals import SignatureRule
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
+from tests.agent_support import Effects, make_agent
+from tests.waiting import eventually
 
-from ..unit.conftest import Effects, toy_capabilities
 from .served_page import DESKTOP, PHONE, Page, overflow, signed_in
 from .test_console_passkeys import authenticator
 
@@ -60,24 +62,12 @@ async def pictures(page: Page, card: Locator, tmp_path: Path, name: str) -> None
         assert shot.stat().st_size > 0
 
 
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """Until ``check`` is true (the state is in tables, with nothing to wait on)."""
-    async with asyncio.timeout(20):
-        while not await check():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-
-
 async def test_register_from_the_panel_then_approve_a_signed_card(tmp_path: Path) -> None:
     effects = Effects()
     store = SQLiteStore(tmp_path / "runs.sqlite3")
     registry = PasskeyRegistry(tmp_path / "passkeys.sqlite3")
-    agent = Agent(
-        model=model(),
-        capabilities=toy_capabilities(effects),
-        store=store,
-        authorize=allow_all,
-        policy=Policy(signatures=SignatureRule(at_or_above_usd=Decimal(50))),
-    )
+    rule = SignatureRule(at_or_above_usd=Decimal(50))
+    agent = make_agent(effects, store, model=model(), policy=Policy(signatures=rule))
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", WRITES)
     # the page's origin is known once it is served: the relying party learns it then
@@ -129,13 +119,7 @@ def dual_agent(tmp_path: Path, effects: Effects) -> tuple[Agent, SQLiteStore]:
     finance = DualControl(
         "finance", frozenset({"alice", "bob", "carol"}), required=2, at_or_above_usd=Decimal(50)
     )
-    agent = Agent(
-        model=model(),
-        capabilities=toy_capabilities(effects),
-        store=store,
-        authorize=allow_all,
-        policy=Policy(dual_control=[finance]),
-    )
+    agent = make_agent(effects, store, model=model(), policy=Policy(dual_control=[finance]))
     return agent, store
 
 
@@ -148,7 +132,7 @@ async def vote(client: httpx.AsyncClient, key: str, edits: dict[str, str] | None
         waiting[:] = got.json()["approvals"]
         return bool(waiting)
 
-    await until(pending)
+    await eventually(pending, what="an approval waiting for a vote")  # in tables: nothing to await
     (approval,) = waiting
     body: dict[str, object] = {"args_digest": approval["args_digest"]}
     if edits:
@@ -162,81 +146,68 @@ async def vote(client: httpx.AsyncClient, key: str, edits: dict[str, str] | None
     assert voted.json()["status"] == "pending"
 
 
-async def test_a_one_of_two_card_is_shown_to_the_second_approver(tmp_path: Path) -> None:
-    effects = Effects()
+@asynccontextmanager
+async def dave_proposed(
+    tmp_path: Path, effects: Effects, *approvers: str
+) -> AsyncIterator[tuple[Page, httpx.AsyncClient, dict[str, str]]]:
+    """Carol's console on a dual-control agent where dave started ``send 60`` (over HTTP):
+    her page, a client of the same server, and an API key for dave, carol and each of
+    ``approvers``."""
     agent, store = dual_agent(tmp_path, effects)
     keys = MemoryKeyStore()
-    dave, _ = await keys.create("dave", WRITES)
-    bob, _ = await keys.create("bob", WRITES)
-    carol, _ = await keys.create("carol", WRITES)
+    made = {name: (await keys.create(name, WRITES))[0] for name in ("dave", *approvers, "carol")}
     app = create_app(agent, keys=keys, heartbeat_seconds=5)
     try:
-        async with signed_in(app, carol) as shown:
+        async with signed_in(app, made["carol"]) as shown:
             page = shown.page
             base = "http://" + urlsplit(page.url).netloc
             async with httpx.AsyncClient(base_url=base) as client:
                 started = await client.post(
                     "/runs",
                     json={"message": "send 60"},
-                    headers={"authorization": f"Bearer {dave}"},
+                    headers={"authorization": f"Bearer {made['dave']}"},
                 )
                 assert started.status_code == 202, started.text
-                await vote(client, bob)
-
-                # carol's list has dave's approval; its card opens here, though the run cannot
-                item = page.get_by_test_id("pending-item")
-                await item.wait_for()
-                await item.click()
-                card = page.get_by_test_id("vote-card")
-                progress = card.get_by_test_id("dual-progress")
-                await progress.get_by_text("1 of 2 approved (bob, ").wait_for()
-                assert "finance" in await progress.inner_text()
-                assert "edit" not in await progress.inner_text()
-                assert await card.get_by_test_id("signing-note").count() == 0  # no rule here
-                assert effects.payments == []
-                await pictures(page, card, tmp_path, "approval-dual")
-
-                await card.get_by_test_id("approve").click()
-                await card.get_by_test_id("vote-outcome").get_by_text("approved").wait_for()
-
-                async def paid() -> bool:
-                    return len(effects.payments) == 1
-
-                await until(paid)
+                yield page, client, made
     finally:
         await store.close()
+
+
+async def test_a_one_of_two_card_is_shown_to_the_second_approver(tmp_path: Path) -> None:
+    effects = Effects()
+    async with dave_proposed(tmp_path, effects, "bob") as (page, client, keys):
+        await vote(client, keys["bob"])
+
+        # carol's list has dave's approval; its card opens here, though the run cannot
+        item = page.get_by_test_id("pending-item")
+        await item.wait_for()
+        await item.click()
+        card = page.get_by_test_id("vote-card")
+        progress = card.get_by_test_id("dual-progress")
+        await progress.get_by_text("1 of 2 approved (bob, ").wait_for()
+        assert "finance" in await progress.inner_text()
+        assert "edit" not in await progress.inner_text()
+        assert await card.get_by_test_id("signing-note").count() == 0  # no rule here
+        assert effects.payments == []
+        await pictures(page, card, tmp_path, "approval-dual")
+
+        await card.get_by_test_id("approve").click()
+        await card.get_by_test_id("vote-outcome").get_by_text("approved").wait_for()
+
+        await eventually(lambda: len(effects.payments) == 1, what="the payment")
 
 
 async def test_the_card_says_an_edit_started_a_new_set(tmp_path: Path) -> None:
     effects = Effects()
-    agent, store = dual_agent(tmp_path, effects)
-    keys = MemoryKeyStore()
-    dave, _ = await keys.create("dave", WRITES)
-    bob, _ = await keys.create("bob", WRITES)
-    alice, _ = await keys.create("alice", WRITES)
-    carol, _ = await keys.create("carol", WRITES)
-    app = create_app(agent, keys=keys, heartbeat_seconds=5)
-    try:
-        async with signed_in(app, carol) as shown:
-            page = shown.page
-            base = "http://" + urlsplit(page.url).netloc
-            async with httpx.AsyncClient(base_url=base) as client:
-                started = await client.post(
-                    "/runs",
-                    json={"message": "send 60"},
-                    headers={"authorization": f"Bearer {dave}"},
-                )
-                assert started.status_code == 202, started.text
-                await vote(client, bob)
-                await vote(client, alice, {"amount": "61"})  # bob approved other arguments
+    async with dave_proposed(tmp_path, effects, "bob", "alice") as (page, client, keys):
+        await vote(client, keys["bob"])
+        await vote(client, keys["alice"], {"amount": "61"})  # bob approved other arguments
 
-                item = page.get_by_test_id("pending-item")
-                await item.wait_for()
-                await item.click()
-                card = page.get_by_test_id("vote-card")
-                progress = card.get_by_test_id("dual-progress")
-                await progress.get_by_text("1 of 2 approved (alice, ").wait_for()
-                assert "an edit started a new approval set" in await progress.inner_text()
-                assert effects.payments == []
-    finally:
-        await store.close()
+        item = page.get_by_test_id("pending-item")
+        await item.wait_for()
+        await item.click()
+        card = page.get_by_test_id("vote-card")
+        progress = card.get_by_test_id("dual-progress")
+        await progress.get_by_text("1 of 2 approved (alice, ").wait_for()
+        assert "an edit started a new approval set" in await progress.inner_text()
+        assert effects.payments == []

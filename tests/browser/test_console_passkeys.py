@@ -19,8 +19,8 @@ from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.signed_approvals import SignatureRule
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from tests.agent_support import Effects, toy_capabilities
 
-from ..unit.conftest import Effects, toy_capabilities
 from .served_page import Page, signed_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.waiting import holds_within
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
@@ -74,18 +75,23 @@ def running_anvil(*args: str) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:  # a condition wait: the node answers, or it died, or the deadline passed
+
+        def answers() -> bool:
             try:
                 rpc(url, "eth_chainId")
-                break
             except (urllib.error.URLError, ConnectionError):
-                if process.poll() is not None:
-                    err = process.stderr.read().decode() if process.stderr else ""
-                    pytest.fail(f"anvil exited with {process.returncode}: {err[:500]}")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"anvil did not answer within {STARTUP_TIMEOUT:g}s")
-                time.sleep(0.02)
+                return False
+            return True
+
+        # the node answers, or it died, or the deadline passed
+        up = holds_within(
+            lambda: answers() or process.poll() is not None, STARTUP_TIMEOUT, interval=0.02
+        )
+        if process.poll() is not None:
+            err = process.stderr.read().decode() if process.stderr else ""
+            pytest.fail(f"anvil exited with {process.returncode}: {err[:500]}")
+        if not up:
+            pytest.fail(f"anvil did not answer within {STARTUP_TIMEOUT:g}s")
         yield url
     finally:
         process.terminate()

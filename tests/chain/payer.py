@@ -28,6 +28,7 @@ from fiduciary.chain.wallet import ChainWallet
 from fiduciary.events import ToolCallEnd
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from tests.waiting import eventually
 
 KILL_ENV = "FIDUCIARY_CHAIN_KILL_AT"
 PRINCIPAL = "alice"
@@ -80,12 +81,13 @@ async def main(mode: str, chain_json: str, keystore: str, passfile: str, db: str
                     if isinstance(event, ToolCallEnd):
                         ends.append(event)
         else:
-            while True:  # a lease left by a killed process must lapse first (a condition wait)
-                record = await agent.get_run(run_id)
-                until = record.lease_until
-                if until is None or until <= agent.clock.now():
-                    break
-                await asyncio.sleep(0.02)
+
+            async def lapsed() -> bool:
+                until = (await agent.get_run(run_id)).lease_until
+                return until is None or until <= agent.clock.now()
+
+            # a lease left by a killed process must lapse first
+            await eventually(lapsed, what="the killed process's lease to lapse", timeout=120)
             async for event in agent.resume(run_id):
                 if isinstance(event, ToolCallEnd):
                     ends.append(event)

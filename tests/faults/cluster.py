@@ -91,7 +91,7 @@ class Effects:
             await self.conn.execute(
                 "INSERT INTO cluster_entries (key, worker) VALUES (%s, %s)", (key, self.name)
             )
-            await asyncio.sleep(SEND_SECONDS)
+            await asyncio.sleep(SEND_SECONDS)  # a payment in flight: the window a kill lands in
             cur = await self.conn.execute(
                 "INSERT INTO cluster_effects VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (key, payee, amount, self.name),

@@ -46,6 +46,7 @@ from fiduciary.stores.base import (
 )
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from tests.waiting import eventually
 
 T = TypeVar("T")
 Backend = Literal["sqlite", "postgres"]
@@ -586,12 +587,11 @@ async def _play(phase: Phase, paths: Paths, kill: Kill | None, scenario: Scenari
                     )
             else:
                 # a lease left by a killed process must lapse before another can drive the run
-                while True:
-                    run = await agent.get_run(run_id)
-                    until = run.lease_until
-                    if until is None or until <= agent.clock.now():
-                        break
-                    await asyncio.sleep(0.02)
+                async def lapsed() -> bool:
+                    until = (await agent.get_run(run_id)).lease_until
+                    return until is None or until <= agent.clock.now()
+
+                await eventually(lapsed, what="the killed process's lease to lapse", timeout=120)
                 async for event in agent.resume(run_id):
                     record(event)
     finally:

@@ -17,14 +17,15 @@ from pathlib import Path
 
 from fiduciary import Agent, CallContext, Policy, Threshold, capability
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
+from tests.agent_support import make_agent
 
 AGENTS = 2
 AMOUNT = Decimal("7")  # auto on its own; 14 of them (98) fit the limit of 100
 LIMIT = Decimal("100")
 
 
-def make_agent(store: Store, effects: Path) -> Agent:
+def spending_agent(store: Store, effects: Path) -> Agent:
     @capability(kind="execute", operation="send", amount_usd=lambda a, c: Decimal(a.amount))
     async def send(to: str, amount: str, ctx: CallContext) -> dict[str, str]:
         """Send money."""
@@ -41,15 +42,14 @@ def make_agent(store: Store, effects: Path) -> Agent:
         "pay",
         [ToolCalls([Call("send", {"to": "bob", "amount": str(AMOUNT)})]), Reply("done")],
     )
-    return Agent(
+    return make_agent(
+        store=store,
         model=ScriptedModel([script]),
         capabilities=[send],
-        store=store,
         policy=Policy(
             thresholds={"send": Threshold(auto_below=Decimal(50), confirm_below=Decimal(1000))},
             daily_autonomous_limit_usd=LIMIT,
         ),
-        authorize=allow_all,
     )
 
 
@@ -66,7 +66,7 @@ async def open_store(backend: str, target: str) -> Store:
 async def main(backend: str, target: str, effects: Path, runs: int) -> None:
     stores = [await open_store(backend, target) for _ in range(AGENTS)]
     try:
-        agents = [make_agent(store, effects) for store in stores]
+        agents = [spending_agent(store, effects) for store in stores]
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 

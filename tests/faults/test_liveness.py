@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from fiduciary.events import decode_event
+from tests.waiting import holds_within, wait_for
 
 from .liveness import LEASE_SECONDS, MIN_STRIKES
 
@@ -61,24 +62,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def within(condition: Callable[[], bool], seconds: float) -> bool:
-    """Whether ``condition`` holds within ``seconds`` (checked every 20 ms)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float, state: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}: {state() if state else ''}")
-        time.sleep(0.02)
 
 
 def lines(path: Path) -> int:
@@ -210,7 +193,9 @@ def strike_and_settle(
             return lines(counter) >= goal or (all_submitted() and lines(counter) >= RUNS)
 
         # the first run is in (the store exists, the people are at work): strikes begin
-        wait_for(lambda: submitted.exists() and submitted.read_text() != "", "a run", 120.0)
+        wait_for(
+            lambda: submitted.exists() and submitted.read_text() != "", what="a run", timeout=120.0
+        )
         for _ in range(STRIKES):  # each one, whatever the runs' progress: paced by time
             # strike while runs are in flight: after a few more balance reads (mid-run), or
             # just after a decision (as a driver takes it up). Runs that made no progress for
@@ -218,7 +203,7 @@ def strike_and_settle(
             # (liveness.strikes_before), so waiting for them here could stall.
             counter = files / rng.choice(["reads", "approved"])
             goal = lines(counter) + rng.randint(1, 3)
-            within(partial(reached, counter, goal), STRIKE_WINDOW)
+            holds_within(partial(reached, counter, goal), STRIKE_WINDOW, interval=0.02)
             if not all_submitted():
                 drivers_fleet.figures["struck_before_the_last_submission"] += 1
             victim = rng.choice(names)
@@ -231,7 +216,7 @@ def strike_and_settle(
             else:
                 drivers_fleet.freeze(victim, rng.uniform(0.2, 2 * LEASE_SECONDS))
         # every driver alive and running: the rest must happen without anyone acting
-        wait_for(all_submitted, "every run submitted", 120.0)
+        wait_for(all_submitted, what="every run submitted", timeout=120.0)
         calm = time.monotonic()
 
         def settled() -> bool:
@@ -241,7 +226,9 @@ def strike_and_settle(
         def stranded() -> list[tuple[str, str]]:
             return [r for r in read().runs if r[1] not in TERMINAL]
 
-        wait_for(settled, f"every run to end (seed {seed})", SETTLE_SECONDS, stranded)
+        wait_for(
+            settled, what=f"every run to end (seed {seed})", timeout=SETTLE_SECONDS, state=stranded
+        )
         figures = drivers_fleet.figures
         figures["struck_seconds"] = round(calm - began)
         figures["settle_seconds"] = round(time.monotonic() - calm)
@@ -370,8 +357,6 @@ def holders_pg(dsn: str) -> list[str]:
 def test_postgres_workers_and_a_server_struck_at_random_leave_no_run_stranded(
     tmp_path: Path,
 ) -> None:
-    if os.environ.get("CI") != "true":
-        pytest.importorskip("psycopg")
     from tests.postgres_support import create_database
 
     dsn = create_database()

@@ -31,17 +31,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.postgres_support import create_database
+from tests.postgres_support import create_database, require_driver
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
-import psycopg
+require_driver()
+import psycopg  # noqa: E402
 
-from fiduciary.events import TextDelta, ToolCallEnd, decode_event
-from fiduciary.exceptions import StaleEpochError
-from fiduciary.stores.postgres import PostgresStore
+from fiduciary.events import TextDelta, ToolCallEnd, decode_event  # noqa: E402
+from fiduciary.exceptions import StaleEpochError  # noqa: E402
+from fiduciary.stores.postgres import PostgresStore  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
-from .cluster import EFFECTS_DDL, PRINCIPAL, SWITCH_EVERY
+from .cluster import EFFECTS_DDL, PRINCIPAL, SWITCH_EVERY  # noqa: E402
 
 RUNS = 200
 # a hang, not slowness, fails the test: no run completed for this long (a busy machine makes the
@@ -86,21 +86,6 @@ def healthy(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def wait_for(
-    condition: Callable[[], bool],
-    what: str,
-    *,
-    timeout: float = 60.0,
-    state: Callable[[], object] = lambda: "",
-) -> None:
-    """The parent's orchestration: look at the database or the files until ``condition``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; {state()}")
-        time.sleep(0.05)  # some conditions connect to the database: not a hundred times a second
 
 
 def wait_while_progressing(
@@ -208,7 +193,7 @@ def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
     processes = [*servers.values(), *workers.values()]
     try:
         for name, url in urls.items():
-            wait_for(partial(healthy, url), f"{name} to listen")
+            wait_for(partial(healthy, url), what=f"{name} to listen", timeout=60.0)
         approver = spawn("approve", urls["server-b"], key, files=tmp_path, name="approver")
         submitter = spawn(
             "client",
@@ -223,18 +208,24 @@ def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
         processes += [approver, submitter]
         for n in workers:
             owner_file = tmp_path / f"owner-{n}"
-            wait_for(owner_file.exists, f"worker {n} to start")
+            wait_for(owner_file.exists, what=f"worker {n} to start", timeout=60.0)
         owner = {n: (tmp_path / f"owner-{n}").read_text() for n in workers}
 
         # SIGKILL worker 1 while it is inside a run (in its slow read)
         reads = lines(tmp_path / "reads-1")
-        wait_for(lambda: lines(tmp_path / "reads-1") > reads + 2, "worker 1 to be mid-run")
+        wait_for(
+            lambda: lines(tmp_path / "reads-1") > reads + 2,
+            what="worker 1 to be mid-run",
+            timeout=60.0,
+        )
         assert leases_of(owner["1"]) > 0
         workers["1"].send_signal(signal.SIGKILL)
 
         # freeze worker 2 mid-run until every run it held was taken over by someone else
         reads = lines(tmp_path / "reads-2")
-        wait_for(lambda: lines(tmp_path / "reads-2") > reads, "worker 2 to be mid-run")
+        wait_for(
+            lambda: lines(tmp_path / "reads-2") > reads, what="worker 2 to be mid-run", timeout=60.0
+        )
         workers["2"].send_signal(signal.SIGSTOP)
         held = query(
             "SELECT run_id, epoch FROM runs WHERE lease_owner = %s AND status = 'running'",
@@ -249,7 +240,8 @@ def test_three_workers_two_servers_a_kill_and_a_freeze(tmp_path: Path) -> None:
         ids = [run_id for run_id, _ in held]
         wait_for(
             taken_over,
-            "worker 2's runs to be taken over",
+            what="worker 2's runs to be taken over",
+            timeout=60.0,
             state=lambda: (
                 held,
                 query(

@@ -14,7 +14,9 @@ from fiduciary import Agent, CallContext, Policy, capability
 from fiduciary.capabilities import Capability
 from fiduciary.dual_control import DualControl
 from fiduciary.exceptions import ApprovalError, RunError
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+from fiduciary.stores.base import Store
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect
+from tests.agent_support import make_agent
 
 FINANCE = DualControl(
     "finance", frozenset({"alice", "bob", "carol"}), required=2, at_or_above_usd=Decimal(100)
@@ -33,13 +35,12 @@ def capabilities(executions: Path) -> list[Capability]:
     return [send]
 
 
-def make_agent(store: object, executions: Path) -> Agent:
-    return Agent(
+def dual_control_agent(store: Store, executions: Path) -> Agent:
+    return make_agent(
+        store=store,
         model=ScriptedModel([SCRIPT]),
         capabilities=capabilities(executions),
-        store=store,  # type: ignore[arg-type]
         policy=Policy(dual_control=[FINANCE]),
-        authorize=allow_all,
     )
 
 
@@ -48,7 +49,7 @@ async def main(dsn: str, approval_id: str, approver: str, executions: str) -> No
 
     store = await PostgresStore.open(dsn)
     try:
-        agent = make_agent(store, Path(executions))
+        agent = dual_control_agent(store, Path(executions))
         print("ready", flush=True)
         sys.stdin.readline()  # the barrier: both approvers go at once
         try:
@@ -68,6 +69,6 @@ if __name__ == "__main__":
     asyncio.run(main(*sys.argv[1:5]))
 
 
-def factory(store: object) -> Agent:
+def factory(store: Store) -> Agent:
     """``--agent tests.unit.dual_control_voter:factory`` (the CLI's agent factory)."""
-    return make_agent(store, Path(os.devnull))
+    return dual_control_agent(store, Path(os.devnull))

@@ -25,7 +25,7 @@ from .conftest import Effects, make_agent, toy_capabilities
 ALICE = "alice"
 
 
-def _agent(effects: Effects, store: Store, clock: ManualClock, *calls: Call) -> Agent:
+def betting_agent(effects: Effects, store: Store, clock: ManualClock, *calls: Call) -> Agent:
     def leveraged(args: Any, ctx: CallContext) -> Decimal:
         return Decimal(args.amount) * Decimal("1e9")  # a sane argument, an absurd price
 
@@ -52,7 +52,7 @@ def _agent(effects: Effects, store: Store, clock: ManualClock, *calls: Call) -> 
 async def test_a_model_amount_beyond_any_sane_range_is_an_error_for_the_model(
     effects: Effects, store: Store, clock: ManualClock, call: Call
 ) -> None:
-    agent = _agent(effects, store, clock, call)
+    agent = betting_agent(effects, store, clock, call)
     events = await collect(agent.run("pay bob", principal=ALICE))
     (rejected,) = [e for e in events if isinstance(e, ToolCallRejected)]
     assert rejected.reason == "invalid_input"
@@ -65,7 +65,7 @@ async def test_a_model_amount_beyond_any_sane_range_is_an_error_for_the_model(
 async def test_an_absurd_typed_amount_or_edit_is_an_approval_error(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    agent = _agent(effects, store, clock, Call("send", {"to": "bob", "amount": "700"}))
+    agent = betting_agent(effects, store, clock, Call("send", {"to": "bob", "amount": "700"}))
     events = await collect(agent.run("pay bob", principal=ALICE))
     (pending,) = [e for e in events if isinstance(e, PendingAction)]
     assert pending.tier == "explicit"

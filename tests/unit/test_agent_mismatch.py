@@ -12,9 +12,7 @@ from fiduciary import Agent, ManualClock, PendingAction, RunCompleted, RunError
 from fiduciary.events import Event
 from fiduciary.stores.base import Store
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect
-
-from . import conftest
-from .conftest import Effects, toy_capabilities
+from tests.agent_support import Effects, make_agent, toy_capabilities
 
 ALICE = "alice"
 PAY = Script(
@@ -23,13 +21,13 @@ PAY = Script(
 )
 
 
-def make_agent(
+def paying_agent(
     effects: Effects, store: Store, clock: ManualClock, *, model: str = "scripted", **kw: Any
 ) -> Agent:
     capabilities = toy_capabilities(effects)
     if kw.pop("without_send", False):
         capabilities = [c for c in capabilities if c.name != "send"]
-    return conftest.make_agent(
+    return make_agent(
         effects,
         store,
         clock,
@@ -56,10 +54,10 @@ async def snapshot(store: Store, run_id: UUID) -> tuple[Any, list[Event]]:
 async def test_an_agent_without_the_runs_capabilities_is_refused_and_changes_nothing(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    own = make_agent(effects, store, clock)
+    own = paying_agent(effects, store, clock)
     run_id = await approved_run(own)
     before = await snapshot(store, run_id)
-    other = make_agent(effects, store, clock, without_send=True)
+    other = paying_agent(effects, store, clock, without_send=True)
 
     with pytest.raises(RunError) as refused:
         await collect(other.resume(run_id))
@@ -76,9 +74,9 @@ async def test_an_agent_without_the_runs_capabilities_is_refused_and_changes_not
 async def test_another_model_is_refused_unless_asked(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    run_id = await approved_run(make_agent(effects, store, clock))
+    run_id = await approved_run(paying_agent(effects, store, clock))
     before = await snapshot(store, run_id)
-    other = make_agent(effects, store, clock, model="openai:gpt-5.1")
+    other = paying_agent(effects, store, clock, model="openai:gpt-5.1")
 
     with pytest.raises(RunError) as refused:
         await collect(other.resume(run_id))
@@ -95,10 +93,10 @@ async def test_another_model_is_refused_unless_asked(
 async def test_resume_all_leaves_a_run_for_its_own_agent_and_says_so_once(
     effects: Effects, store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    own = make_agent(effects, store, clock)
+    own = paying_agent(effects, store, clock)
     record = await own.submit("pay carol", principal=ALICE)  # running, nobody leases it
     before = await snapshot(store, record.run_id)
-    other = make_agent(effects, store, clock, without_send=True)
+    other = paying_agent(effects, store, clock, without_send=True)
 
     with caplog.at_level(logging.WARNING, logger="fiduciary.agent"):
         assert await other.resume_all() == []

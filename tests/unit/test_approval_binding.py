@@ -77,7 +77,7 @@ async def tampered_store(
     await store.close()
 
 
-def _agent(effects: Effects, store: Store, clock: ManualClock, amount: str) -> Agent:
+def paying_agent(effects: Effects, store: Store, clock: ManualClock, amount: str) -> Agent:
     script = Script(
         "pay",
         [ToolCalls([Call("send", {"to": "bob", "amount": amount})]), Reply("reported")],
@@ -99,7 +99,7 @@ async def test_rewritten_args_with_the_old_digest_are_refused_at_the_decision(
     effects: Effects, tampered_store: tuple[Store, Tamper], clock: ManualClock
 ) -> None:
     store, tamper = tampered_store
-    agent = _agent(effects, store, clock, "150")
+    agent = paying_agent(effects, store, clock, "150")
     pending = await _pending(agent)
     tamper(str(pending.approval_id), {"args": json.dumps(_evil_args(pending))})
     with pytest.raises(ApprovalError) as err:
@@ -119,7 +119,7 @@ async def test_explicit_card_rewritten_to_confirm_still_needs_the_amount(
     effects: Effects, tampered_store: tuple[Store, Tamper], clock: ManualClock
 ) -> None:
     store, tamper = tampered_store
-    agent = _agent(effects, store, clock, "700")
+    agent = paying_agent(effects, store, clock, "700")
     pending = await _pending(agent)
     assert pending.tier == "explicit"
     tamper(str(pending.approval_id), {"tier": "confirm"})
@@ -138,7 +138,7 @@ async def test_a_row_rewritten_after_approval_does_not_execute(
     effects: Effects, tampered_store: tuple[Store, Tamper], clock: ManualClock, column: str
 ) -> None:
     store, tamper = tampered_store
-    agent = _agent(effects, store, clock, "700")
+    agent = paying_agent(effects, store, clock, "700")
     pending = await _pending(agent)
     await agent.approve(pending.approval_id, by=ALICE, confirm_amount="700")
     evil = _evil_args(pending)
@@ -165,7 +165,7 @@ async def test_an_honest_edit_still_executes(
     effects: Effects, tampered_store: tuple[Store, Tamper], clock: ManualClock
 ) -> None:
     store, _ = tampered_store
-    agent = _agent(effects, store, clock, "150")
+    agent = paying_agent(effects, store, clock, "150")
     pending = await _pending(agent)
     await agent.approve(pending.approval_id, by=ALICE, edits={"amount": "140", "memo": "rent"})
     await collect(agent.resume(pending.run_id))

@@ -8,7 +8,6 @@ only through the database.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -23,16 +22,17 @@ from fiduciary.events import RunCompleted, RunFailed
 from fiduciary.exceptions import RunError
 from fiduciary.server import MemoryKeyStore, RateLimit, create_app
 from fiduciary.stores.base import CancelRequest, RunRecord
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import open_stores
+from tests.agent_support import make_agent
+from tests.postgres_support import open_stores, require_driver
+from tests.waiting import eventually
 
 from .server.conftest import bearer, client_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
+require_driver()
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402
 
 TIMEOUT = 20.0
@@ -74,13 +74,12 @@ class Bank:
         return [balance, send]
 
 
-def make_agent(store: Any, bank: Bank, *, lease_seconds: float = 60.0) -> Agent:
-    return Agent(
+def banking_agent(store: Any, bank: Bank, *, lease_seconds: float = 60.0) -> Agent:
+    return make_agent(
+        store=store,
         model=ScriptedModel([SCRIPT]),
         capabilities=bank.capabilities(),
-        store=store,
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
-        authorize=allow_all,
         lease_seconds=lease_seconds,
     )
 
@@ -104,8 +103,8 @@ async def test_a_run_a_worker_drives_is_cancelled_from_another_process(
 ) -> None:
     bank = Bank()
     # a lease of a minute: the run can only end within the wait if the worker itself stops it
-    worker = make_agent(stores[1], bank)
-    front = make_agent(stores[0], bank)
+    worker = banking_agent(stores[1], bank)
+    front = banking_agent(stores[0], bank)
     stop = asyncio.Event()
     working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
     try:
@@ -141,7 +140,7 @@ async def test_a_dead_holders_lease_lapses_and_the_run_is_cancelled_here(
     stores: list[PostgresStore],
 ) -> None:
     bank = Bank()
-    front = make_agent(stores[0], bank, lease_seconds=1.0)
+    front = banking_agent(stores[0], bank, lease_seconds=1.0)
     run = await submit(front, "pay bob", principal="alice")
     # a worker claims the run and dies: nobody answers the request
     (claimed,) = await stores[1].claim_runnable(
@@ -166,7 +165,9 @@ async def test_a_run_a_server_drives_is_cancelled_through_another_server(
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", ["runs:write", "runs:read"])
     apps = [
-        create_app(make_agent(store, bank), keys=keys, rate_limit=RateLimit(100, 60), drive=drive)
+        create_app(
+            banking_agent(store, bank), keys=keys, rate_limit=RateLimit(100, 60), drive=drive
+        )
         for store, drive in ((stores[0], True), (stores[1], False))
     ]
     try:
@@ -198,7 +199,7 @@ async def test_only_recorded_cancel_requests_reach_the_holders(
     """A NOTIFY needs no privilege: one that names no recorded request (or nothing sensible) is
     ignored, and the listener goes on."""
     bank = Bank()
-    run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
+    run = await submit(banking_agent(stores[0], bank), "pay bob", principal="alice")
     seen: list[CancelRequest] = []
     arrived = asyncio.Event()
 
@@ -229,11 +230,14 @@ async def test_only_recorded_cancel_requests_reach_the_holders(
         "UPDATE cancel_requests SET requested_at = now() - interval '3 minutes' RETURNING 1"
     )
     await stores[0]._fetch("SELECT pg_notify('fiduciary_cancel', %s)", (str(request.request_id),))
+    # not a condition wait: it shows that nothing arrives, and no event marks "nothing came";
+    # the listener reads a request's row in a task of its own, so even a later request that
+    # does arrive would not prove this one was dropped
     await asyncio.sleep(0.3)
     assert len(seen) == 2
     stop()
     await stores[0].request_cancel(request)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # as above: nothing reaches a callback that stopped listening
     assert len(seen) == 2
 
 
@@ -241,15 +245,17 @@ async def test_a_request_from_someone_who_may_not_cancel_the_run_stops_nothing(
     stores: list[PostgresStore],
 ) -> None:
     bank = Bank()
-    worker = make_agent(stores[1], bank)
+    worker = banking_agent(stores[1], bank)
     stop = asyncio.Event()
     working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
     try:
-        run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
+        run = await submit(banking_agent(stores[0], bank), "pay bob", principal="alice")
         async with asyncio.timeout(TIMEOUT):
             await bank.reading.wait()
         mallory = CancelRequest(run_id=run.run_id, by="mallory")
         await stores[0].request_cancel(mallory)
+        # not a condition wait: it shows that the run is not stopped (nothing happens, and no
+        # event marks that): the time a wrongful stop would take to show
         await asyncio.sleep(0.5)
         held = await stores[0].get_run(run.run_id)
         assert held is not None
@@ -273,8 +279,8 @@ async def test_no_other_worker_takes_a_run_up_while_it_is_cancelled(
     """The holder takes the run over from its own drive before stopping it: the run is never
     unleased, so the other workers (woken by every release) cannot claim and drive it."""
     bank = Bank()
-    workers = [make_agent(store, bank) for store in stores[1:]]
-    front = make_agent(stores[0], bank)
+    workers = [banking_agent(store, bank) for store in stores[1:]]
+    front = banking_agent(stores[0], bank)
     stop = asyncio.Event()
     working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
     try:
@@ -285,7 +291,9 @@ async def test_no_other_worker_takes_a_run_up_while_it_is_cancelled(
                 await bank.reading.wait()
             cancelled = await front.cancel(run.run_id, by="alice", wait_seconds=TIMEOUT)
             assert cancelled.status == "cancelled"
-            await asyncio.sleep(0.2)  # time for a wrongful claim to show
+            # not a condition wait: it shows that no worker claims the run (nothing happens, and
+            # no event marks that): the time a wrongful claim would take to show
+            await asyncio.sleep(0.2)
     finally:
         stop.set()
         bank.release.set()
@@ -301,9 +309,9 @@ async def test_http_cancel_of_a_run_a_worker_drives(stores: list[PostgresStore])
     bank = Bank()
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", ["runs:write", "runs:read"])
-    worker = make_agent(stores[2], bank)
+    worker = banking_agent(stores[2], bank)
     app = create_app(
-        make_agent(stores[0], bank), keys=keys, rate_limit=RateLimit(100, 60), drive=False
+        banking_agent(stores[0], bank), keys=keys, rate_limit=RateLimit(100, 60), drive=False
     )
     stop = asyncio.Event()
     working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=3600))
@@ -331,7 +339,7 @@ async def test_a_cancel_that_may_not_wait_still_cancels_a_run_nobody_drives(
     stores: list[PostgresStore],
 ) -> None:
     bank = Bank()
-    front = make_agent(stores[0], bank)
+    front = banking_agent(stores[0], bank)
     run = await submit(front, "pay bob", principal="alice")  # claimable, not leased
     cancelled = await front.cancel(run.run_id, by="alice", wait_seconds=0)
     assert cancelled.status == "cancelled"
@@ -346,6 +354,11 @@ async def status_of(store: PostgresStore, run_id: UUID) -> str:
     run = await store.get_run(run_id)
     assert run is not None
     return run.status
+
+
+async def ended_or_driven_again(store: PostgresStore, run_id: UUID, bank: Bank) -> bool:
+    """The run was cancelled, or a worker drove it again (it read the balance once more)."""
+    return bank.reads > 1 or await status_of(store, run_id) == "cancelled"
 
 
 async def kept_for(
@@ -369,6 +382,8 @@ async def kept_for(
             return False  # given up, and claimed again by a worker
         if request is not None and now.lease_owner == claim.lease_owner:
             await store.request_cancel(request)
+        # a condition wait, polled: the lease is renewed in the runs row by another store,
+        # which offers nothing to await (and the request is resent between looks)
         await asyncio.sleep(0.1)
 
 
@@ -379,8 +394,8 @@ async def test_a_run_stays_with_its_canceller_while_the_principal_is_busy_elsewh
     for the principal's lock (held here by another process for longer than a lease): no other
     worker claims the run and drives it again meanwhile."""
     bank = Bank()
-    workers = [make_agent(store, bank, lease_seconds=LEASE) for store in stores[1:]]
-    front = make_agent(stores[0], bank, lease_seconds=LEASE)
+    workers = [banking_agent(store, bank, lease_seconds=LEASE) for store in stores[1:]]
+    front = banking_agent(stores[0], bank, lease_seconds=LEASE)
     stop = asyncio.Event()
     working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
     other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
@@ -414,12 +429,12 @@ async def test_a_worker_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
     requester still waits (its request keeps arriving), the holder keeps the run leased and
     tries again: were it released, the other worker would claim it and run its read again."""
     bank = Bank()
-    workers = [make_agent(store, bank, lease_seconds=LEASE) for store in stores[1:]]
+    workers = [banking_agent(store, bank, lease_seconds=LEASE) for store in stores[1:]]
     stop = asyncio.Event()
     working = [asyncio.create_task(run_worker(w, stop=stop, poll_interval=0.05)) for w in workers]
     other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
     try:
-        run = await submit(make_agent(stores[0], bank), "pay bob", principal="alice")
+        run = await submit(banking_agent(stores[0], bank), "pay bob", principal="alice")
         async with asyncio.timeout(TIMEOUT):
             await bank.reading.wait()
         claim = await stores[0].get_run(run.run_id)
@@ -432,10 +447,12 @@ async def test_a_worker_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
                 await kept_for(stores[0], claim, LEASE + (LEASE + 1) + 0.5, request)
             # the lock is free: the holder cancels the run, or the worker that claimed it drives
             # it again (no request reaches that one)
-            while await status_of(stores[0], run.run_id) != "cancelled":
-                if bank.reads > 1:
-                    break
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: ended_or_driven_again(stores[0], run.run_id, bank),
+                what="the run cancelled or driven again",
+                timeout=TIMEOUT,
+                interval=0.05,
+            )
     finally:
         stop.set()
         bank.release.set()
@@ -458,10 +475,12 @@ async def test_a_server_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", ["runs:write", "runs:read"])
     app = create_app(
-        make_agent(stores[0], bank, lease_seconds=LEASE), keys=keys, rate_limit=RateLimit(100, 60)
+        banking_agent(stores[0], bank, lease_seconds=LEASE),
+        keys=keys,
+        rate_limit=RateLimit(100, 60),
     )
     stop = asyncio.Event()
-    worker = make_agent(stores[2], bank, lease_seconds=LEASE)
+    worker = banking_agent(stores[2], bank, lease_seconds=LEASE)
     working = asyncio.create_task(run_worker(worker, stop=stop, poll_interval=0.05))
     other = await PostgresStore.open(stores[0].dsn)  # a fourth process, writing for alice
     try:
@@ -477,10 +496,12 @@ async def test_a_server_keeps_the_run_it_cancels_for_as_long_as_the_requester_wa
             async with asyncio.timeout(TIMEOUT):
                 async with other.principal_lock("alice"):
                     await kept_for(stores[1], claim, LEASE + (LEASE + 1) + 0.5, request)
-                while await status_of(stores[1], run_id) != "cancelled":
-                    if bank.reads > 1:
-                        break
-                    await asyncio.sleep(0.05)
+                await eventually(
+                    lambda: ended_or_driven_again(stores[1], run_id, bank),
+                    what="the run cancelled or driven again",
+                    timeout=TIMEOUT,
+                    interval=0.05,
+                )
     finally:
         stop.set()
         bank.release.set()
@@ -499,7 +520,7 @@ async def test_concurrent_cancels_through_one_server_share_one_outcome(
     bank = Bank()
     keys = MemoryKeyStore()
     key, _ = await keys.create("alice", ["runs:write", "runs:read"])
-    app = create_app(make_agent(stores[0], bank), keys=keys, rate_limit=RateLimit(100, 60))
+    app = create_app(banking_agent(stores[0], bank), keys=keys, rate_limit=RateLimit(100, 60))
     try:
         async with client_for(app) as client:
             started = await client.post("/runs", json={"message": "pay bob"}, headers=bearer(key))

@@ -25,8 +25,8 @@ from fiduciary.testing import (
     allow_all,
     collect,
 )
-
-from .conftest import Effects, toy_capabilities
+from tests.agent_support import Effects, toy_capabilities
+from tests.waiting import eventually
 
 
 @capability(
@@ -107,7 +107,8 @@ async def test_events_replays_then_follows_without_gap_or_duplicate(
                 return
 
     listener = asyncio.create_task(listen())
-    await asyncio.sleep(0)
+    # attached and caught up with the past before the live continuation starts
+    await eventually(lambda: seen and seen[-1].seq == first[-1].seq, what="the past", interval=0)
     second = await collect(agent.run("more", principal="alice", run_id=run_id))
     await asyncio.wait_for(listener, 5)
     assert [e.seq for e in seen] == list(range(3, second[-1].seq + 1))

@@ -21,6 +21,7 @@ from fiduciary.capabilities import Capability
 from fiduciary.events import Event, PendingAction, ToolCallEnd
 from fiduciary.stores.base import Store
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from tests.agent_support import make_agent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,7 +58,7 @@ class Bank:
         return [send]
 
 
-def make_agent(store: Store, bank: Bank) -> Agent:
+def spending_agent(store: Store, bank: Bank) -> Agent:
     def pay(amount: Decimal) -> Script:
         steps: list[ToolCalls | Reply] = [
             ToolCalls([Call("send", {"to": "bob", "amount": str(amount)})]),
@@ -65,15 +66,14 @@ def make_agent(store: Store, bank: Bank) -> Agent:
         ]
         return Script(f"pay {amount}", steps)
 
-    return Agent(
+    return make_agent(
+        store=store,
         model=ScriptedModel([pay(FIRST), pay(EACH)]),
         capabilities=bank.capabilities(),
-        store=store,
         policy=Policy(
             thresholds={"send": Threshold(auto_below=Decimal(70), confirm_below=Decimal(1000))},
             daily_autonomous_limit_usd=LIMIT,
         ),
-        authorize=allow_all,
     )
 
 
@@ -121,7 +121,7 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 async def test_two_agents_on_one_store_keep_the_daily_limit(stores: list[Store]) -> None:
     bank = Bank()
-    first, second = (make_agent(store, bank) for store in stores)
+    first, second = (spending_agent(store, bank) for store in stores)
     await run(first, f"pay {FIRST}", bank)
 
     logs = await asyncio.gather(run(first, f"pay {EACH}", bank), run(second, f"pay {EACH}", bank))

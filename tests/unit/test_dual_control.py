@@ -35,6 +35,23 @@ def dual_agent(effects: Effects, store: Store, clock: ManualClock) -> Agent:
     )
 
 
+async def proposed(
+    effects: Effects,
+    store: Store,
+    clock: ManualClock,
+    message: str = "send 150",
+    *,
+    voted_by: str | None = None,
+) -> tuple[Agent, PendingAction]:
+    """A dual-control agent whose run, alice's ``message``, waits for approval; with a first
+    vote by ``voted_by`` when given (one of the two the rule needs at 150)."""
+    agent = dual_agent(effects, store, clock)
+    pending = await pending_of(agent, message)
+    if voted_by is not None:
+        await agent.approve(pending.approval_id, by=voted_by)
+    return agent, pending
+
+
 async def pending_of(agent: Agent, message: str, principal: str = "alice") -> PendingAction:
     events = await collect(agent.run(message, principal=principal))
     return next(e for e in events if isinstance(e, PendingAction))
@@ -45,8 +62,7 @@ async def test_the_proposer_cannot_approve_its_own_action_even_as_admin(
 ) -> None:
     from fiduciary import Principal
 
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 150")
+    agent, pending = await proposed(effects, store, clock)
     for who in ("alice", Principal("alice", frozenset({"admin"}))):
         with pytest.raises(ApprovalError) as caught:
             await agent.approve(pending.approval_id, by=who)
@@ -67,8 +83,7 @@ async def test_the_proposer_cannot_approve_its_own_action_even_as_admin(
 async def test_two_of_three_approve_and_the_action_runs_once(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 150")
+    agent, pending = await proposed(effects, store, clock)
     first = await agent.approve(pending.approval_id, by="bob")
     assert first.status == "pending"
     # one person counts once, however many times (devices, channels) they approve
@@ -95,9 +110,7 @@ async def test_two_of_three_approve_and_the_action_runs_once(
 async def test_a_deny_after_one_approval_denies(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 150")
-    await agent.approve(pending.approval_id, by="bob")
+    agent, pending = await proposed(effects, store, clock, voted_by="bob")
     denied = await agent.deny(pending.approval_id, by="carol", reason="not budgeted")
     assert denied.status == "denied"
     with pytest.raises(ApprovalError) as after:
@@ -110,9 +123,7 @@ async def test_a_deny_after_one_approval_denies(
 async def test_an_edit_starts_a_new_approval_set(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 150")
-    await agent.approve(pending.approval_id, by="bob")
+    agent, pending = await proposed(effects, store, clock, voted_by="bob")
     edited = await agent.approve(pending.approval_id, by="carol", edits={"amount": "120"})
     assert edited.status == "pending"  # carol's vote is for other arguments than bob's
     votes = await store.list_votes(pending.approval_id)
@@ -133,9 +144,7 @@ async def test_an_edit_starts_a_new_approval_set(
 async def test_expiry_applies_to_the_whole_set(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 150")
-    await agent.approve(pending.approval_id, by="bob")
+    agent, pending = await proposed(effects, store, clock, voted_by="bob")
     clock.advance(timedelta(hours=1))
     with pytest.raises(ApprovalError) as late:
         await agent.approve(pending.approval_id, by="carol")
@@ -147,8 +156,7 @@ async def test_expiry_applies_to_the_whole_set(
 async def test_below_the_threshold_the_proposer_approves_alone(
     effects: Effects, store: Store, clock: ManualClock
 ) -> None:
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 50")
+    agent, pending = await proposed(effects, store, clock, "send 50")
     decided = await agent.approve(pending.approval_id, by="alice")
     assert decided.status == "approved"
     await collect(agent.resume(pending.run_id))
@@ -171,9 +179,7 @@ async def test_the_last_approval_and_the_expiry_at_once_give_one_outcome(
 ) -> None:
     import asyncio
 
-    agent = dual_agent(effects, store, clock)
-    pending = await pending_of(agent, "send 150")
-    await agent.approve(pending.approval_id, by="bob")
+    agent, pending = await proposed(effects, store, clock, voted_by="bob")
     record = await store.get_approval(pending.approval_id)
     assert record is not None
     expired = record.with_(status="expired", decided_at=clock.now())

@@ -5,7 +5,6 @@ append to)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -13,14 +12,13 @@ import pytest
 
 from fiduciary.events import PendingAction
 from fiduciary.testing import collect
-from tests.postgres_support import create_database
+from tests.postgres_support import create_database, require_driver
 
-from .dual_control_voter import make_agent
+from .dual_control_voter import dual_control_agent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
+require_driver()
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +47,7 @@ async def test_two_approvers_in_two_processes_execute_once(tmp_path: Path) -> No
     executions.touch()
     store = await PostgresStore.open(dsn)
     try:
-        agent = make_agent(store, executions)
+        agent = dual_control_agent(store, executions)
         events = await collect(agent.run("send 150", principal="alice"))
         pending = next(e for e in events if isinstance(e, PendingAction))
         approval_id = str(pending.approval_id)

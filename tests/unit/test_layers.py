@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Container, Iterable, Mapping
+from functools import cache
 from pathlib import Path
 
 import fiduciary
@@ -74,6 +75,7 @@ def graph_of(files: Mapping[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+@cache  # every test reads the same tree: parse its ~250 files once per test process
 def src_graph() -> dict[str, set[str]]:
     return graph_of({module_name(p, SRC.parent): p for p in SRC.rglob("*.py")})
 

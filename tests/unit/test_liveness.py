@@ -26,9 +26,7 @@ from fiduciary.testing import (
     ToolCalls,
     collect,
 )
-
-from . import conftest
-from .conftest import Effects
+from tests.agent_support import Effects, make_agent
 
 ALICE = "alice"
 TIMEOUT = 30.0  # catches a hang, never slowness
@@ -43,8 +41,8 @@ PAY = Script(
 )
 
 
-def make_agent(effects: Effects, store: Store, clock: ManualClock, **kwargs: Any) -> Agent:
-    return conftest.make_agent(effects, store, clock, PAY, **kwargs)
+def paying_agent(effects: Effects, store: Store, clock: ManualClock, **kwargs: Any) -> Agent:
+    return make_agent(effects, store, clock, PAY, **kwargs)
 
 
 class DiskFull(MemoryStore):
@@ -93,7 +91,7 @@ async def test_a_failing_store_is_raised_to_the_caller_after_the_lease_is_releas
     effects: Effects, clock: ManualClock
 ) -> None:
     store = DiskFull()
-    agent = make_agent(effects, store, clock)
+    agent = paying_agent(effects, store, clock)
     seen: list[Event] = []
 
     async def drain() -> None:
@@ -127,8 +125,8 @@ async def test_keep_runs_moving_drives_a_run_approved_in_another_process(
     decision; its sweep finds it."""
     path = tmp_path / "runs.sqlite3"
     serving, deciding = await SQLiteStore.open(path), await SQLiteStore.open(path)
-    agent = make_agent(effects, serving, clock)
-    person = make_agent(Effects(), deciding, clock)
+    agent = paying_agent(effects, serving, clock)
+    person = paying_agent(Effects(), deciding, clock)
     sweeper = asyncio.create_task(agent.keep_runs_moving(every=0.01))
     try:
         events = await collect(agent.run("pay carol", principal=ALICE))
@@ -151,7 +149,7 @@ async def test_keep_runs_moving_takes_over_a_dead_processs_run_once_its_lease_la
     effects: Effects, clock: ManualClock
 ) -> None:
     store = MemoryStore()
-    agent = make_agent(effects, store, clock, lease_seconds=30)
+    agent = paying_agent(effects, store, clock, lease_seconds=30)
     run = await agent.submit("pay carol", principal=ALICE)
     dead = await store.acquire(run.run_id, owner="dead", now=clock.now(), ttl_seconds=30)
     assert dead is not None  # a process took the run, and died with its lease live

@@ -7,7 +7,6 @@ Each "process" is an Agent on its own ``PostgresStore`` (its own pool and lock c
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -17,13 +16,13 @@ import pytest
 from fiduciary import Agent, CallContext, Policy, Threshold, capability
 from fiduciary.capabilities import Capability
 from fiduciary.events import PendingAction
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
-from tests.postgres_support import open_stores
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
+from tests.agent_support import make_agent
+from tests.postgres_support import open_stores, require_driver
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
+require_driver()
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402
 
 PROCESSES = 4
@@ -51,20 +50,19 @@ class Payments:
         return [send]
 
 
-def make_agent(store: Any, payments: Payments) -> Agent:
+def spending_agent(store: Any, payments: Payments) -> Agent:
     script = Script(
         "pay",
         [ToolCalls([Call("send", {"to": "bob", "amount": str(AMOUNT)})]), Reply("done")],
     )
-    return Agent(
+    return make_agent(
+        store=store,
         model=ScriptedModel([script]),
         capabilities=payments.capabilities(),
-        store=store,
         policy=Policy(
             thresholds={"send": Threshold(auto_below=Decimal(50), confirm_below=Decimal(1000))},
             daily_autonomous_limit_usd=LIMIT,
         ),
-        authorize=allow_all,
     )
 
 
@@ -76,7 +74,7 @@ async def stores() -> AsyncIterator[list[PostgresStore]]:
 
 async def test_the_daily_limit_holds_across_processes(stores: list[PostgresStore]) -> None:
     payments = Payments()
-    agents = [make_agent(store, payments) for store in stores]
+    agents = [spending_agent(store, payments) for store in stores]
 
     async def run(agent: Agent) -> list[Any]:
         return [event async for event in agent.run("pay bob", principal="alice")]
@@ -94,7 +92,7 @@ async def test_the_daily_limit_holds_across_processes(stores: list[PostgresStore
 
 async def test_other_principals_are_not_held_up(stores: list[PostgresStore]) -> None:
     payments = Payments()
-    agents = [make_agent(store, payments) for store in stores]
+    agents = [spending_agent(store, payments) for store in stores]
 
     async def run(agent: Agent, who: str) -> None:
         async for _ in agent.run("pay bob", principal=who):
@@ -119,7 +117,8 @@ async def test_a_stalled_process_loses_its_principal_locks(postgres_dsn: str) ->
             with pytest.raises(TimeoutError):  # held: the other process waits
                 async with asyncio.timeout(0.3), other.principal_lock("alice"):
                     pass
-            time.sleep(1.5)  # noqa: ASYNC251 - the whole process stalls (no keep-alive)
+            # the fault itself, not a wait: the whole process freezes past lock_idle_seconds
+            time.sleep(1.5)  # noqa: ASYNC251 - (no keep-alive is sent while it is frozen)
             async with asyncio.timeout(10), other.principal_lock("alice"):
                 pass
         # the stalled store reconnects for its next section
@@ -139,7 +138,7 @@ async def test_the_daily_limit_holds_for_concurrent_runs_of_one_process(tmp_path
 
     store = await SQLiteStore.open(tmp_path / "runs.sqlite3")
     payments = Payments()
-    agent = make_agent(store, payments)
+    agent = spending_agent(store, payments)
     try:
 
         async def run() -> None:
@@ -165,9 +164,10 @@ async def test_cancelled_sections_never_leave_a_principal_locked(postgres_dsn: s
 
             async def section() -> None:
                 async with mine.principal_lock("alice"):
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(0.002)  # the section's work: a window to cancel it in
 
             task = asyncio.create_task(section())
+            # not a wait: the cancel lands at a random point of taking, holding or giving back
             await asyncio.sleep(chance.uniform(0, 0.003))
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -37,7 +37,8 @@ from fiduciary.models.base import (
 from fiduciary.observability import diff, instrument, render_diff, replay, waterfall
 from fiduciary.stores.base import Store
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import MemoryStore, Reply, Script, ScriptedModel, allow_all, collect
+from fiduciary.testing import MemoryStore, Reply, Script, ScriptedModel, collect
+from tests.agent_support import make_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD = "held-secret-CANARY-4242"  # no known shape: only the host's known_secrets catch it
@@ -58,25 +59,19 @@ SPLITS = [pytest.param(n, id=f"{n}-char-deltas") for n in (1, 3, 7)]
 CHUNKS = [*SPLITS, pytest.param(100_000, id="whole")]
 
 
-def make_agent(store: Store, chunk_chars: int) -> Agent:
+def redacting_agent(store: Store, chunk_chars: int) -> Agent:
     script = Script(
         "what do you know",
         [Reply(REPLY, chunk_chars=chunk_chars), Reply("You are welcome.")],
     )
-    return Agent(
-        model=ScriptedModel([script]),
-        capabilities=[],
-        store=store,
-        authorize=allow_all,
-        redactor=REDACTOR,
-    )
+    return make_agent(None, store, None, script, capabilities=[], redactor=REDACTOR)
 
 
 async def drive(db: str, chunk_chars: int) -> str:
     """One run of two turns on the SQLite file ``db``; its id (run by the subprocess below)."""
     store = SQLiteStore(Path(db))
     try:
-        agent = make_agent(store, chunk_chars)
+        agent = redacting_agent(store, chunk_chars)
         events = await collect(agent.run("what do you know about me?", principal="alice"))
         run_id = events[0].run_id
         await collect(agent.run("thanks", principal="alice", run_id=run_id))
@@ -100,7 +95,7 @@ async def test_a_secret_the_model_says_reaches_no_event_request_log_or_trace(
     caplog.set_level(logging.DEBUG)  # everything any logger writes, at every level
     store = SQLiteStore(tmp_path / "runs.sqlite3")
     try:
-        agent = make_agent(store, chunk_chars)
+        agent = redacting_agent(store, chunk_chars)
         spans = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(spans))

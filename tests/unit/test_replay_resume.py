@@ -16,11 +16,11 @@ from fiduciary.testing import (
     ManualClock,
     Reply,
     Script,
-    ScriptedModel,
     ToolCalls,
     allow_all,
     collect,
 )
+from tests.agent_support import make_agent
 
 
 async def deny_all(request: AuthorizationRequest) -> bool:
@@ -31,7 +31,7 @@ class Crash(BaseException):
     """The process dies inside the handler (nothing after it runs)."""
 
 
-def make_agent(
+def transfer_agent(
     store: Store, clock: ManualClock, calls: list[str], *, crash: bool, authorized: bool = True
 ) -> Agent:
     @capability(kind="execute", replay="resume", tier="auto", flags={"irreversible"})
@@ -43,11 +43,12 @@ def make_agent(
         return {"to": to, "attempts": str(calls.count(ctx.idempotency_key))}
 
     script = Script("pay", [ToolCalls([Call("transfer", {"to": "bob"})]), Reply("sent")])
-    return Agent(
-        model=ScriptedModel([script]),
+    return make_agent(
+        None,
+        store,
+        clock,
+        script,
         capabilities=[transfer],
-        store=store,
-        clock=clock,
         authorize=allow_all if authorized else deny_all,
         lease_seconds=5,
     )
@@ -66,7 +67,7 @@ async def test_a_started_resume_call_is_handed_back_to_its_handler_once_then_rec
     store: Store, clock: ManualClock
 ) -> None:
     calls: list[str] = []
-    crashing = make_agent(store, clock, calls, crash=True)
+    crashing = transfer_agent(store, clock, calls, crash=True)
     with pytest.raises(Crash):
         await collect(crashing.run("pay bob", principal="alice"))
     [run] = await store.list_runs(limit=10)
@@ -77,7 +78,7 @@ async def test_a_started_resume_call_is_handed_back_to_its_handler_once_then_rec
     clock.advance(timedelta(seconds=6))  # the dead process's lease lapses
     # admitted before it started, it is not admitted again: an authorizer that would now say
     # no (or a policy that would now ask a person) must not disown what may have happened
-    agent = make_agent(store, clock, calls, crash=False, authorized=False)
+    agent = transfer_agent(store, clock, calls, crash=False, authorized=False)
     events = await collect(agent.resume(run.run_id))
     end = next(e for e in events if isinstance(e, ToolCallEnd))
     assert not end.is_error

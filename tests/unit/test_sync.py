@@ -28,12 +28,13 @@ from fiduciary import (
 )
 from fiduciary.events import TextDelta, TurnRetracted
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls
+from tests.agent_support import make_agent
 
-from .conftest import Effects, toy_capabilities
+from .conftest import Effects
 
 
-def make_agent(store: Store, effects: Effects) -> Agent:
+def sending_agent(store: Store, effects: Effects) -> Agent:
     model = ScriptedModel(
         [
             Script(
@@ -46,9 +47,7 @@ def make_agent(store: Store, effects: Effects) -> Agent:
             Script("hello", [Reply("Hello there.", chunk_chars=4)]),
         ]
     )
-    return Agent(
-        model=model, capabilities=toy_capabilities(effects), store=store, authorize=allow_all
-    )
+    return make_agent(effects, store, model=model)
 
 
 def approve_and_finish(agent: Agent, effects: Effects) -> None:
@@ -72,7 +71,7 @@ def approve_and_finish(agent: Agent, effects: Effects) -> None:
 def test_a_script_runs_approves_and_resumes(tmp_path: Path) -> None:
     effects = Effects()
     store = SQLiteStore(tmp_path / "runs.sqlite3")
-    agent = make_agent(store, effects)
+    agent = sending_agent(store, effects)
     approve_and_finish(agent, effects)
     call_sync(store.close())
 
@@ -80,7 +79,7 @@ def test_a_script_runs_approves_and_resumes(tmp_path: Path) -> None:
 async def test_it_works_where_an_event_loop_is_already_running() -> None:
     """As in Jupyter: the calling thread runs a loop, where asyncio.run would refuse."""
     effects = Effects()
-    approve_and_finish(make_agent(MemoryStore(), effects), effects)
+    approve_and_finish(sending_agent(MemoryStore(), effects), effects)
 
 
 async def test_every_call_runs_on_one_loop_of_its_own() -> None:
@@ -94,7 +93,7 @@ async def test_every_call_runs_on_one_loop_of_its_own() -> None:
 
 def test_a_denied_action_never_runs() -> None:
     effects = Effects()
-    agent = make_agent(MemoryStore(), effects)
+    agent = sending_agent(MemoryStore(), effects)
     first = run_sync(agent, "send 60 to bob", principal="alice")
     record = deny_sync(agent, first.pending[0], by="alice", reason="not today")
     assert record.status == "denied"
@@ -106,7 +105,7 @@ def test_a_denied_action_never_runs() -> None:
 
 def test_approving_a_card_binds_to_the_arguments_it_showed() -> None:
     effects = Effects()
-    agent = make_agent(MemoryStore(), effects)
+    agent = sending_agent(MemoryStore(), effects)
     first = run_sync(agent, "send 60 to bob", principal="alice")
     stale = first.pending[0].model_copy(update={"args_digest": "0" * 64})
     with pytest.raises(ApprovalError) as refused:
@@ -117,7 +116,7 @@ def test_approving_a_card_binds_to_the_arguments_it_showed() -> None:
 
 
 def test_a_run_without_approvals_completes_in_one_call() -> None:
-    result = run_sync(make_agent(MemoryStore(), Effects()), "hello", principal="alice")
+    result = run_sync(sending_agent(MemoryStore(), Effects()), "hello", principal="alice")
     assert result.status == "completed"
     assert result.text == "Hello there."
     assert result.pending == ()
@@ -125,7 +124,7 @@ def test_a_run_without_approvals_completes_in_one_call() -> None:
 
 
 def test_errors_reach_the_caller() -> None:
-    agent = make_agent(MemoryStore(), Effects())
+    agent = sending_agent(MemoryStore(), Effects())
     with pytest.raises(RunError) as invalid:
         run_sync(agent, "  ", principal="alice")
     assert invalid.value.code == "invalid"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -15,15 +15,12 @@ from fiduciary.events import Event, PendingAction, RunCompleted
 from fiduciary.exceptions import ConfigurationError, RunError
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ToolCalls
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import open_stores
-
-from . import conftest
-from .conftest import Effects
+from tests.agent_support import Effects, make_agent
+from tests.postgres_support import open_stores, require_driver
 
 pytestmark = pytest.mark.postgres
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
+require_driver()
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402
 
 TIMEOUT = 20.0
@@ -40,8 +37,8 @@ SCRIPT = Script(
 )
 
 
-def make_agent(store: Any, effects: Effects) -> Agent:
-    return conftest.make_agent(
+def worker_agent(store: Any, effects: Effects) -> Agent:
+    return make_agent(
         effects,
         store,
         None,
@@ -74,8 +71,8 @@ async def test_workers_drive_submitted_runs_and_wake_on_approvals_made_elsewhere
     stores: list[PostgresStore],
 ) -> None:
     effects = Effects()
-    workers = [make_agent(s, effects) for s in stores[:2]]
-    server = make_agent(stores[2], effects)
+    workers = [worker_agent(s, effects) for s in stores[:2]]
+    server = worker_agent(stores[2], effects)
     stop = asyncio.Event()
     running = [
         asyncio.create_task(run_worker(w, stop=stop, poll_interval=3600, concurrency=4))
@@ -102,10 +99,10 @@ async def test_workers_drive_submitted_runs_and_wake_on_approvals_made_elsewhere
 
 
 async def test_a_worker_stops_when_asked(stores: list[PostgresStore]) -> None:
-    agent = make_agent(stores[0], Effects())
+    agent = worker_agent(stores[0], Effects())
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(agent, stop=stop, poll_interval=3600))
-    await asyncio.sleep(0)  # let it start claiming
+    await asyncio.sleep(0)  # not a wait: one pass of the loop lets the worker start claiming
 
     stop.set()
 
@@ -114,13 +111,13 @@ async def test_a_worker_stops_when_asked(stores: list[PostgresStore]) -> None:
 
 
 async def test_a_worker_needs_a_store_that_hands_out_work() -> None:
-    agent = make_agent(MemoryStore(), Effects())
+    agent = worker_agent(MemoryStore(), Effects())
     with pytest.raises(ConfigurationError):
         await run_worker(agent, stop=asyncio.Event())
 
 
 async def test_a_worker_owner_must_be_its_agents(stores: list[PostgresStore]) -> None:
-    agent = make_agent(stores[0], Effects())
+    agent = worker_agent(stores[0], Effects())
     with pytest.raises(ConfigurationError):
         await run_worker(agent, stop=asyncio.Event(), owner="someone-else")
 
@@ -129,7 +126,7 @@ async def test_resume_drives_under_a_claim_without_leasing_again(
     stores: list[PostgresStore],
 ) -> None:
     effects = Effects()
-    server, worker, other = (make_agent(s, effects) for s in stores)
+    server, worker, other = (worker_agent(s, effects) for s in stores)
     run = await submit(server, "pay dave", principal="alice")
     (claimed,) = await stores[1].claim_runnable(
         owner=worker.owner, now=worker.clock.now(), ttl_seconds=5.0
@@ -155,15 +152,13 @@ async def test_a_claim_that_lapsed_before_its_drive_started_is_not_driven(
     from fiduciary.worker import _drive
 
     effects = Effects()
-    server, slow, fast = (make_agent(s, effects) for s in stores)
+    server, slow, fast = (worker_agent(s, effects) for s in stores)
     run = await submit(server, "pay erin", principal="alice")
     (stale,) = await stores[1].claim_runnable(
         owner=slow.owner, now=slow.clock.now(), ttl_seconds=0.01
     )
-    await asyncio.sleep(0.05)
-    (taken,) = await stores[2].claim_runnable(
-        owner=fast.owner, now=fast.clock.now(), ttl_seconds=5.0
-    )
+    later = fast.clock.now() + timedelta(seconds=1)  # the stale claim has lapsed by then
+    (taken,) = await stores[2].claim_runnable(owner=fast.owner, now=later, ttl_seconds=5.0)
     assert taken.epoch > stale.epoch
 
     await _drive(slow, stale)
@@ -186,8 +181,8 @@ async def test_a_run_released_while_its_claim_excluded_it_is_claimed_without_ano
     notification was the only one: the worker must claim the run once its drive has ended, not
     wait for its poll. The interleaving is forced here; on a busy machine it happens by itself."""
     effects = Effects()
-    server = make_agent(stores[2], effects)
-    worker = make_agent(stores[0], effects)
+    server = worker_agent(stores[2], effects)
+    worker = worker_agent(stores[0], effects)
     queue = stores[0]
     before_release: int | None = None  # the work generation before the run's release
     claiming = asyncio.Event()  # a claim that excludes the run has started since its release

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Collection
 from datetime import datetime
 from typing import Any
@@ -15,24 +14,21 @@ from fiduciary import Agent, PendingAction, Policy
 from fiduciary.stores.base import RunRecord
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
 from fiduciary.worker import run_worker, submit
-from tests.postgres_support import open_stores
-
-from . import conftest
-from .conftest import Effects, toy_capabilities
+from tests.agent_support import Effects, make_agent, toy_capabilities
+from tests.postgres_support import open_stores, require_driver
 
 pytestmark = pytest.mark.postgres
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
+require_driver()
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402
 
 TIMEOUT = 20.0
 PAY = Script("pay", [ToolCalls([Call("send", {"to": "carol", "amount": "5"})]), Reply("paid")])
 
 
-def make_agent(store: Any, effects: Effects, *, without_send: bool = False) -> Agent:
+def worker_agent(store: Any, effects: Effects, *, without_send: bool = False) -> Agent:
     capabilities = [c for c in toy_capabilities(effects) if not (without_send and c.name == "send")]
-    return conftest.make_agent(
+    return make_agent(
         effects,
         store,
         None,
@@ -85,10 +81,10 @@ async def test_a_run_refused_by_a_workers_agent_is_left_for_its_own(
     stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     effects = Effects()
-    wrong = make_agent(stores[0], effects, without_send=True)
+    wrong = worker_agent(stores[0], effects, without_send=True)
     claims = Claims(stores[0])
     monkeypatch.setattr(stores[0], "claim_runnable", claims)
-    record = await submit(make_agent(stores[1], effects), "pay carol", principal="alice")
+    record = await submit(worker_agent(stores[1], effects), "pay carol", principal="alice")
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(wrong, stop=stop, poll_interval=0.05))
     try:
@@ -104,7 +100,7 @@ async def test_a_run_refused_by_a_workers_agent_is_left_for_its_own(
     assert run is not None
     assert (run.status, run.last_seq, run.lease_owner) == ("running", 2, None)
     assert effects.payments == []
-    own = make_agent(stores[1], effects)
+    own = worker_agent(stores[1], effects)
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(own, stop=stop, poll_interval=0.05))
     try:
@@ -128,11 +124,11 @@ async def test_a_decided_run_refused_by_one_worker_is_driven_by_its_own(
     """An approval decided while a worker with the wrong agent runs: that worker claims the run,
     refuses it, and the run's own agent's worker must still get it."""
     effects = Effects()
-    own = make_agent(stores[1], effects).with_options(model=ScriptedModel([BIG]))
+    own = worker_agent(stores[1], effects).with_options(model=ScriptedModel([BIG]))
     events = [e async for e in own.run("big", principal="alice")]
     (pending,) = [e for e in events if isinstance(e, PendingAction)]
     run_id = events[0].run_id
-    wrong = make_agent(stores[0], effects, without_send=True)
+    wrong = worker_agent(stores[0], effects, without_send=True)
     claims = Claims(stores[0])
     monkeypatch.setattr(stores[0], "claim_runnable", claims)
     stop = asyncio.Event()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import inspect
 import logging
 import re
@@ -248,13 +249,14 @@ def _register_memory() -> None:
 
 
 def _register_mcp() -> None:
-    """``mcp`` (fiduciary.mcp); without the mcp extra, a command that names it."""
-    try:
-        from ..mcp.cli import register
-    except ImportError:
+    """``mcp`` (fiduciary.mcp); without the mcp extra, a command that names it. The SDK is
+    looked for, not imported: every command of the CLI would pay for loading it."""
+    if importlib.util.find_spec("mcp") is None:
         help_text = "Serve the agent's capabilities over MCP (needs the mcp extra)."
         app.command("mcp", help=help_text, context_settings=_ANY_ARGS)(_needs_mcp)
         return
+    from ..mcp.cli import register
+
     register(app)
 
 

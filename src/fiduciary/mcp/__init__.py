@@ -14,13 +14,52 @@
 The core never imports this package.
 """
 
-from ..context.skills import Skill, load_skills, parse_skill, skills_capability
-from ._connection import McpServer
-from .attach import attach_toolset, attached_mcp
-from .bridge import CallOutcome, McpGateway
-from .client import McpToolset, ToolPolicy, mcp_capabilities
-from .config import McpServerConfig, mcp_capabilities_from_config, read_config
-from .server import McpHttpApp, build_server, serve_stdio
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..context.skills import Skill, load_skills, parse_skill, skills_capability
+    from ._connection import McpServer
+    from .attach import attach_toolset, attached_mcp
+    from .bridge import CallOutcome, McpGateway
+    from .client import McpToolset, ToolPolicy, mcp_capabilities
+    from .config import McpServerConfig, mcp_capabilities_from_config, read_config
+    from .server import McpHttpApp, build_server, serve_stdio
+
+# where each public name lives: imported on first use, so that ``fiduciary mcp``'s commands
+# (and every other command of the CLI, which registers them) start without loading the SDK
+_WHERE = {
+    "Skill": "..context.skills",
+    "load_skills": "..context.skills",
+    "parse_skill": "..context.skills",
+    "skills_capability": "..context.skills",
+    "McpServer": "._connection",
+    "attach_toolset": ".attach",
+    "attached_mcp": ".attach",
+    "CallOutcome": ".bridge",
+    "McpGateway": ".bridge",
+    "McpToolset": ".client",
+    "ToolPolicy": ".client",
+    "mcp_capabilities": ".client",
+    "McpServerConfig": ".config",
+    "mcp_capabilities_from_config": ".config",
+    "read_config": ".config",
+    "McpHttpApp": ".server",
+    "build_server": ".server",
+    "serve_stdio": ".server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CallOutcome",

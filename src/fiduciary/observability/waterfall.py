@@ -205,6 +205,64 @@ class _Builder:
         if error:
             span.status = "error"
 
+    def _usage(self, e: Usage, at: datetime) -> None:
+        chat = self._chat(at)
+        chat.name = f"chat {e.model}"
+        chat.attributes.update(
+            {
+                "gen_ai.response.model": e.model,
+                "gen_ai.usage.input_tokens": e.input_tokens,
+                "gen_ai.usage.output_tokens": e.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": e.cache_read_tokens,
+            }
+        )
+        if e.cost_usd is not None:
+            chat.attributes["fiduciary.cost_usd"] = str(e.cost_usd)
+        if e.tier is not None:
+            chat.attributes["fiduciary.model.tier"] = e.tier
+
+    def _pending(self, e: PendingAction, at: datetime) -> None:
+        """The call's span ends pending; an approval span opens and the drive is suspended."""
+        span = self._tool(e.tool_use_id, e.name, at)
+        span.attributes["fiduciary.tool.tier"] = e.tier
+        self._end_tool(e.tool_use_id, at, "pending", error=False)
+        attributes: dict[str, Attribute] = {
+            "fiduciary.approval.id": str(e.approval_id),
+            "fiduciary.approval.tier": e.tier,
+            "fiduciary.approval.executor": e.executor,
+        }
+        if e.amount_usd is not None:
+            attributes["fiduciary.approval.amount_usd"] = str(e.amount_usd)
+        waiting = self._open("approval", f"await_approval {e.name}", at, None, **attributes)
+        waiting.status = "open"
+        self.approvals[e.tool_use_id] = waiting
+        self.suspended = True
+
+    def _resolved(self, e: ActionResolved, at: datetime) -> None:
+        """The approval span ends with the decision, noted on the call's span."""
+        waited = self.approvals.pop(e.tool_use_id, None)
+        if waited is not None:
+            waited.end = at
+            waited.status = "ok" if e.decision in ("approved", "client_result") else "error"
+            waited.attributes["fiduciary.approval.decision"] = e.decision
+            if e.by is not None:
+                waited.attributes["fiduciary.approval.by"] = e.by
+        span = self._tool(e.tool_use_id, None, at)
+        if waited is not None and "gen_ai.tool.name" not in span.attributes:
+            name = waited.name.removeprefix("await_approval ")
+            span.name = f"execute_tool {name}"
+            span.attributes["gen_ai.tool.name"] = name
+        span.events.append(
+            SpanEventView(
+                name="decision",
+                at=at,
+                attributes={
+                    "fiduciary.approval.decision": e.decision,
+                    "fiduciary.approval.edited": bool(e.edits),
+                },
+            )
+        )
+
     # --- events -----------------------------------------------------------------------------
     def add(self, e: Event) -> None:
         at = e.at
@@ -217,20 +275,7 @@ class _Builder:
             case UserMessage():
                 self._agent(at)
             case Usage():
-                chat = self._chat(at)
-                chat.name = f"chat {e.model}"
-                chat.attributes.update(
-                    {
-                        "gen_ai.response.model": e.model,
-                        "gen_ai.usage.input_tokens": e.input_tokens,
-                        "gen_ai.usage.output_tokens": e.output_tokens,
-                        "gen_ai.usage.cache_read.input_tokens": e.cache_read_tokens,
-                    }
-                )
-                if e.cost_usd is not None:
-                    chat.attributes["fiduciary.cost_usd"] = str(e.cost_usd)
-                if e.tier is not None:
-                    chat.attributes["fiduciary.model.tier"] = e.tier
+                self._usage(e, at)
             case TurnComplete():
                 self._chat(at)
                 self._end_chat(at, e.stop_reason)
@@ -269,43 +314,9 @@ class _Builder:
                     )
                 )
             case PendingAction():
-                span = self._tool(e.tool_use_id, e.name, at)
-                span.attributes["fiduciary.tool.tier"] = e.tier
-                self._end_tool(e.tool_use_id, at, "pending", error=False)
-                attributes: dict[str, Attribute] = {
-                    "fiduciary.approval.id": str(e.approval_id),
-                    "fiduciary.approval.tier": e.tier,
-                    "fiduciary.approval.executor": e.executor,
-                }
-                if e.amount_usd is not None:
-                    attributes["fiduciary.approval.amount_usd"] = str(e.amount_usd)
-                waiting = self._open("approval", f"await_approval {e.name}", at, None, **attributes)
-                waiting.status = "open"
-                self.approvals[e.tool_use_id] = waiting
-                self.suspended = True
+                self._pending(e, at)
             case ActionResolved():
-                waited = self.approvals.pop(e.tool_use_id, None)
-                if waited is not None:
-                    waited.end = at
-                    waited.status = "ok" if e.decision in ("approved", "client_result") else "error"
-                    waited.attributes["fiduciary.approval.decision"] = e.decision
-                    if e.by is not None:
-                        waited.attributes["fiduciary.approval.by"] = e.by
-                span = self._tool(e.tool_use_id, None, at)
-                if waited is not None and "gen_ai.tool.name" not in span.attributes:
-                    name = waited.name.removeprefix("await_approval ")
-                    span.name = f"execute_tool {name}"
-                    span.attributes["gen_ai.tool.name"] = name
-                span.events.append(
-                    SpanEventView(
-                        name="decision",
-                        at=at,
-                        attributes={
-                            "fiduciary.approval.decision": e.decision,
-                            "fiduciary.approval.edited": bool(e.edits),
-                        },
-                    )
-                )
+                self._resolved(e, at)
             case RunCompleted():
                 self._end_drive(at, "completed")
             case RunFailed():

@@ -42,6 +42,9 @@ from .settings import AppsSettings, ServerConfig
 from .webhooks import InboundChannel, WebhookTarget
 
 if TYPE_CHECKING:
+    import uvicorn
+    from starlette.applications import Starlette
+
     from ..passkeys import Passkeys
 
 __all__ = [
@@ -262,8 +265,6 @@ async def _serve(
     origins: Sequence[str] = (),
     passkeys: Passkeys | None = None,
 ) -> int:
-    import uvicorn
-
     from .app import create_app
     from .features import Features, open_features
     from .served import load_factory, serve_setup
@@ -341,32 +342,7 @@ async def _serve(
         mode = "" if drive else ", runs driven by workers"
         url = f"http://{_address(host, sockets[0].getsockname()[1])}/"
         listening = f"fiduciary: console and API at {url} ({escape(str(where))}{mode})"
-        loop = asyncio.get_running_loop()
-        server_state = app.state.server
-
-        class Server(uvicorn.Server):
-            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-                await super().startup(sockets)
-                if self.started:  # the app has started and the sockets accept connections
-                    console.print(listening, soft_wrap=True)
-
-            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-                # end the event streams at once (their clients reconnect, to this server when
-                # it is back or to another one), so the graceful shutdown need not wait for them
-                loop.call_soon_threadsafe(server_state.end_streams)
-                super().handle_exit(sig, frame)
-
-        server = Server(
-            uvicorn.Config(
-                app,
-                host=host,
-                port=port,
-                log_level="info",
-                server_header=False,
-                proxy_headers=False,
-                timeout_graceful_shutdown=5,
-            )
-        )
+        server = _uvicorn(app, host, port, lambda: console.print(listening, soft_wrap=True))
         for_many_runs()  # start-up is over: the collector's policy for many runs at once
         await server.serve(sockets=sockets)
         return 0
@@ -382,6 +358,39 @@ async def _serve(
         if keys is not None:
             await keys.aclose()
         await store.close()
+
+
+def _uvicorn(app: Starlette, host: str, port: int, listening: Callable[[], None]) -> uvicorn.Server:
+    """A uvicorn server for ``app`` that calls ``listening`` once its sockets accept
+    connections, and ends the event streams at once when asked to exit."""
+    import uvicorn
+
+    loop = asyncio.get_running_loop()
+    server_state = app.state.server
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the app has started and the sockets accept connections
+                listening()
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # end the event streams at once (their clients reconnect, to this server when
+            # it is back or to another one), so the graceful shutdown need not wait for them
+            loop.call_soon_threadsafe(server_state.end_streams)
+            super().handle_exit(sig, frame)
+
+    return Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=5,
+        )
+    )
 
 
 def listen(host: str, port: int) -> list[socket.socket]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -75,6 +75,84 @@ def _drop_null(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _parameters(op: Operation[Any], schemas: dict[str, Any]) -> list[dict[str, Any]]:
+    """The operation's path and header parameters, then its query model's fields (whose
+    definitions join ``schemas``)."""
+    parameters: list[dict[str, Any]] = []
+    for p in op.params:
+        parameters.append(
+            {
+                "name": p.name,
+                "in": p.where,
+                "required": p.required if p.where != "path" else True,
+                "schema": p.schema,
+                **({"description": p.description} if p.description else {}),
+            }
+        )
+    if op.query is not None:
+        query_schema = op.query.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(query_schema.pop("$defs", {}))
+        required = set(query_schema.get("required", []))
+        for name, prop in query_schema.get("properties", {}).items():
+            param_schema = _drop_null(dict(prop))
+            param_schema.pop("title", None)
+            parameters.append(
+                {
+                    "name": name,
+                    "in": "query",
+                    "required": name in required,
+                    "schema": param_schema,
+                    **({"description": prop["description"]} if "description" in prop else {}),
+                }
+            )
+    return parameters
+
+
+def _responses(
+    op: Operation[Any], refs: Mapping[tuple[Any, JsonSchemaMode], Any], problem_ref: Any
+) -> dict[str, Any]:
+    """The success response, then one per status of the problems the operation may answer
+    (its own, and those of every keyed, bodied or queried operation), then the default."""
+    responses: dict[str, Any] = {}
+    ok: dict[str, Any] = {"description": op.summary}
+    if op.response is not None:
+        ok["content"] = {op.media_type: {"schema": refs[(op.response, "serialization")]}}
+    elif op.media_type == "text/event-stream":  # (before OpenAPI 3.2: one event's schema)
+        ok["content"] = {op.media_type: {"schema": _SSE_EVENT}}
+    elif op.media_type != "application/json":
+        ok["content"] = {op.media_type: {"schema": {"type": "string"}}}
+    responses[str(op.status)] = ok
+    codes = list(op.problems)
+    codes += ["internal_error", "store_unavailable"]
+    if op.auth == "key":
+        codes += ["unauthenticated", "insufficient_scope"]
+    if op.body is not None:
+        codes += [
+            "invalid_json",
+            "unsupported_media_type",
+            "payload_too_large",
+            "invalid_request",
+        ]
+    if op.query is not None:
+        codes.append("invalid_request")
+    for code in dict.fromkeys(codes):
+        status = str(PROBLEMS[code][0])
+        entry = responses.setdefault(
+            status,
+            {
+                "description": PROBLEMS[code][1],
+                "content": {"application/problem+json": {"schema": problem_ref}},
+            },
+        )
+        if entry["description"] != PROBLEMS[code][1] and code not in entry["description"]:
+            entry["description"] += f"; {PROBLEMS[code][1]}"
+    responses["default"] = {
+        "description": "An error, as problem details",
+        "content": {"application/problem+json": {"schema": problem_ref}},
+    }
+    return responses
+
+
 def build_openapi(
     operations: Sequence[Operation[Any]], *, title: str, version: str, description: str = ""
 ) -> dict[str, Any]:
@@ -92,70 +170,8 @@ def build_openapi(
     problem_ref = refs[(ProblemBody, "serialization")]
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:
-        parameters: list[dict[str, Any]] = []
-        for p in op.params:
-            parameters.append(
-                {
-                    "name": p.name,
-                    "in": p.where,
-                    "required": p.required if p.where != "path" else True,
-                    "schema": p.schema,
-                    **({"description": p.description} if p.description else {}),
-                }
-            )
-        if op.query is not None:
-            query_schema = op.query.model_json_schema(ref_template="#/components/schemas/{model}")
-            schemas.update(query_schema.pop("$defs", {}))
-            required = set(query_schema.get("required", []))
-            for name, prop in query_schema.get("properties", {}).items():
-                param_schema = _drop_null(dict(prop))
-                param_schema.pop("title", None)
-                parameters.append(
-                    {
-                        "name": name,
-                        "in": "query",
-                        "required": name in required,
-                        "schema": param_schema,
-                        **({"description": prop["description"]} if "description" in prop else {}),
-                    }
-                )
-        responses: dict[str, Any] = {}
-        ok: dict[str, Any] = {"description": op.summary}
-        if op.response is not None:
-            ok["content"] = {op.media_type: {"schema": refs[(op.response, "serialization")]}}
-        elif op.media_type == "text/event-stream":  # (before OpenAPI 3.2: one event's schema)
-            ok["content"] = {op.media_type: {"schema": _SSE_EVENT}}
-        elif op.media_type != "application/json":
-            ok["content"] = {op.media_type: {"schema": {"type": "string"}}}
-        responses[str(op.status)] = ok
-        codes = list(op.problems)
-        codes += ["internal_error", "store_unavailable"]
-        if op.auth == "key":
-            codes += ["unauthenticated", "insufficient_scope"]
-        if op.body is not None:
-            codes += [
-                "invalid_json",
-                "unsupported_media_type",
-                "payload_too_large",
-                "invalid_request",
-            ]
-        if op.query is not None:
-            codes.append("invalid_request")
-        for code in dict.fromkeys(codes):
-            status = str(PROBLEMS[code][0])
-            entry = responses.setdefault(
-                status,
-                {
-                    "description": PROBLEMS[code][1],
-                    "content": {"application/problem+json": {"schema": problem_ref}},
-                },
-            )
-            if entry["description"] != PROBLEMS[code][1] and code not in entry["description"]:
-                entry["description"] += f"; {PROBLEMS[code][1]}"
-        responses["default"] = {
-            "description": "An error, as problem details",
-            "content": {"application/problem+json": {"schema": problem_ref}},
-        }
+        parameters = _parameters(op, schemas)
+        responses = _responses(op, refs, problem_ref)
         operation: dict[str, Any] = {
             "operationId": op.operation_id,
             "summary": op.summary,

@@ -177,68 +177,18 @@ class UIMessageStream:
                         "input": arguments,
                     }
                 )
-            case ToolCallEnd(tool_use_id=call_id, output=output, is_error=is_error):
-                if is_error:
-                    out.append(
-                        {"type": "tool-output-error", "toolCallId": call_id, "errorText": output}
-                    )
-                else:
-                    out.append(
-                        {
-                            "type": "tool-output-available",
-                            "toolCallId": call_id,
-                            "output": _json(output),
-                        }
-                    )
-            case ToolCallRejected(tool_use_id=call_id, reason=reason, message=message):
-                # every rejected call was started first (in this stream, or in the one before
-                # an approval, whose tool part the client holds)
-                if reason in ("denied", "expired"):
-                    out.append({"type": "tool-output-denied", "toolCallId": call_id})
-                else:
-                    out.append(
-                        {"type": "tool-output-error", "toolCallId": call_id, "errorText": message}
-                    )
+            case ToolCallEnd():
+                out.append(_tool_output(event))
+            case ToolCallRejected():
+                out.append(_tool_rejected(event))
             case PendingAction():
                 out.append(_approval_request(event))
-            case ActionResolved(decision=decision, approval_id=approval_id, reason=reason):
-                if decision != "client_result":
-                    response: Part = {
-                        "type": "tool-approval-response",
-                        "approvalId": str(approval_id),
-                        "approved": decision == "approved",
-                    }
-                    if decision == "expired":
-                        response["reason"] = "the approval expired"
-                    elif reason:
-                        response["reason"] = reason
-                    out.append(response)
+            case ActionResolved():
+                out += _approval_response(event)
             case GuardFired():
-                out.append(
-                    {
-                        "type": "data-guard",
-                        "id": f"guard-{event.seq}",
-                        "data": {
-                            "toolCallId": event.tool_use_id,
-                            "guard": event.guard,
-                            "verdict": event.verdict,
-                            "message": event.shown,  # the sentence for the person
-                        },
-                    }
-                )
+                out.append(_guard(event))
             case ToolProgress():
-                out.append(
-                    {
-                        "type": "data-tool-progress",
-                        "id": f"progress-{event.tool_use_id}",
-                        "data": {
-                            "toolCallId": event.tool_use_id,
-                            "message": event.message,
-                            "pct": event.pct,
-                        },
-                        "transient": True,
-                    }
-                )
+                out.append(_progress(event))
             case Usage():
                 pass  # the totals go out with the finish
             case TurnComplete():
@@ -584,3 +534,67 @@ def _client_results(
         if part.get("state") == "output-available":
             out.append((record.approval_id, part.get("output")))
     return out
+
+
+def _tool_output(event: ToolCallEnd) -> Part:
+    if event.is_error:
+        return {
+            "type": "tool-output-error",
+            "toolCallId": event.tool_use_id,
+            "errorText": event.output,
+        }
+    return {
+        "type": "tool-output-available",
+        "toolCallId": event.tool_use_id,
+        "output": _json(event.output),
+    }
+
+
+def _tool_rejected(event: ToolCallRejected) -> Part:
+    # every rejected call was started first (in this stream, or in the one before an approval,
+    # whose tool part the client holds)
+    if event.reason in ("denied", "expired"):
+        return {"type": "tool-output-denied", "toolCallId": event.tool_use_id}
+    return {
+        "type": "tool-output-error",
+        "toolCallId": event.tool_use_id,
+        "errorText": event.message,
+    }
+
+
+def _approval_response(event: ActionResolved) -> list[Part]:
+    """The person's decision on the call's approval (none for a client's result)."""
+    if event.decision == "client_result":
+        return []
+    response: Part = {
+        "type": "tool-approval-response",
+        "approvalId": str(event.approval_id),
+        "approved": event.decision == "approved",
+    }
+    if event.decision == "expired":
+        response["reason"] = "the approval expired"
+    elif event.reason:
+        response["reason"] = event.reason
+    return [response]
+
+
+def _guard(event: GuardFired) -> Part:
+    return {
+        "type": "data-guard",
+        "id": f"guard-{event.seq}",
+        "data": {
+            "toolCallId": event.tool_use_id,
+            "guard": event.guard,
+            "verdict": event.verdict,
+            "message": event.shown,  # the sentence for the person
+        },
+    }
+
+
+def _progress(event: ToolProgress) -> Part:
+    return {
+        "type": "data-tool-progress",
+        "id": f"progress-{event.tool_use_id}",
+        "data": {"toolCallId": event.tool_use_id, "message": event.message, "pct": event.pct},
+        "transient": True,
+    }

@@ -3,7 +3,7 @@ stepping in the background beside its runs — each tick slot runs once."""
 
 from __future__ import annotations
 
-import asyncio
+from functools import partial
 
 import pytest
 
@@ -12,6 +12,7 @@ from fiduciary.apps import AppEngine, AppTables
 from fiduciary.cli.app import _ticking
 from fiduciary.stores.base import Store
 from tests.postgres_support import open_stores
+from tests.waiting import eventually
 
 from .support import Book, Hooks, engine
 
@@ -64,10 +65,8 @@ async def test_two_workers_tick_each_slot_once() -> None:
             first = MADE[-2]
             for _ in range(3):
                 slot = first.slot_of(first.manifest("pulse"), CLOCK.now())
-                async with asyncio.timeout(30):
-                    # the tables are PostgreSQL's: no event to wait on, so look again
-                    while not await done(first, slot):  # noqa: ASYNC110
-                        await asyncio.sleep(0.01)
+                # the tables are PostgreSQL's: no event to wait on, so look again
+                await eventually(partial(done, first, slot), what="the slot ticked", interval=0.01)
                 CLOCK.advance(5)
             ticks = await first.tables.ticks("pulse", limit=100)
     assert [t.outcome for t in ticks].count("ran") >= 3

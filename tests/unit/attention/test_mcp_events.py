@@ -22,6 +22,7 @@ from pydantic import ConfigDict
 from fiduciary import ManualClock
 from fiduciary.attention.mcp_events import McpEvents, McpEventsExtension
 from fiduciary.attention.types import Batch, PermanentError
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,8 +99,7 @@ class EventsServer:
 
 async def until(condition: Callable[[], bool]) -> None:
     """Yield to the loop until ``condition`` holds (the SDK's queues offer no hook to await)."""
-    while not condition():  # noqa: ASYNC110
-        await asyncio.sleep(0)
+    await eventually(condition, what="the SDK's queues to get there", interval=0)
 
 
 class Gate:

@@ -6,7 +6,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -23,8 +22,8 @@ from fiduciary.attention.watch import Attention, Report
 from fiduciary.models.scripted import Call, Reply, Script, ScriptedModel, ToolCalls
 from fiduciary.stores.base import Store
 from fiduciary.testing import allow_all
-
-from ..conftest import Effects, toy_capabilities
+from tests.agent_support import Effects, toy_capabilities
+from tests.waiting import wait_for
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -400,11 +399,12 @@ def test_a_kill_after_the_cursor_commit_resumes_from_it_without_duplicate_decisi
     child = Path(__file__).with_name("kill_child.py")
     first = subprocess.Popen([sys.executable, str(child), str(record_path), str(log), "first"])
     try:
-        deadline = time.monotonic() + 60
-        while "blocked ev-3" not in log.read_text():
-            assert first.poll() is None, "the first process ended early"
-            assert time.monotonic() < deadline, "the first process never reached ev-3"
-            time.sleep(0.05)
+        wait_for(
+            lambda: "blocked ev-3" in log.read_text() or first.poll() is not None,
+            what="the first process to reach ev-3",
+            timeout=60,
+        )
+        assert first.poll() is None, "the first process ended early"
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()

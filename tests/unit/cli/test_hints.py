@@ -30,7 +30,7 @@ MODULE = """\
 from fiduciary.server.served import wallet_agent
 
 
-def make_agent(store):
+def my_agent(store):
     return wallet_agent(store)
 """
 
@@ -126,11 +126,11 @@ def test_an_agent_module_in_the_current_directory_and_the_resume_hint(tmp_path: 
     (run_id,) = said(tmp_path / "demo.sqlite3")
     resume = [str(PROGRAM), "runs", "resume", str(run_id), "--db", "demo.sqlite3"]
 
-    code, err = interrupt_at_the_question([*resume, "--agent", "mywallet:make_agent"], tmp_path)
+    code, err = interrupt_at_the_question([*resume, "--agent", "mywallet:my_agent"], tmp_path)
 
     assert code == 130, err  # the module was imported: the run's question was asked again
     command = hint(err, "Continue it with: ")
-    agent = "--agent mywallet:make_agent"
+    agent = "--agent mywallet:my_agent"
     assert command == f"{PROGRAM} runs resume {run_id} --db demo.sqlite3 {agent}"
     resumed = pasted(command, tmp_path, "y\n")
     assert resumed.returncode == 0, resumed.stderr

@@ -7,11 +7,12 @@ import re
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.waiting import wait_for
 
 from .support import argv, environment, fiduciary
 
@@ -103,11 +104,15 @@ def test_reset_refuses_a_database_an_mcp_client_holds(tmp_path: Path) -> None:
     )  # fmt: skip
     lock = db.with_name(db.name + ".lock")
     try:
-        deadline = time.monotonic() + 60
-        while f"{served.pid} fiduciary mcp" not in (lock.read_text() if lock.exists() else ""):
-            assert served.poll() is None, served.communicate()[1]
-            assert time.monotonic() < deadline, "fiduciary mcp never held the file"
-            time.sleep(0.05)
+        wait_for(
+            lambda: (
+                f"{served.pid} fiduciary mcp" in (lock.read_text() if lock.exists() else "")
+                or served.poll() is not None
+            ),
+            what="fiduciary mcp to hold the file",
+            timeout=60,
+        )
+        assert served.poll() is None, served.communicate()[1]
 
         refused = fiduciary("demo", "--reset", "--yes", "--db", db)
 

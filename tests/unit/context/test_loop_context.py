@@ -53,6 +53,7 @@ from fiduciary.testing import (
     ToolCalls,
     allow_all,
 )
+from tests.waiting import eventually
 
 CANARY = "sk-live-canary-7777777777777777"
 BIG = "x" * 2_000
@@ -64,11 +65,15 @@ class Crash(BaseException):
 
 async def committed(store: Store, kind: type[Any]) -> None:
     """Wait until an event of ``kind`` is in the store: what a crash after it leaves behind."""
-    while True:
+
+    async def written() -> bool:
         for run in await store.list_runs():
             if any(isinstance(e, kind) for e in await store.read_events(run.run_id)):
-                return
-        await asyncio.sleep(0)
+                return True
+        return False
+
+    # the run's task in this loop writes it: yield to the loop between looks
+    await eventually(written, what=f"a {kind.__name__} in the store", interval=0)
 
 
 class Reader:

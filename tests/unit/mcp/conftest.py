@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from fiduciary.mcp import McpServer
 from fiduciary.stores.base import Store
 from fiduciary.stores.memory import MemoryStore
+from tests.waiting import holds_within
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -50,15 +50,16 @@ def start_http_bank(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait for the condition: the port answers
+
+    def answers() -> bool:
         try:
             httpx.get(url, timeout=1)
-            return process, url
         except httpx.TransportError:
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
+            return False
+        return True
+
+    if holds_within(lambda: process.poll() is not None or answers(), 30) and answers():
+        return process, url
     process.kill()
     raise RuntimeError("the bank server did not start")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from fiduciary import Agent, CallContext, capability
 from fiduciary.stores.base import Store
-from fiduciary.testing import ScriptedModel, allow_all
+from tests.agent_support import make_agent
 
 
 def _effect(line: str) -> None:
@@ -66,11 +66,9 @@ async def slow_send(to: str) -> dict[str, str]:
     return {"sent": to}
 
 
-def make_agent(store: Store) -> Agent:
-    return Agent(
-        model=ScriptedModel([]),
-        capabilities=[balance, send, note, slow_send, greeting],
+def mcp_agent(store: Store) -> Agent:
+    return make_agent(
         store=store,
-        authorize=allow_all,
+        capabilities=[balance, send, note, slow_send, greeting],
         lease_seconds=2.0,  # a killed server's run is taken over soon
     )

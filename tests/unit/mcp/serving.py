@@ -29,7 +29,7 @@ from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.sqlite import SQLiteStore
 
 from .conftest import ROOT
-from .served_agent import make_agent
+from .served_agent import mcp_agent
 
 Connect = Callable[..., AbstractAsyncContextManager[Client]]
 
@@ -56,7 +56,7 @@ async def served(
     db, effects = tmp_path / "runs.sqlite3", tmp_path / "effects.log"
     monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
     store = SQLiteStore(db)
-    agent = make_agent(store)
+    agent = mcp_agent(store)
     try:
         if request.param == "stdio":
             yield stdio_served(agent, db, effects)
@@ -76,7 +76,7 @@ def stdio_served(agent: Agent, db: Path, effects: Path, pid_file: Path | None = 
                 "fiduciary",
                 "mcp",
                 "--agent",
-                "tests.unit.mcp.served_agent:make_agent",
+                "tests.unit.mcp.served_agent:mcp_agent",
                 "--principal",
                 principal,
                 "--db",

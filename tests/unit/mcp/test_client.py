@@ -18,6 +18,7 @@ from fiduciary.mcp import McpServer, ToolPolicy, mcp_capabilities
 from fiduciary.models.scripted import Step
 from fiduciary.stores.base import Store
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+from tests.agent_support import make_agent
 
 from .bank_server import SECRET
 from .conftest import Bank
@@ -25,9 +26,8 @@ from .conftest import Bank
 pytestmark = pytest.mark.timeout(90)
 
 
-def _agent(store: Store, caps: Sequence[Capability], steps: Sequence[Step]) -> Agent:
-    model = ScriptedModel([Script("", steps)])
-    return Agent(model=model, capabilities=caps, store=store, authorize=allow_all)
+def scripted_agent(store: Store, caps: Sequence[Capability], steps: Sequence[Step]) -> Agent:
+    return make_agent(None, store, None, Script("", steps), capabilities=caps)
 
 
 def _ends(events: Sequence[Event]) -> dict[str, ToolCallEnd]:
@@ -63,7 +63,9 @@ async def test_two_reads_run_on_their_own_and_together(bank: Bank, store: Store)
             ToolCalls([Call("balance", {"account": "main"}), Call("rates", {"currency": "EUR"})]),
             Reply("done"),
         ]
-        events = await collect(_agent(store, list(tools), steps).run("look", principal="alice"))
+        events = await collect(
+            scripted_agent(store, list(tools), steps).run("look", principal="alice")
+        )
     ends = _ends(events)
     assert not [e for e in events if isinstance(e, PendingAction)]
     for name in ("balance", "rates"):
@@ -82,7 +84,7 @@ async def test_an_unmapped_tool_waits_for_a_person_then_runs_once(
             ToolCalls([Call("transfer", {"to": "bob", "amount": amount})]),
             Reply("sent"),
         ]
-        agent = _agent(store, list(tools), steps)
+        agent = scripted_agent(store, list(tools), steps)
         events = await collect(agent.run("pay bob", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
         assert pending.tier == "confirm"
@@ -105,7 +107,9 @@ async def test_an_operation_and_amount_put_a_small_transfer_under_the_policy(
             ToolCalls([Call("bank_transfer", {"to": "eve", "amount": 500})]),
             Reply("done"),
         ]
-        events = await collect(_agent(store, list(tools), steps).run("pay", principal="alice"))
+        events = await collect(
+            scripted_agent(store, list(tools), steps).run("pay", principal="alice")
+        )
     (pending,) = [e for e in events if isinstance(e, PendingAction)]  # $500: a person decides
     assert pending.input == {"to": "eve", "amount": 500}
     assert pending.amount_usd == 500
@@ -120,7 +124,9 @@ async def test_input_is_checked_against_the_tools_schema_before_any_call(
             ToolCalls([Call("transfer", {"to": "bob", "amount": "lots"})]),
             Reply("no"),
         ]
-        events = await collect(_agent(store, list(tools), steps).run("pay", principal="alice"))
+        events = await collect(
+            scripted_agent(store, list(tools), steps).run("pay", principal="alice")
+        )
     (rejected,) = [e for e in events if isinstance(e, ToolCallRejected)]
     assert rejected.reason == "invalid_input"
     assert "amount" in rejected.message
@@ -176,7 +182,7 @@ async def test_a_write_that_times_out_is_unknown_and_never_retried(
 ) -> None:
     async with await mcp_capabilities(bank.server, timeout=1.0) as tools:
         steps: list[Step] = [ToolCalls([Call("hang", {"note": "x"})]), Reply("checked")]
-        agent = _agent(store, list(tools), steps)
+        agent = scripted_agent(store, list(tools), steps)
         events = await collect(agent.run("go", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
         await agent.approve(pending.approval_id, by="alice")
@@ -199,7 +205,7 @@ async def test_a_server_killed_mid_call_leaves_the_outcome_unknown_and_the_run_c
             ToolCalls([Call("rates", {"currency": "EUR"})]),
             Reply("done"),
         ]
-        agent = _agent(store, list(tools), steps)
+        agent = scripted_agent(store, list(tools), steps)
         events = await collect(agent.run("go", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
         await agent.approve(pending.approval_id, by="alice")
@@ -236,7 +242,9 @@ async def test_a_dead_server_answers_a_refusal_at_once(tmp_path: Path, store: St
             ToolCalls([Call("rates", {"currency": "USD"})]),
             Reply("down"),
         ]
-        events = await collect(_agent(store, list(tools), steps).run("rates", principal="alice"))
+        events = await collect(
+            scripted_agent(store, list(tools), steps).run("rates", principal="alice")
+        )
     outputs = [e.output for e in events if isinstance(e, ToolCallEnd)]
     assert len(outputs) == 2
     assert all("mcp_unavailable" in o for o in outputs), outputs

@@ -30,11 +30,11 @@ from fiduciary.stores.memory import MemoryStore
 from fiduciary.stores.sqlite import SQLiteStore
 
 from .conftest import ROOT
-from .served_agent import make_agent
+from .served_agent import mcp_agent
 
 pytestmark = pytest.mark.timeout(180)
 
-AGENT = "tests.unit.mcp.served_agent:make_agent"
+AGENT = "tests.unit.mcp.served_agent:mcp_agent"
 BANK = [sys.executable, "-m", "tests.unit.mcp.bank_server"]
 
 
@@ -221,7 +221,7 @@ async def test_fiduciary_mcp_serves_a_configured_servers_tools_gated(tmp_path: P
 
 
 async def test_a_servers_tool_named_like_the_agents_own_is_refused(tmp_path: Path) -> None:
-    agent = make_agent(MemoryStore())
+    agent = mcp_agent(MemoryStore())
     server = McpServer.stdio("bank", *BANK, cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)})
     async with await mcp_capabilities(server) as tools:
         with pytest.raises(ConfigurationError) as refused:
@@ -258,7 +258,7 @@ def test_configuration_files_read_as_documented(tmp_path: Path) -> None:
 
 
 async def test_an_agent_without_skills_gets_use_skill_over_the_servers_prompts() -> None:
-    agent = make_agent(MemoryStore())
+    agent = mcp_agent(MemoryStore())
     assert agent.gates.get("use_skill") is None
     server = McpServer.stdio(
         "bank", *BANK, cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)}, prefix="bank_"
@@ -287,7 +287,7 @@ async def test_the_approvals_command_is_given_the_servers_by_the_environment(
     servers = tmp_path / "servers.toml"
     servers.write_text(_bank_table("bank", log, "bank_"), encoding="utf-8")
     store = SQLiteStore(db)
-    agent = make_agent(store)
+    agent = mcp_agent(store)
     alice, args = Principal("alice"), {"to": "bob", "amount": 7}
     try:
         async with attached_mcp(agent, read_config(servers)) as (agent, _):

@@ -25,7 +25,7 @@ from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.memory import MemoryStore
 
 from .conftest import ROOT
-from .served_agent import make_agent
+from .served_agent import mcp_agent
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,7 +63,7 @@ async def test_the_documented_http_configuration_reaches_serves_mcp_endpoint() -
     assert (url.host, url.port) == ("127.0.0.1", 8000)  # serve's defaults
     keys = MemoryKeyStore()
     store = MemoryStore()
-    app = create_app(make_agent(store), keys=keys, resume_on_start=False)
+    app = create_app(mcp_agent(store), keys=keys, resume_on_start=False)
     key, _ = await keys.create("demo-user", ["runs:read", "runs:write", "approvals:decide"])
     headers = {
         k: v.replace("fid_...", key) for k, v in config["headers"].items()

@@ -21,7 +21,7 @@ from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.memory import MemoryStore
 
 from .real_serve import offline_env, real_serve
-from .served_agent import make_agent
+from .served_agent import mcp_agent
 from .serving import Served, result, served
 
 __all__ = ["served"]  # the fixture: stdio and HTTP
@@ -62,7 +62,7 @@ async def http_app(**options: Any) -> AsyncIterator[tuple[httpx2.AsyncClient, st
     """The app serve runs, in-process, as if reached at 127.0.0.1:8123; alice's key."""
     keys = MemoryKeyStore()
     store = MemoryStore()
-    app = create_app(make_agent(store), keys=keys, resume_on_start=False, **options)
+    app = create_app(mcp_agent(store), keys=keys, resume_on_start=False, **options)
     key, _ = await keys.create("alice", ["runs:read", "runs:write", "approvals:decide"])
     try:
         async with httpx2.AsyncClient(

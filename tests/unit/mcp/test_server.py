@@ -21,7 +21,7 @@ from fiduciary.server.app import create_app
 from fiduciary.server.auth import MemoryKeyStore
 from fiduciary.stores.sqlite import SQLiteStore
 
-from .served_agent import make_agent
+from .served_agent import mcp_agent
 from .serving import Served, no_done_ledger_row, served, stdio_served
 from .serving import result as _result
 
@@ -112,7 +112,7 @@ async def test_another_principal_sees_and_decides_nothing_of_the_first(served: S
 async def test_an_unknown_key_is_refused(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.sqlite3")
     try:
-        app = create_app(make_agent(store), keys=MemoryKeyStore(), resume_on_start=False)
+        app = create_app(mcp_agent(store), keys=MemoryKeyStore(), resume_on_start=False)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://testserver"
         ) as api:
@@ -133,7 +133,7 @@ async def test_a_write_killed_after_its_started_row_is_unknown_and_never_runs_tw
     pid_file = tmp_path / "server.pid"
     monkeypatch.setenv("FID_MCP_EFFECTS", str(effects))
     store = SQLiteStore(db)
-    served = stdio_served(make_agent(store), db, effects, pid_file)
+    served = stdio_served(mcp_agent(store), db, effects, pid_file)
     try:
         with anyio.fail_after(60):
             async with served.connect("alice") as client, anyio.create_task_group() as tg:

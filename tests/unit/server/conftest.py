@@ -18,7 +18,8 @@ from fiduciary.demo import Billing, demo_script
 from fiduciary.events import Event, decode_event, parse_sse
 from fiduciary.server import MemoryKeyStore, RateLimit, Server, create_app
 from fiduciary.stores.base import Store
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ToolCalls
+from tests.agent_support import make_agent
 
 from ..conftest import Effects, toy_capabilities
 from .asgi import StreamingASGITransport
@@ -58,13 +59,13 @@ def scripts() -> list[Script]:
     ]
 
 
-def make_agent(store: Store, clock: ManualClock, effects: Effects, billing: Billing) -> Agent:
-    return Agent(
-        model=ScriptedModel(scripts()),
+def billing_agent(store: Store, clock: ManualClock, effects: Effects, billing: Billing) -> Agent:
+    return make_agent(
+        effects,
+        store,
+        clock,
+        *scripts(),
         capabilities=[*billing.capabilities(), *toy_capabilities(effects), sign_and_send],
-        store=store,
-        clock=clock,
-        authorize=allow_all,
     )
 
 
@@ -85,7 +86,7 @@ def billing() -> Billing:
 
 @pytest.fixture
 def agent(store: Store, clock: ManualClock, effects: Effects, billing: Billing) -> Agent:
-    return make_agent(store, clock, effects, billing)
+    return billing_agent(store, clock, effects, billing)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from fiduciary import ManualClock
 from fiduciary.exceptions import StoreError
 from fiduciary.server import MemoryKeyStore, PostgresKeyStore, SQLiteKeyStore
 from fiduciary.server.auth import KeyStore, digest
+from tests.postgres_support import create_database, require_driver
 
 from .conftest import Keys, bearer, problem
 
@@ -30,11 +30,7 @@ async def key_store(
     elif request.param == "sqlite":
         store = SQLiteKeyStore(tmp_path / "keys.sqlite3", clock=clock)
     else:
-        if os.environ.get("CI") != "true":
-            pytest.importorskip("psycopg")
-        from tests.postgres_support import new_database
-
-        store = PostgresKeyStore(await new_database(), clock=clock)
+        store = PostgresKeyStore(create_database(), clock=clock)
     try:
         yield store
     finally:
@@ -77,11 +73,7 @@ async def test_a_key_verifies_and_only_its_digest_is_stored(
 @pytest.mark.postgres
 async def test_keys_on_postgres_are_shared_by_every_instance(clock: ManualClock) -> None:
     """A key created through one instance works on another; a revocation reaches it at once."""
-    if os.environ.get("CI") != "true":
-        pytest.importorskip("psycopg")
-    from tests.postgres_support import new_database
-
-    dsn = await new_database()
+    dsn = create_database()
     a, b = await PostgresKeyStore.open(dsn, clock=clock), await PostgresKeyStore.open(dsn)
     try:
         key, record = await a.create("alice", ["runs:read"], label="laptop")
@@ -97,8 +89,7 @@ async def test_keys_on_postgres_are_shared_by_every_instance(clock: ManualClock)
 
 
 async def test_an_unreachable_postgres_is_a_store_error() -> None:
-    if os.environ.get("CI") != "true":
-        pytest.importorskip("psycopg")
+    require_driver()  # no server needed: the one it names does not exist
     keys = PostgresKeyStore("postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=1")
     with pytest.raises(StoreError, match="API keys"):
         await keys.verify("fid_" + "0" * 16 + "_" + "x" * 43)

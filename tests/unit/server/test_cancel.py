@@ -15,7 +15,16 @@ from fiduciary.server import Server
 from fiduciary.stores.base import Store
 
 from ..conftest import Effects
-from .conftest import AppFactory, Keys, bearer, client_for, make_agent, problem, settle, start_run
+from .conftest import (
+    AppFactory,
+    Keys,
+    bearer,
+    billing_agent,
+    client_for,
+    problem,
+    settle,
+    start_run,
+)
 from .test_sse import GatedModel, read_events
 
 pytestmark = pytest.mark.timeout(30)
@@ -24,7 +33,7 @@ pytestmark = pytest.mark.timeout(30)
 def cancelling_agent(
     store: Store, clock: ManualClock, effects: Effects, billing: Billing, model: Any
 ) -> Agent:
-    base = make_agent(store, clock, effects, billing)
+    base = billing_agent(store, clock, effects, billing)
     return Agent(
         model=model,
         capabilities=[c for n in base.gates.names if (c := base.gates.get(n)) is not None],

@@ -3,9 +3,7 @@ background), one inbox for the console and signed webhooks, and the attention fe
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,6 +17,7 @@ from fiduciary.attention.watch import Attention
 from fiduciary.server import InboundChannel, Server
 from fiduciary.server.features import AttentionFeature, Features
 from fiduciary.stores.base import Store
+from tests.waiting import eventually
 
 from ..apps.support import Book, Hooks, engine
 from .conftest import AppFactory, Keys, bearer, client_for, problem, settle
@@ -38,14 +37,6 @@ sources: [n]
 Answer questions.
 """
 DESK_HOOK = InboundChannel("desk-hook", SECRET, "alice")
-
-
-async def until(check: Callable[[], Awaitable[object]]) -> None:
-    """Until ``check`` answers something true, looking again after each pass of the loop."""
-    async with asyncio.timeout(20):
-        # the state is in tables with no event to wait on: yield to the loop between looks
-        while not await check():  # noqa: ASYNC110
-            await asyncio.sleep(0)
 
 
 async def three(record: AttentionRecord) -> bool:
@@ -135,7 +126,10 @@ async def test_the_engine_ticks_in_the_background_until_stopped(
     await features.start()
     try:
         # autoStart enabled it, and its first slot ran
-        await until(lambda: eng.tables.ticks("desk", status="done", limit=1))
+        # the state is in tables with no event to wait on: yield to the loop between looks
+        await eventually(
+            lambda: eng.tables.ticks("desk", status="done", limit=1), what="a tick", interval=0
+        )
         assert (await eng.record("desk")).enabled
     finally:
         await features.stop()
@@ -174,7 +168,7 @@ async def test_the_decision_feed_and_attention_webhooks_over_http(
                 headers = {**signed(body, clock), "webhook-id": f"d{i}"}
                 taken = await client.post("/attention/hooks/chat", content=body, headers=headers)
                 assert taken.status_code == 202, taken.text
-            await until(lambda: three(record))
+            await eventually(lambda: three(record), what="three decisions", interval=0)
             refused = await client.get("/attention/decisions")
             problem(refused, 401, "unauthenticated")
             headers = {**bearer(keys.alice), "Last-Event-ID": "1"}

@@ -30,7 +30,7 @@ from fiduciary.server import OPERATIONS, InboundChannel, MemoryKeyStore, RateLim
 from fiduciary.stores.sqlite import SQLiteStore
 
 from ..conftest import Effects
-from .conftest import make_agent
+from .conftest import billing_agent
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,7 +49,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     keys = MemoryKeyStore()
     key, _ = asyncio.run(keys.create("alice", ["runs:write", "runs:read", "approvals:decide"]))
     store = SQLiteStore(db)
-    agent = make_agent(store, ManualClock(), Effects(), Billing())
+    agent = billing_agent(store, ManualClock(), Effects(), Billing())
     app = create_app(
         agent,
         keys=keys,

@@ -12,7 +12,7 @@ import pytest
 from fiduciary.events import TextDelta, decode_event, parse_sse
 from fiduciary.stores.base import Store
 
-from ..test_redaction_model_text import REDACTOR, REPLY, leaks, make_agent
+from ..test_redaction_model_text import REDACTOR, REPLY, leaks, redacting_agent
 from .conftest import AppFactory, Keys, bearer, client_for, settle, start_run
 from .sse_client import blocks
 
@@ -41,7 +41,7 @@ async def live_text(client: httpx.AsyncClient, key: str, run_id: str) -> tuple[s
 async def test_the_console_receives_no_secret_the_model_said(
     store: Store, make_app: AppFactory, keys: Keys, chunk_chars: int
 ) -> None:
-    app = make_app(agent=make_agent(store, chunk_chars))
+    app = make_app(agent=redacting_agent(store, chunk_chars))
     async with client_for(app) as client:
         run_id = str(await start_run(client, keys.alice, "what do you know about me?"))
         with anyio.fail_after(30):

@@ -8,7 +8,6 @@ a stream resumed on B with ``Last-Event-ID`` continues exactly where A's left of
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,18 +23,19 @@ from fiduciary.exceptions import ConfigurationError
 from fiduciary.server import PostgresKeyStore, RateLimit, create_app
 from fiduciary.server.served import wallet_agent
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
+from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls
 from fiduciary.worker import run_worker
-from tests.postgres_support import create_database
+from tests.agent_support import make_agent
+from tests.postgres_support import create_database, require_driver
+from tests.waiting import eventually
 
-from ..conftest import Effects, toy_capabilities
+from ..conftest import Effects
 from .conftest import bearer, client_for
 from .sse_client import blocks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("psycopg")
+require_driver()
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402
 
 TIMEOUT = 20.0
@@ -53,13 +53,13 @@ SCRIPT = Script(
 )
 
 
-def make_agent(store: Any, effects: Effects) -> Agent:
-    return Agent(
-        model=ScriptedModel([SCRIPT]),
-        capabilities=toy_capabilities(effects),
-        store=store,
+def leased_agent(store: Any, effects: Effects) -> Agent:
+    return make_agent(
+        effects,
+        store,
+        None,
+        SCRIPT,
         policy=Policy(preset="balanced", daily_autonomous_limit_usd=None),
-        authorize=allow_all,
         lease_seconds=5.0,
     )
 
@@ -83,7 +83,7 @@ async def cluster(postgres_dsn: str) -> AsyncIterator[Cluster]:
     stores = [await PostgresStore.open(dsn) for _ in range(3)]
     keys = [await PostgresKeyStore.open(dsn) for _ in range(2)]
     key, _ = await keys[0].create("alice", ["runs:write", "runs:read", "approvals:decide"])
-    agents = [make_agent(store, effects) for store in stores]
+    agents = [leased_agent(store, effects) for store in stores]
     apps = [
         create_app(
             agent,
@@ -148,13 +148,15 @@ async def test_a_run_started_on_one_instance_is_driven_by_a_worker_and_approved_
     following = asyncio.create_task(follow(a, key, run_id))
     cluster.tasks.append(following)
 
+    pending: list[dict[str, Any]] = []
+
+    async def listed() -> bool:  # a person looks at the queue on server B
+        got = await b.get("/approvals?status=pending", headers=bearer(key))
+        pending[:] = got.json()["approvals"]
+        return bool(pending)
+
+    await eventually(listed, what="the approval listed on server B", timeout=TIMEOUT)
     async with asyncio.timeout(TIMEOUT):
-        while True:  # a person looks at the queue on server B
-            listed = await b.get("/approvals?status=pending", headers=bearer(key))
-            pending = listed.json()["approvals"]
-            if pending:
-                break
-            await asyncio.sleep(0.02)
         (approval,) = pending
         assert approval["run_id"] == str(run_id)
         approved = await b.post(
@@ -194,7 +196,7 @@ async def test_not_driving_needs_a_store_that_hands_out_work(tmp_path: Path) -> 
     store = await SQLiteStore.open(tmp_path / "runs.sqlite3")
     try:
         with pytest.raises(ConfigurationError, match="workers"):
-            create_app(make_agent(store, Effects()), keys=PostgresKeyStore("unused"), drive=False)
+            create_app(leased_agent(store, Effects()), keys=PostgresKeyStore("unused"), drive=False)
     finally:
         await store.close()
 
@@ -207,7 +209,7 @@ async def test_not_driving_refuses_notifications_it_would_never_send() -> None:
     try:
         with pytest.raises(ConfigurationError, match="drives"):
             create_app(
-                make_agent(store, Effects()),
+                leased_agent(store, Effects()),
                 keys=PostgresKeyStore("unused"),
                 drive=False,
                 notifier=notifier,
@@ -224,7 +226,7 @@ async def test_the_paper_wallet_is_not_served_from_postgres() -> None:
 
 def served_agent(store: Any) -> Agent:
     """An agent factory for ``fiduciary serve --agent`` (module:attribute)."""
-    return make_agent(store, Effects())
+    return leased_agent(store, Effects())
 
 
 def test_the_cli_serves_and_keeps_keys_on_postgres(
@@ -301,8 +303,8 @@ async def test_followers_on_postgres_do_not_poll(tmp_path: Path) -> None:
     sqlite = await SQLiteStore.open(tmp_path / "runs.sqlite3")
     keys = PostgresKeyStore("unused")
     try:
-        on_postgres = create_app(make_agent(postgres, Effects()), keys=keys)
-        on_sqlite = create_app(make_agent(sqlite, Effects()), keys=keys)
+        on_postgres = create_app(leased_agent(postgres, Effects()), keys=keys)
+        on_sqlite = create_app(leased_agent(sqlite, Effects()), keys=keys)
         assert on_postgres.state.server.hub.poll_seconds == 30.0
         assert on_sqlite.state.server.hub.poll_seconds == 0.5  # another process may write
     finally:

@@ -29,8 +29,8 @@ from .conftest import (
     Keys,
     all_events,
     bearer,
+    billing_agent,
     client_for,
-    make_agent,
     problem,
     scripts,
     settle,
@@ -169,7 +169,7 @@ def gated_app(
     billing: Billing,
     gated: GatedModel,
 ) -> Starlette:
-    agent = make_agent(store, clock, effects, billing).with_options(model=gated)
+    agent = billing_agent(store, clock, effects, billing).with_options(model=gated)
     return make_app(agent=agent)
 
 

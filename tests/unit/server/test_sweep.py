@@ -25,9 +25,7 @@ from fiduciary.testing import (
     ToolCalls,
     collect,
 )
-
-from .. import conftest
-from ..conftest import Effects
+from tests.agent_support import Effects, make_agent, toy_capabilities
 
 TIMEOUT = 30.0  # catches a hang, never slowness
 PAY = Script(
@@ -36,8 +34,8 @@ PAY = Script(
 )
 
 
-def make_agent(store: Store, clock: ManualClock, effects: Effects) -> Agent:
-    return conftest.make_agent(effects, store, clock, PAY)
+def paying_agent(store: Store, clock: ManualClock, effects: Effects) -> Agent:
+    return make_agent(effects, store, clock, PAY)
 
 
 @pytest.fixture
@@ -64,14 +62,14 @@ async def test_a_decision_made_by_another_process_is_driven_by_the_server(
     """As ``fiduciary approvals approve`` on the file ``fiduciary serve`` serves."""
     served, other = stores
     effects = Effects()
-    agent = make_agent(served, clock, effects)
+    agent = paying_agent(served, clock, effects)
     app = create_app(agent, keys=MemoryKeyStore(clock=clock), sweep_seconds=0.01)
     async with app.router.lifespan_context(app):
         events = await collect(agent.run("pay carol", principal="alice"))
         (pending,) = [e for e in events if isinstance(e, PendingAction)]
         run_id = events[0].run_id
 
-        await make_agent(other, clock, Effects()).approve(pending.approval_id, by="alice")
+        await paying_agent(other, clock, Effects()).approve(pending.approval_id, by="alice")
 
         await wait_for_event(agent, run_id, "run_completed")
     assert len(effects.entries) == 1
@@ -83,7 +81,7 @@ async def test_a_restarted_server_takes_up_its_old_runs_once_their_leases_lapse(
     """The server died holding the run and came back before the lease lapsed: nothing is found
     at start-up; the sweep finds the run after the lapse."""
     served, _ = stores
-    agent = make_agent(served, clock, Effects())
+    agent = paying_agent(served, clock, Effects())
     run = await agent.submit("pay carol", principal="alice")
     old = await served.acquire(run.run_id, owner="before-restart", now=clock.now(), ttl_seconds=30)
     assert old is not None
@@ -97,7 +95,7 @@ async def test_a_restarted_server_takes_up_its_old_runs_once_their_leases_lapse(
 
 
 def test_the_sweep_period_must_be_positive(clock: ManualClock) -> None:
-    agent = make_agent(MemoryStore(), clock, Effects())
+    agent = paying_agent(MemoryStore(), clock, Effects())
     with pytest.raises(ConfigurationError):
         create_app(agent, keys=MemoryKeyStore(clock=clock), sweep_seconds=0)
 
@@ -131,13 +129,13 @@ async def test_the_sweep_tries_another_agents_run_once(clock: ManualClock) -> No
     its own agent: refused once, then skipped, not retried and logged every period."""
     store = _CountingStore()
     effects = Effects()
-    run = await make_agent(store, clock, effects).submit("pay carol", principal="alice")
-    other = conftest.make_agent(
+    run = await paying_agent(store, clock, effects).submit("pay carol", principal="alice")
+    other = make_agent(
         effects,
         store,
         clock,
         PAY,
-        capabilities=[c for c in conftest.toy_capabilities(effects) if c.name != "send"],
+        capabilities=[c for c in toy_capabilities(effects) if c.name != "send"],
     )
     app = create_app(other, keys=MemoryKeyStore(clock=clock), sweep_seconds=0.01)
     async with app.router.lifespan_context(app), asyncio.timeout(TIMEOUT):

@@ -4,10 +4,9 @@ store instances, claiming runs with SKIP LOCKED, fencing across instances, wakin
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 from uuid import UUID, uuid4
@@ -18,12 +17,12 @@ from fiduciary.events import Event
 from fiduciary.exceptions import ConflictError, StaleEpochError, StoreError
 from fiduciary.stores.base import RunRecord, Subscription
 from tests.contract.builders import at, deltas, make_approval, make_ledger, make_run, started
-from tests.postgres_support import empty_database
+from tests.postgres_support import empty_database, require_driver
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.postgres
 
-if os.environ.get("CI") != "true":  # in CI a missing driver fails instead of skipping
-    pytest.importorskip("psycopg")
+require_driver()
 import psycopg  # noqa: E402
 
 from fiduciary.stores.postgres import (  # noqa: E402  (after the skip: needs the extra)
@@ -88,16 +87,6 @@ async def drain(sub: Subscription) -> list[Event]:
 
 async def raw(dsn: str) -> psycopg.AsyncConnection[Any]:
     return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, what: str) -> None:
-    """Retry ``check`` (which itself waits on something) until it holds, within TIMEOUT."""
-    try:
-        async with asyncio.timeout(TIMEOUT):
-            while not await check():
-                pass
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 # --- schema and migrations ----------------------------------------------------------------
@@ -357,7 +346,8 @@ async def test_losing_the_listener_connection_ends_subscriptions_as_overflowed(
         got = await drain_until_closed(again, stop_after=1)
         return [e.seq for e in got] == [last + 1]  # not interrupted, nothing missed
 
-    await eventually(followed, what="the listener reconnected")
+    # ``followed`` itself waits (for the subscription's events): no pause between looks
+    await eventually(followed, what="the listener reconnected", timeout=TIMEOUT, interval=0)
 
 
 async def drain_until_closed(sub: Subscription, stop_after: int | None = None) -> list[Event]:
@@ -417,7 +407,20 @@ async def test_a_ledger_begin_waits_for_a_takeover_in_flight_and_is_fenced_by_it
                 (run.run_id,),
             )
             begin = asyncio.create_task(store.ledger_begin(entry, epoch=0))
-            await asyncio.sleep(0.2)
+            watcher = await raw(postgres_dsn)
+            try:
+
+                async def blocked() -> bool:
+                    cur = await watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                    row = await cur.fetchone()
+                    return bool(row and row[0])
+
+                await eventually(blocked, what="the ledger begin to wait on the runs row")
+            finally:
+                await watcher.close()
             assert not begin.done()  # it waits for the runs row, not for a stale snapshot
     finally:
         await conn.close()

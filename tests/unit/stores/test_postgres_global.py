@@ -9,7 +9,6 @@ draws its numbers first and which one commits first.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
@@ -19,12 +18,11 @@ import pytest
 from fiduciary.events import Event
 from fiduciary.stores.base import GlobalEvent, RunRecord
 from tests.contract.builders import deltas, make_run, started
-from tests.postgres_support import empty_database
+from tests.postgres_support import empty_database, require_driver
 
 pytestmark = pytest.mark.postgres
 
-if os.environ.get("CI") != "true":  # in CI a missing driver fails instead of skipping
-    pytest.importorskip("psycopg")
+require_driver()
 import psycopg  # noqa: E402
 
 from fiduciary.stores.postgres import PostgresStore  # noqa: E402

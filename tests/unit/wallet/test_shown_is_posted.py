@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.wallet import PaperWallet
 from fiduciary.wallet.assets import ASSETS
 from fiduciary.wallet.demo import DEMO_PRINCIPAL
+from tests.waiting import wait_for
 
 from ..cli.support import fiduciary
 
@@ -66,10 +66,7 @@ def accrued_rewards(db: Path) -> Decimal:
 def wait_for_accrued_rewards(db: Path) -> None:
     """Until some rewards accrued on the savings since the last write (unposted): a condition,
     polled, bounded."""
-    deadline = time.monotonic() + 60
-    while accrued_rewards(db) == 0:
-        assert time.monotonic() < deadline, "no rewards accrued in 60 s"
-        time.sleep(0.05)
+    wait_for(lambda: accrued_rewards(db) != 0, what="rewards to accrue", timeout=60)
 
 
 def test_the_demos_tables_show_the_ledger_and_the_accrual_apart(tmp_path: Path) -> None:
