@@ -30,14 +30,6 @@ TABLES: dict[tuple[str, str], str] = {
 }
 # in modules other branches of issue 26 split now; cleared after they merge
 PENDING: dict[tuple[str, str], str] = {
-    ("agent.py", ""): "step 3: the Agent's options frozen, its satellites grouped",
-    ("agent.py", "Agent"): "step 3: the Agent's options frozen, its satellites grouped",
-    ("gates.py", ""): "the gates split (agent.py/gates.py/redaction.py/stores/base.py)",
-    ("gates.py", "Gates"): "the gates split (agent.py/gates.py/redaction.py/stores/base.py)",
-    ("redaction.py", ""): "the redaction split (agent.py/gates.py/redaction.py/stores/base.py)",
-    ("stores/base.py", ""): "the store seam split (agent.py/gates.py/redaction.py/stores/base.py)",
-    ("apps/engine.py", ""): "step 3: AppEngine split into scheduling, hooks and app state",
-    ("apps/engine.py", "AppEngine"): "step 3: AppEngine split into scheduling, hooks and state",
     ("apps/http.py", "apps_routes"): "the apps branch (live channels and sessions) reshapes it",
     ("_loop/transcript.py", "Transcript.apply"): "the loop, reshaped with the Agent's options",
     ("_loop/turn.py", "model_turn"): "the loop, reshaped with the Agent's options",
