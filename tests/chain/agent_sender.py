@@ -8,7 +8,8 @@ process started again drives the same runs) paying ``recipient(key)`` 5 USDC (th
 for even i and 60 USDC (the confirm tier: this process approves it, as a person would) for odd
 i. A run already completed is left alone; one a killed process left is resumed once its lease
 lapsed. Prints ``done``. ``FIDUCIARY_CHAIN_KILL_AFTER=N`` SIGKILLs the process at the N-th point
-of a live write it reaches (``sender.killer``).
+of a live write it reaches (``sender.killer``). SIGUSR1 writes where every task waits (each
+one's chain of awaits) to ``/tmp/agent_sender_PREFIX.tasks``: a stuck run's first question.
 """
 
 from __future__ import annotations
