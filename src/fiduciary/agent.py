@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
 from . import _cancelling, _decisions
+from . import questions as _questions
 from ._following import run_events
 from ._logs import REDACT_LOGS, logger
 from ._loop import DONE, Driver, Held, Limits, Runtime, Transcript
@@ -72,7 +73,9 @@ _REPLAY_ONLY = (
     "run {run_id} is a replay: only a replay agent drives it (its writes never execute); "
     "replay the original run again instead"
 )
-_SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_SUSPENDED: frozenset[RunStatus] = frozenset(
+    {"awaiting_approval", "awaiting_client_result", "awaiting_input"}
+)
 _ALL_KINDS = tuple(sorted(k.value for k in Kind))  # what a run may call, as run_started says
 _PLAN_FIRST_KINDS = tuple(sorted(k.value for k in PLAN_FIRST_KINDS))
 
@@ -754,6 +757,20 @@ class Agent:
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
         return await _decisions.submit_result(self._deciding(), approval_id, result, by=by)
+
+    async def answer(
+        self, question_id: UUID, answer: str, *, by: Principal | str
+    ) -> ApprovalRecord:
+        """Answer a question the model asked the person (``fiduciary.questions``): recorded
+        durably; the run continues with ``resume(run_id)``, here or in any other process."""
+        return await _questions.answer_question(self._deciding(), question_id, answer, by=by)
+
+    async def questions(
+        self, *, principal: Principal | str | None = None, run_id: UUID | None = None
+    ) -> list[_questions.PendingQuestion]:
+        """The unanswered questions of a principal (or of a run), oldest first."""
+        who = None if principal is None else principal_of(principal).actor_id
+        return await _questions.list_questions(self.store, principal=who, run_id=run_id)
 
     def _deciding(self) -> _decisions.Deciding:
         # built per decision: the agent's attributes may be replaced after construction

@@ -67,7 +67,9 @@ class ApprovalError(FiduciaryError):
     ``separation_of_duties`` (under dual control: the proposer, or someone outside the group,
     tried to approve), ``already_voted`` (this approver already approved these arguments),
     ``signature_required`` (the approval must be signed with a passkey, in the console),
-    ``signature_refused`` (the passkey assertion was refused: the reason says why).
+    ``signature_refused`` (the passkey assertion was refused: the reason says why),
+    ``question`` (a question to the person is answered, not approved: ``Agent.answer``),
+    ``invalid_answer`` (empty, too long, or not one of the question's choices).
     """
 
     def __init__(self, code: str, message: str) -> None:

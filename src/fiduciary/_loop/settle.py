@@ -26,6 +26,16 @@ __all__ = ["cancel", "settle"]
 
 log = logger("fiduciary.loop")
 
+NOT_APPROVED = (
+    "Nobody approved this action in time; it was not executed. Ask the person whether they "
+    "still want it."
+)
+# a question the person left unanswered (fiduciary.questions): the run goes on without it
+NO_ANSWER = (
+    "No answer: the person did not answer in time. Go on without the answer if you can, "
+    "else say what you needed to know and stop."
+)
+
 
 async def settle(d: Drive) -> list[ApprovalRecord]:
     """Close the calls left open; the approvals still pending."""
@@ -109,13 +119,7 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
         )
         return None
     if record.status == "expired":
-        reject(
-            d,
-            call,
-            "expired",
-            "Nobody approved this action in time; it was not executed. Ask the person "
-            "whether they still want it.",
-        )
+        reject(d, call, "expired", NO_ANSWER if record.executor == "person" else NOT_APPROVED)
         return None
     shown = d.t.pending_actions.get(use.id)
     why = mismatch(record, shown if shown and shown.approval_id == approval_id else None, None)

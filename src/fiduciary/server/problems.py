@@ -53,6 +53,9 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "already_voted": (409, "You have already approved these arguments"),
     "signature_required": (403, "This approval must be signed with a passkey"),
     "signature_refused": (403, "The passkey signature was refused"),
+    # questions (fiduciary.questions)
+    "question": (409, "This is a question to the person; answer it"),
+    "invalid_answer": (422, "The answer is refused"),
     # webhooks
     "unknown_channel": (404, "No such webhook channel"),
     "invalid_signature": (401, "The webhook signature is missing or wrong"),

@@ -77,6 +77,7 @@ RunStatus = Literal[
     "running",
     "awaiting_approval",
     "awaiting_client_result",
+    "awaiting_input",
     "completed",
     "failed",
     "cancelled",
@@ -117,7 +118,7 @@ class ApprovalRecord:
     tier: Literal["confirm", "explicit"]
     amount_usd: Decimal | None
     modifiable_fields: tuple[str, ...]
-    executor: Literal["server", "client"]
+    executor: Literal["server", "client", "person"]
     status: ApprovalStatus
     created_at: datetime
     expires_at: datetime
