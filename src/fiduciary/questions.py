@@ -38,7 +38,7 @@ from .capabilities import (
     principal_of,
 )
 from .exceptions import ApprovalError, CapabilityError
-from .stores.base import ApprovalRecord, ApprovalStatus, Store
+from .stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
 
 __all__ = [
     "ASK_PERSON",
@@ -51,6 +51,7 @@ __all__ = [
     "checked_answer",
     "is_question",
     "list_questions",
+    "waiting_status",
 ]
 
 MAX_ANSWER_CHARS = 2000
@@ -165,6 +166,18 @@ class PendingQuestion:
             "answer": self.answer,
             "answered_by": self.answered_by,
         }
+
+
+_WAITING: dict[str, RunStatus] = {
+    "server": "awaiting_approval",
+    "client": "awaiting_client_result",
+    "person": "awaiting_input",
+}
+
+
+def waiting_status(executor: str) -> RunStatus:
+    """The status of a run whose one waiting action is executed by ``executor``."""
+    return _WAITING[executor]
 
 
 def is_question(record: ApprovalRecord) -> bool:

@@ -168,7 +168,7 @@ class McpGateway:
                 )
             elif run.principal != principal.actor_id:  # (the id includes the principal)
                 return CallOutcome("refused", "This call belongs to someone else.", run_id)
-            elif run.status in ("awaiting_approval", "awaiting_client_result"):
+            elif run.status in ("awaiting_approval", "awaiting_client_result", "awaiting_input"):
                 now = self.agent.clock.now()
                 waiting = await self.agent.pending_approvals(run_id=run_id)
                 if not [a for a in waiting if a.expires_at > now]:
