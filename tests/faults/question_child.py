@@ -99,7 +99,7 @@ async def main(phase: str, database: str, effects: Path, arg: str | None) -> Non
     store = await open_store(database)
     try:
         if phase == "start" and arg is not None:
-            store = _KillAfter(store, int(arg))  # type: ignore[assignment]
+            store = _KillAfter(store, int(arg))
         agent = make_agent(store, effects)
         if phase in ("start", "whole"):
             events = await collect(agent.run("book a table", principal=PRINCIPAL))
