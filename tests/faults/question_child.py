@@ -1,8 +1,8 @@
 """A process of the ``ask_person`` crash test (``test_question_kill.py``).
 
 ``python -m tests.faults.question_child PHASE DATABASE EFFECTS [ARG]``; DATABASE is a SQLite
-path or a PostgreSQL URL, EFFECTS a file the ``book`` capability appends to (one line per
-booking: the test counts them). Phases:
+path or a PostgreSQL URL or conninfo, EFFECTS a file the ``book`` capability appends to (one
+line per booking: the test counts them). Phases:
 
 - ``start``: start the run; once it waits for the person, print ``WAITING <run_id>
   <question_id>`` and block on stdin (the test kills the process with SIGKILL there). With
@@ -86,7 +86,7 @@ class _KillAfter:
 
 
 async def open_store(database: str) -> Store:
-    if database.startswith("postgresql://"):
+    if database.startswith("postgresql://") or "dbname=" in database:  # a URL or a conninfo
         from fiduciary.stores.postgres import PostgresStore
 
         return await PostgresStore.open(database)
