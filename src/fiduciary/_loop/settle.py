@@ -108,6 +108,10 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
             return record
     call = gates.parse(use.id, use.name, record.approved_args or record.args)
     _resolved(d, use, record)
+    if record.status == "denied" and record.executor == "person":
+        reason = f" ({record.reason})" if record.reason else ""
+        reject(d, call, "denied", f"The person did not answer{reason}. Go on without it.")
+        return None
     if record.status == "denied":
         reason = f": {record.reason}" if record.reason else ""
         reject(
