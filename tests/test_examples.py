@@ -116,3 +116,25 @@ def test_real_provider_refunds_with_a_real_model() -> None:
     assert done.returncode == 0, done.stderr
     assert "  refund: " in done.stdout
     assert "'A-1002': '0'" not in done.stdout.splitlines()[-1]
+
+
+SUPPORT_AGENT = """\
+> Order B-2001 arrived damaged, what can we do?
+  the agent asks: B-2001 (teapot, $42.00) arrived damaged: refund or replace? (refund / replacement)
+  the run waits: awaiting_input
+  the person answers: refund
+  settle_order: {"order_id": "B-2001", "refunded": "42.00"}
+Refunded $42.00; the customer is told.
+> B-2001 arrived damaged again!
+  the agent asks: B-2001 (teapot, $42.00) arrived damaged: refund or replace? (refund / replacement)
+  the run waits: awaiting_input
+  the person answers: 2
+  settle_order: {"order_id": "B-2001", "shipped": "teapot"}
+A new teapot is on its way; the customer is told.
+B-2001: $42.00 refunded to dee@example.com
+B-2001: a new teapot shipped to dee@example.com
+"""
+
+
+def test_support_agent_asks_the_person_and_acts_on_the_answer() -> None:
+    assert succeeded(run("support_agent.py")) == SUPPORT_AGENT

@@ -50,6 +50,7 @@ from .gates import AuthorizationRequest
 from .guards import Guard, GuardCall, Verdict
 from .models.base import Model
 from .policy import Operation, Policy, Threshold
+from .questions import PendingQuestion, ask_person
 from .redaction import Redactor
 from .stores.base import Store
 from .stores.memory import MemoryStore
@@ -79,6 +80,7 @@ __all__ = [
     "ModelError",
     "Operation",
     "PendingAction",
+    "PendingQuestion",
     "Policy",
     "Principal",
     "Redactor",
@@ -102,6 +104,7 @@ __all__ = [
     "Verdict",
     "__version__",
     "approve_sync",
+    "ask_person",
     "call_sync",
     "capability",
     "decode_event",

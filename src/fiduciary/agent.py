@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 from uuid import UUID
 
+from . import questions as _questions
 from ._agent import cancelling as _cancelling
 from ._agent import decisions as _decisions
 from ._agent.built import Built, Parts, assemble
@@ -466,6 +467,20 @@ class Agent:
     ) -> ApprovalRecord:
         """Report the result of a client-executed action (the client performed it)."""
         return await _decisions.submit_result(self._parts.deciding, approval_id, result, by=by)
+
+    async def answer(
+        self, question_id: UUID, answer: str, *, by: Principal | str
+    ) -> ApprovalRecord:
+        """Answer a question the model asked the person (``fiduciary.questions``): recorded
+        durably; the run continues with ``resume(run_id)``, here or in any other process."""
+        return await _questions.answer_question(self._parts.deciding, question_id, answer, by=by)
+
+    async def questions(
+        self, *, principal: Principal | str | None = None, run_id: UUID | None = None
+    ) -> list[_questions.PendingQuestion]:
+        """The unanswered questions of a principal (or of a run), oldest first."""
+        who = None if principal is None else principal_of(principal).actor_id
+        return await _questions.list_questions(self.store, principal=who, run_id=run_id)
 
     def principal_lock(self, actor_id: str) -> AbstractAsyncContextManager[Held]:
         """Writes of one principal run one at a time: in this process, and across processes

@@ -100,6 +100,8 @@ class Replay(StrEnum):
 class Executor(StrEnum):
     SERVER = "server"
     CLIENT = "client"
+    # the person answers (``fiduciary.questions``): the run waits ``awaiting_input``
+    PERSON = "person"
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +227,12 @@ class Capability:
     @property
     def is_write(self) -> bool:
         return self.kind.is_write
+
+    @property
+    def concurrent(self) -> bool:
+        """Runs beside the other reads of its turn: a read (a question to the person waits,
+        in the serial path, like a write)."""
+        return not self.kind.is_write and self.executor is not Executor.PERSON
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON schema of the input, as offered to a model."""

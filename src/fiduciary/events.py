@@ -314,7 +314,7 @@ class PendingActionDraft(Draft):
     guard_notes: list[GuardNote]
     expires_at: datetime
     args_digest: str
-    executor: Literal["server", "client"] = "server"
+    executor: Literal["server", "client", "person"] = "server"
 
 
 @final

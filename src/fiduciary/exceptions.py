@@ -70,7 +70,9 @@ class ApprovalError(FiduciaryError):
     ``signature_refused`` (the passkey assertion was refused: the reason says why),
     ``result_refused`` (a client-executed action's reported result was checked and refused,
     e.g. a transaction hash that does not match the approved call: the refusal is recorded as
-    the call's outcome and the run is told).
+    the call's outcome and the run is told),
+    ``question`` (a question to the person is answered, not approved: ``Agent.answer``),
+    ``invalid_answer`` (empty, too long, or not one of the question's choices).
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -82,6 +82,8 @@ async def approve(
             "client_executed",
             "the client performs this action; report its result with submit_result",
         )
+    if cap.executor is Executor.PERSON:
+        raise ApprovalError("question", "this is a question to the person; answer it")
     new_args = dict(record.args)
     if edits:
         bad = sorted(set(edits) - set(record.modifiable_fields))
@@ -255,7 +257,7 @@ async def submit_result(
 ) -> ApprovalRecord:
     """``Agent.submit_result``: record the result of a client-executed action."""
     record = await _open_approval(ctx, approval_id, by, None, bind=True)
-    if record.executor != "client":
+    if record.executor == "server":
         raise ApprovalError("not_client_executed", "this action is executed by the server")
     cap = ctx.gates.get(record.capability)
     if cap is None:

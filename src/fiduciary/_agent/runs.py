@@ -42,7 +42,9 @@ _REPLAY_ONLY = (
     "run {run_id} is a replay: only a replay agent drives it (its writes never execute); "
     "replay the original run again instead"
 )
-_SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_SUSPENDED: frozenset[RunStatus] = frozenset(
+    {"awaiting_approval", "awaiting_client_result", "awaiting_input"}
+)
 _ALL_KINDS = tuple(sorted(k.value for k in Kind))  # what a run may call, as run_started says
 _PLAN_FIRST_KINDS = tuple(sorted(k.value for k in PLAN_FIRST_KINDS))
 

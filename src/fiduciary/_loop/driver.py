@@ -122,8 +122,14 @@ class Driver(Drive):
                 return
 
     def _suspend(self, pending: list[ApprovalRecord]) -> None:
-        server = any(p.executor == "server" for p in pending)
-        status: RunStatus = "awaiting_approval" if server else "awaiting_client_result"
+        executors = {p.executor for p in pending}
+        status: RunStatus = (
+            "awaiting_approval"
+            if "server" in executors
+            else "awaiting_input"  # a question to the person (fiduciary.questions)
+            if "person" in executors
+            else "awaiting_client_result"
+        )
         self.emit(status=status)
 
     async def cancel(self, *, by: str, reason: str) -> None:

@@ -26,6 +26,16 @@ __all__ = ["cancel", "settle"]
 
 log = logger("fiduciary.loop")
 
+NOT_APPROVED = (
+    "Nobody approved this action in time; it was not executed. Ask the person whether they "
+    "still want it."
+)
+# a question the person left unanswered (fiduciary.questions): the run goes on without it
+NO_ANSWER = (
+    "No answer: the person did not answer in time. Go on without the answer if you can, "
+    "else say what you needed to know and stop."
+)
+
 
 async def settle(d: Drive) -> list[ApprovalRecord]:
     """Close the calls left open; the approvals still pending."""
@@ -98,6 +108,10 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
             return record
     call = gates.parse(use.id, use.name, record.approved_args or record.args)
     _resolved(d, use, record)
+    if record.status == "denied" and record.executor == "person":
+        reason = f" ({record.reason})" if record.reason else ""
+        reject(d, call, "denied", f"The person did not answer{reason}. Go on without it.")
+        return None
     if record.status == "denied":
         reason = f": {record.reason}" if record.reason else ""
         reject(
@@ -109,13 +123,7 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
         )
         return None
     if record.status == "expired":
-        reject(
-            d,
-            call,
-            "expired",
-            "Nobody approved this action in time; it was not executed. Ask the person "
-            "whether they still want it.",
-        )
+        reject(d, call, "expired", NO_ANSWER if record.executor == "person" else NOT_APPROVED)
         return None
     shown = d.t.pending_actions.get(use.id)
     why = mismatch(record, shown if shown and shown.approval_id == approval_id else None, None)

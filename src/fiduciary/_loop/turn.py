@@ -140,7 +140,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
                             f"The limit of {max_calls} tool calls per request was reached; "
                             "answer with what you have.",
                         )
-                    elif call.cap is not None and not call.cap.is_write:
+                    elif call.cap is not None and call.cap.concurrent:
                         reads.append(asyncio.create_task(run_read(d, call)))
                     else:
                         later.append(call)

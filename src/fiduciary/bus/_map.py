@@ -41,6 +41,7 @@ from ..events import (
     ToolCallRejected,
     ToolCallStart,
 )
+from ..questions import waiting_status
 from ..stores.base import GlobalEvent, RunStatus
 
 __all__ = [
@@ -137,9 +138,7 @@ def bus_event(found: GlobalEvent) -> BusEvent | None:
         case RunStarted():
             return RunStatusChanged(**base, status="running")
         case PendingAction():
-            waiting: RunStatus = (
-                "awaiting_approval" if e.executor == "server" else "awaiting_client_result"
-            )
+            waiting: RunStatus = waiting_status(e.executor)
             return RunStatusChanged(
                 **base,
                 status=waiting,

@@ -3,7 +3,9 @@
 The chat's run id is derived from the target's name and the principal (UUID5), so it needs no
 table and survives restarts: the first message starts the run, each later one continues it
 (``Agent.run(..., run_id=...)``). While the run waits for a decision, a message is answered with
-the actions waiting; while it is still driven elsewhere, with a note to try again.
+the actions waiting; while it waits for the person's answer to a question (``ask_person``),
+the person's message is the answer; while it is still driven elsewhere, with a note to try
+again.
 
 A message from a channel that is not the principal in person (``OUTSIDE_CHANNELS``: a signed
 webhook, a Telegram group) is recorded with its ``Origin``: a write the model proposes in
@@ -21,7 +23,7 @@ from uuid import UUID, uuid5
 from ..agent import Agent
 from ..capabilities import Principal
 from ..events import Event, Origin, PendingAction, RunFailed, TextDelta, TurnComplete, TurnRetracted
-from ..exceptions import RunError
+from ..exceptions import ApprovalError, RunError
 from ..stores.base import IDLE
 from .inbox import Reply
 
@@ -71,6 +73,21 @@ class AgentChat:
         self.name = name
         self.budgets = dict(budgets or {})
 
+    async def _answer(self, principal: Principal, run_id: UUID, text: str) -> Reply:
+        """The person's message answers the run's open question (the oldest); the run goes on
+        with it. Only the principal in person answers: an outside channel's message does not."""
+        questions = await self.agent.questions(run_id=run_id)
+        if not questions:
+            return Reply(BUSY)  # answered or expired meanwhile: the run is being moved on
+        try:
+            await self.agent.answer(questions[0].question_id, text, by=principal)
+        except ApprovalError as exc:
+            return Reply(f"That answer was not taken: {exc.message}.")
+        try:
+            return await collect(self.agent, run_id, self.agent.resume(run_id))
+        except RunError:  # driven elsewhere meanwhile: it goes on there
+            return Reply(BUSY)
+
     def origin(self, channel: str) -> Origin | None:
         """What a message of ``channel`` is recorded with (None: the principal in person)."""
         if channel in self.budgets:
@@ -88,6 +105,8 @@ class AgentChat:
             if existing.status == "awaiting_approval":
                 pending = await self.agent.pending_approvals(run_id=run_id)
                 return Reply(WAITING, tuple(pending))
+            if existing.status == "awaiting_input" and channel not in OUTSIDE_CHANNELS:
+                return await self._answer(principal, run_id, text)
             return Reply(BUSY)
         origin = self.origin(channel)
         try:

@@ -33,6 +33,11 @@ digest; anything else — an unknown token, another chat, a changed digest — i
 audited. An ``explicit`` action asks the person to type its amount, passed on as
 ``confirm_amount``.
 
+Questions (``ask_person``): a question of a chat's principal is a card too, with one button
+per choice (``c<n>:<token>``, checked as an approval's buttons are), or, with no choices, the
+person's next message in that chat is the answer. The answer is ``Agent.answer``'s; the run
+is then driven on and its reply sent.
+
 The bot token: it is in every Bot API URL, so it is registered as a known secret with
 fiduciary's log redaction, which is also installed on python-telegram-bot's, httpx's and
 httpcore's loggers before the client exists; errors from the client are re-raised as
@@ -64,6 +69,7 @@ from ..exceptions import (
     RunError,
     StoreError,
 )
+from ..questions import PendingQuestion, is_question
 from ..redaction import Redactor
 from ..stores.base import ApprovalRecord
 from .agent_chat import collect
@@ -99,6 +105,7 @@ DECIDED = "This action was already decided or has expired."
 STALE = "This action changed since this card was sent: nothing was approved."
 TYPE_AMOUNT = "To approve, type the amount of this action in USD (for example 25.00)."
 NOT_AN_AMOUNT = "That is not an amount: type the amount in USD, or press Deny."
+ANSWER_BELOW = "Reply with your answer."
 FAILED = "That message could not be handled."
 NOT_THE_PERSON = "Only the person linked to this chat can do this: nothing was done."
 NOT_LINKED = (
@@ -386,6 +393,11 @@ class TelegramChannel:
     async def _message(self, chat: _Chat, text: str) -> None:
         token = await self.records.awaiting_amount(chat.chat_id)
         if token is not None:
+            card = await self.records.card(token)
+            if card is not None and await self._question(card) is not None:
+                await self.records.stop_awaiting(chat.chat_id)
+                await self._answer(chat, card, None, text)
+                return
             await self._typed_amount(chat, token, text)
             return
         # a group is not the principal's own chat: its messages are an outside event's
@@ -424,6 +436,18 @@ class TelegramChannel:
                         continue
                 elif card.message_id is not None:
                     continue
+                if is_question(approval):
+                    sent = await self._call(
+                        self.bot.send_message(
+                            chat_id=chat_id,
+                            text=self.scrub(question_text(approval)),
+                            reply_markup=_choices(card.token, approval),
+                        )
+                    )
+                    if not approval.args.get("choices"):  # the next message answers it
+                        await self.records.await_amount(chat_id, card.token)
+                    await self.records.card_sent(card.token, sent.message_id)
+                    continue
                 notes = await self._notes(approval)
                 sent = await self._call(
                     self.bot.send_message(
@@ -443,7 +467,9 @@ class TelegramChannel:
 
     async def _press(self, chat: _Chat, query: telegram.CallbackQuery) -> None:
         verb, _, token = (query.data or "").partition(":")
-        card = await self.records.card(token) if verb in ("a", "d") and token else None
+        choice = verb[1:] if verb[:1] == "c" and verb[1:].isdigit() else None
+        known = verb in ("a", "d") or choice is not None
+        card = await self.records.card(token) if known and token else None
         if card is None or card.chat_id != chat.chat_id or card.principal != chat.principal:
             await self._refuse(chat, "forged", f"button {query.data!r} is not this chat's")
             await self._call(query.answer(NOT_VALID, show_alert=True))
@@ -457,6 +483,13 @@ class TelegramChannel:
             await self._refuse(chat, "stale", f"approval {approval.approval_id}: digest changed")
             await self._call(query.answer(STALE, show_alert=True))
             await self._drop_buttons(card)
+            return
+        if (choice is not None) != is_question(approval):  # a choice is a question's only
+            await self._refuse(chat, "forged", f"button {query.data!r} is not this card's")
+            await self._call(query.answer(NOT_VALID, show_alert=True))
+            return
+        if choice is not None:
+            await self._answer(chat, card, query, str(int(choice) + 1))  # a choice's number
             return
         if verb == "d":
             await self._decide(chat, card, query, approve=False)
@@ -514,6 +547,30 @@ class TelegramChannel:
         await self.say(chat.chat_id, "Approved." if approve else "Denied.")
         await self._continue(chat, record.run_id)
 
+    async def _question(self, card: Card) -> ApprovalRecord | None:
+        approval = await self._pending(card)
+        return approval if approval is not None and is_question(approval) else None
+
+    async def _answer(
+        self, chat: _Chat, card: Card, query: telegram.CallbackQuery | None, text: str
+    ) -> None:
+        """The person's answer to a question (a choice pressed, or a message typed)."""
+        try:
+            record = await self.agent.answer(card.approval_id, text, by=chat.principal)
+        except (ApprovalError, RunError) as exc:
+            await self._refuse(chat, f"refused:{exc.code}", exc.message)
+            if query is not None:
+                await self._call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
+            else:
+                await self.say(chat.chat_id, f"Not answered: {exc.message}")
+            return
+        answer = PendingQuestion.of(record).answer or ""
+        if query is not None:
+            await self._call(query.answer("Answered."))
+        await self._drop_buttons(card)
+        await self.say(chat.chat_id, f"Answered: {answer}")
+        await self._continue(chat, record.run_id)
+
     async def _continue(self, chat: _Chat, run_id: UUID) -> None:
         """Drive the run on after a decision and tell the chat what it said."""
         try:
@@ -558,6 +615,30 @@ def card_text(approval: ApprovalRecord, notes: Sequence[GuardNote] = ()) -> str:
     if approval.tier == "explicit" and approval.amount_usd is not None:
         lines.append("To approve, press Approve and type the amount.")
     return "\n".join(lines)
+
+
+def question_text(approval: ApprovalRecord) -> str:
+    """What a question's card says: the question, its choices numbered (or how to answer)."""
+    question = PendingQuestion.of(approval)
+    lines = [f"Question: {question.question}"]
+    lines += [f"  {n}. {choice}" for n, choice in enumerate(question.choices, 1)]
+    lines.append(f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC")
+    if not question.choices:
+        lines.append(ANSWER_BELOW)
+    return "\n".join(lines)
+
+
+def _choices(token: str, approval: ApprovalRecord) -> InlineKeyboardMarkup | None:
+    """One button per choice, one per row (a choice's text may be long)."""
+    choices = PendingQuestion.of(approval).choices
+    if not choices:
+        return None
+    return InlineKeyboardMarkup(
+        [
+            [InlineKeyboardButton(choice[:60], callback_data=f"c{n}:{token}")]
+            for n, choice in enumerate(choices)
+        ]
+    )
 
 
 def _buttons(token: str) -> InlineKeyboardMarkup:

@@ -37,6 +37,7 @@ from ..agent_factory import agent_of
 from ..observability.environment import trace_from_env
 from ._common import McpConfig, _command, load_agent_factory, missing_extra, with_mcp
 from .audit import audit_app
+from .questions import questions_app
 from .records import register as _register_records
 from .runs import approvals_app, runs_app
 from .timetravel import register as _register_timetravel
@@ -52,6 +53,7 @@ app = typer.Typer(
 app.add_typer(runs_app, name="runs")
 _register_timetravel(runs_app)
 app.add_typer(approvals_app, name="approvals")
+app.add_typer(questions_app, name="questions")
 _register_records(app, audit_app)
 app.add_typer(audit_app, name="audit")
 

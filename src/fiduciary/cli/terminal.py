@@ -26,6 +26,7 @@ from ..display import card_flags, show_text, show_value
 from ..events import Event, PendingAction
 from ..exceptions import FiduciaryError
 from ..stores.base import Store
+from ._asking import answer_at_terminal, question_card
 from ._common import (
     _FINISHED,
     _WAITING,
@@ -185,7 +186,7 @@ class Renderer:
             return
         self.flush()
         if isinstance(event, PendingAction):
-            self.out.print(pending_card(event))
+            self.out.print(card(event))
         elif isinstance(event, ev.ToolCallEnd):
             mark = "[red]✗[/]" if event.is_error else "[green]✓[/]"
             tag = f" [yellow]({event.recovery})[/]" if event.recovery else ""
@@ -242,6 +243,11 @@ _TODO_MARKS = {
     "in_progress": ("▸", "bold"),
     "done": ("[green]✓[/]", "dim"),
 }
+
+
+def card(event: PendingAction) -> Panel:
+    """An approval's card, or a question's (``ask_person``)."""
+    return question_card(event) if event.executor == "person" else pending_card(event)
 
 
 def pending_card(event: PendingAction) -> Panel:
@@ -314,6 +320,9 @@ async def _decide_at_terminal(
     agent: Agent, actions: Sequence[PendingAction], principal: str, *, yes: bool, out: Console
 ) -> None:
     for action in actions:
+        if action.executor == "person":  # a question: answered, never approved (nor by --yes)
+            await answer_at_terminal(agent, action, principal, out, ask)
+            continue
         typed: Decimal | str | None = action.amount_usd
         if yes:
             out.print(f"  [green]auto-approving ({escape(action.name)}) because of --yes[/]")
@@ -395,7 +404,7 @@ async def resume_with_approvals(
             if isinstance(e, PendingAction) and e.approval_id in waiting
         ]
         for action in actions:
-            out.print(pending_card(action))
+            out.print(card(action))
         await _decide_at_terminal(agent, actions, principal, yes=yes, out=out)
     stream = agent.resume(run_id, any_model=any_model)
     return await _drive(agent, stream, principal, yes=yes, out=out, any_model=any_model)

@@ -151,7 +151,7 @@ class McpGateway:
             )
         proxy = self._proxy(tool, arguments, relayed=cap.is_write)
         message = f"MCP call: {tool}"
-        if not cap.is_write:  # a read answers fresh, in a run of its own
+        if cap.concurrent:  # a read answers fresh, in a run of its own (a question waits)
             run_id = uuid4()
             await _drain(
                 proxy.run(message, principal=principal, run_id=run_id, capabilities=[tool])
@@ -165,7 +165,7 @@ class McpGateway:
                 )
             elif run.principal != principal.actor_id:  # (the id includes the principal)
                 return CallOutcome("refused", "This call belongs to someone else.", run_id)
-            elif run.status in ("awaiting_approval", "awaiting_client_result"):
+            elif run.status in ("awaiting_approval", "awaiting_client_result", "awaiting_input"):
                 now = self.agent.clock.now()
                 waiting = await self.agent.pending_approvals(run_id=run_id)
                 if not [a for a in waiting if a.expires_at > now]:
@@ -242,6 +242,22 @@ def outcome_of(
                     f"--by {principal.actor_id}",
                 },
             }
+            if last.executor == "person":  # a question (ask_person): answered, not approved
+                details["question"] = last.input.get("question")
+                details["choices"] = last.input.get("choices") or []
+                details["executor"] = "person"
+                details.pop("approve_with")
+                details["answer_with"] = {
+                    "http": f"POST {url}questions/{last.approval_id}/answer",
+                    "cli": f"fiduciary questions answer {last.approval_id} ANSWER "
+                    f"--by {principal.actor_id}",
+                }
+                text = (
+                    f"Waiting for the person's answer: {last.description}. Question "
+                    f"{last.approval_id} is in the console at {url}. Once it is answered, call "
+                    "this tool again with the same arguments for the answer."
+                )
+                return CallOutcome("pending_approval", text, run_id, details)
             text = (
                 f"Waiting for a person: {last.description}. Approval {last.approval_id} "
                 f"({last.tier}) is in the console at {url}. Once it is decided, call this tool "

@@ -1,4 +1,6 @@
-"""A pending write's approval offered to the person at the MCP client (elicitation).
+"""A pending write's approval offered to the person at the MCP client (elicitation); a question
+the model asked (``ask_person``) too: its form asks for the answer (one of its choices when it
+has any), recorded with ``Agent.answer``; declined, the question is closed unanswered.
 
 When a ``tools/call`` answers ``pending_approval`` and the client declared form elicitation,
 the server asks there too, showing the exact arguments, their digest and the tier:
@@ -116,7 +118,14 @@ class ApprovalAsker:
         approval_id = UUID(str(pending.details["approval_id"]))
         content: Mapping[str, Any] = answer.content or {}
         try:
-            if answer.action == "accept" and content.get("approve") is True:
+            if pending.details.get("executor") == "person":  # a question (ask_person)
+                if answer.action == "accept":
+                    given = content.get("answer")
+                    await agent.answer(approval_id, str(given or ""), by=principal.actor_id)
+                else:
+                    reason = "declined to answer at the MCP client"
+                    await agent.deny(approval_id, by=principal.actor_id, reason=reason)
+            elif answer.action == "accept" and content.get("approve") is True:
                 await agent.approve(
                     approval_id,
                     by=principal.actor_id,
@@ -146,6 +155,8 @@ class ApprovalAsker:
 
     def _question(self, pending: CallOutcome) -> mcp_types.ElicitRequest:
         details = pending.details
+        if details.get("executor") == "person":
+            return _asked(details)
         explicit = details.get("acknowledge") == "amount"
         properties: dict[str, Any] = {
             "approve": {
@@ -196,6 +207,26 @@ class ApprovalAsker:
         body = f"{principal.actor_id}\x00{approval_id}\x00{digest}".encode()
         mac = hmac.new(self._secret, body, hashlib.sha256).hexdigest()
         return f"{approval_id}.{mac}"
+
+
+def _asked(details: Mapping[str, Any]) -> mcp_types.ElicitRequest:
+    """A question the model asked (``ask_person``) as a form: one answer, a choice of its
+    choices when it has any."""
+    answer: dict[str, Any] = {"type": "string", "title": "Answer"}
+    choices = [str(c) for c in details.get("choices") or []]
+    if choices:
+        answer["enum"] = choices
+    lines = [str(details.get("question") or ""), f"Expires: {details.get('expires_at', '')}"]
+    return mcp_types.ElicitRequest(
+        params=mcp_types.ElicitRequestFormParams(
+            message="\n".join(lines),
+            requested_schema={
+                "type": "object",
+                "properties": {"answer": answer},
+                "required": ["answer"],
+            },
+        )
+    )
 
 
 def _typed(value: Any) -> str | None:

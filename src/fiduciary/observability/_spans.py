@@ -42,6 +42,7 @@ from ..events import (
     TurnRetracted,
     Usage,
 )
+from ..questions import waiting_status
 from ..redaction import Redactor
 from ..stores.base import AuditRecord, RunRecord
 from ._ids import forced, root_context, root_parent, unforce
@@ -283,9 +284,7 @@ class DriveSpans:
                 "fiduciary.approval.expires_at": event.expires_at.isoformat(),
             },
         )
-        self._status = (
-            "awaiting_approval" if event.executor == "server" else "awaiting_client_result"
-        )
+        self._status = waiting_status(event.executor)
         self._end_tool(event.tool_use_id, "pending", error=False)
 
     def _action_resolved(self, event: ActionResolved) -> None:

@@ -136,8 +136,9 @@ async def fork(
     }
     copied = [_copied(e, rid, fresh, expires, run_id, at_seq) for e in events if e.seq <= at_seq]
     status: RunStatus = "awaiting_approval" if pending else "running"
-    if pending and all(p.executor == "client" for p in pending):
-        status = "awaiting_client_result"
+    if pending and all(p.executor != "server" for p in pending):
+        person = any(p.executor == "person" for p in pending)
+        status = "awaiting_input" if person else "awaiting_client_result"
     title = f"FORK of {str(run_id)[:8]} at seq {at_seq}: {original.title}"
     run = derived_run(agent, original, rid, title, now)
     await agent.store.create_run(run, copied)

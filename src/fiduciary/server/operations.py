@@ -7,7 +7,18 @@ here, not looked up by name.
 
 from __future__ import annotations
 
-from . import account, approvals, auth, bus, passkeys, records, runs, timetravel, traces
+from . import (
+    account,
+    approvals,
+    auth,
+    bus,
+    passkeys,
+    questions,
+    records,
+    runs,
+    timetravel,
+    traces,
+)
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -33,6 +44,7 @@ __all__ = ["OPERATIONS"]
 
 _RUN_ID = Param("run_id", "path", {"type": "string", "format": "uuid"})
 _APPROVAL_ID = Param("approval_id", "path", {"type": "string", "format": "uuid"})
+_QUESTION_ID = Param("question_id", "path", {"type": "string", "format": "uuid"})
 
 OPERATIONS: tuple[Operation[Handler], ...] = (
     Operation(
@@ -182,6 +194,27 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
             "result_refused",
         ),
         tags=("approvals",),
+    ),
+    Operation(
+        "GET", "/questions", "listQuestions", "List the questions the model asked (pending by "
+        "default)", questions.list_questions, scope=auth.RUNS_READ,
+        query=questions.ListQuestionsQuery, response=questions.QuestionList,
+        tags=("questions",),
+    ),
+    Operation(
+        "GET", "/questions/{question_id}", "getQuestion", "Get a question",
+        questions.get_question, scope=auth.RUNS_READ, params=(_QUESTION_ID,),
+        response=questions.QuestionOut, problems=("not_found",), tags=("questions",),
+    ),
+    Operation(
+        "POST", "/questions/{question_id}/answer", "answerQuestion",
+        "Answer a question the model asked", questions.answer_question,
+        scope=auth.APPROVALS_DECIDE, params=(_QUESTION_ID,), body=questions.AnswerBody,
+        response=questions.QuestionOut,
+        problems=("not_found", "already_decided", "expired", "invalid_answer"),
+        tags=("questions",),
+        description="One answer only: a second is refused (409). The run resumes in the "
+        "background with the answer as the result of the model's `ask_person` call.",
     ),
     Operation(
         "GET", "/audit", "listAudit", "Audit rows: every gate decision and outcome, newest first",

@@ -54,6 +54,9 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "signature_required": (403, "This approval must be signed with a passkey"),
     "signature_refused": (403, "The passkey signature was refused"),
     "result_refused": (422, "The reported result was checked and refused"),
+    # questions (fiduciary.questions)
+    "question": (409, "This is a question to the person; answer it"),
+    "invalid_answer": (422, "The answer is refused"),
     # webhooks
     "unknown_channel": (404, "No such webhook channel"),
     "invalid_signature": (401, "The webhook signature is missing or wrong"),

@@ -189,7 +189,7 @@ class ApprovalOut(BaseModel):
     tier: Literal["confirm", "explicit"]
     amount_usd: Decimal | None
     modifiable_fields: list[str]
-    executor: Literal["server", "client"]
+    executor: Literal["server", "client", "person"]
     status: ApprovalStatus
     created_at: datetime
     expires_at: datetime

@@ -515,6 +515,7 @@ class UIChat:
             waits = run is not None and run.status in (
                 "awaiting_approval",
                 "awaiting_client_result",
+                "awaiting_input",
             )
             for part in ui.finish("tool-calls" if waits else "other"):
                 yield encode_part(part)

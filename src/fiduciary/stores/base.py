@@ -78,6 +78,7 @@ RunStatus = Literal[
     "running",
     "awaiting_approval",
     "awaiting_client_result",
+    "awaiting_input",
     "completed",
     "failed",
     "cancelled",
@@ -118,7 +119,7 @@ class ApprovalRecord:
     tier: Literal["confirm", "explicit"]
     amount_usd: Decimal | None
     modifiable_fields: tuple[str, ...]
-    executor: Literal["server", "client"]
+    executor: Literal["server", "client", "person"]
     status: ApprovalStatus
     created_at: datetime
     expires_at: datetime

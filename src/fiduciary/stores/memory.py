@@ -34,7 +34,9 @@ from .base import (
 
 __all__ = ["MemoryStore"]
 
-_SUSPENDED: frozenset[RunStatus] = frozenset({"awaiting_approval", "awaiting_client_result"})
+_SUSPENDED: frozenset[RunStatus] = frozenset(
+    {"awaiting_approval", "awaiting_client_result", "awaiting_input"}
+)
 
 
 class MemoryStore:

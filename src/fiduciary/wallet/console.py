@@ -164,7 +164,7 @@ async def _waiting_demo_runs(agent: Agent) -> list[RunRecord]:
     runs = await agent.store.list_runs(principal=DEMO_PRINCIPAL, limit=100)
     waiting = []
     for run in reversed(runs):  # newest first from the store
-        if run.status not in ("awaiting_approval", "awaiting_client_result"):
+        if run.status not in ("awaiting_approval", "awaiting_client_result", "awaiting_input"):
             continue
         first = await agent.store.read_events(run.run_id, limit=5)
         if any(isinstance(e, UserMessage) and e.text == DEMO_CONVERSATION[0] for e in first):

@@ -40,7 +40,9 @@ async def test_the_console_and_its_files(client: httpx.AsyncClient) -> None:
     problem(await client.get("/static/app.py"), 404, "not_found")
 
 
-@pytest.mark.parametrize("name", ["app.js", "views.js", "audit.js", "dual.js", "passkeys.js"])
+@pytest.mark.parametrize(
+    "name", ["app.js", "views.js", "audit.js", "dual.js", "passkeys.js", "questions.js"]
+)
 def test_the_scripts_never_parse_server_text_as_html(name: str) -> None:
     script = (STATIC_DIR / name).read_text(encoding="utf-8")
     assert "innerHTML" not in script

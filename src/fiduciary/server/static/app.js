@@ -550,9 +550,10 @@
       case "pending_action": {
         closeAssistant();
         const tool = view.tools.get(event.tool_use_id);
-        if (tool) tool.node.querySelector(".state").textContent = "waiting for approval";
+        const asks = event.executor === "person"; // a question (questions.js)
+        if (tool) tool.node.querySelector(".state").textContent = asks ? "waiting for your answer" : "waiting for approval";
         card(event);
-        setStatus(event.executor === "client" ? "awaiting_client_result" : "awaiting_approval");
+        setStatus(asks ? "awaiting_input" : event.executor === "client" ? "awaiting_client_result" : "awaiting_approval");
         break;
       }
       case "action_resolved":
@@ -645,6 +646,12 @@
   }
 
   function card(event) {
+    if (event.executor === "person" && window.fiduciaryQuestions) {
+      const asked = window.fiduciaryQuestions.card(event);
+      state.view.cards.set(event.approval_id, { ...asked, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null });
+      add(asked.node, event.seq);
+      return;
+    }
     const explicit = event.tier === "explicit";
     const client = event.executor === "client";
     const error = el("p", { class: "error", role: "alert" });
@@ -831,6 +838,12 @@
     const who = event.by ? ` by ${shown(event.by).text}` : "";
     const line = (cls, ...parts) => el("div", { class: `outcome-line ${cls}` }, ...parts);
     const lines = [];
+    if (card.question) {
+      lines.push(line(event.decision === "client_result" ? "approved" : "denied", window.fiduciaryQuestions.resolved(event, who), when(event.at)));
+      card.outcome.replaceChildren(...lines);
+      card.outcome.hidden = false;
+      return;
+    }
     switch (event.decision) {
       case "approved":
         lines.push(line("approved", `Approved${who} at `, when(event.at)));
@@ -1012,8 +1025,8 @@
     const badge = $("run-status");
     badge.textContent = status ? status.replaceAll("_", " ") : "";
     badge.className = `status ${status || ""}`;
-    $("cancel-run").hidden = !(status === "running" || status === "awaiting_approval" || status === "awaiting_client_result");
-    const waiting = status === "awaiting_approval" || status === "awaiting_client_result";
+    const waiting = status === "awaiting_approval" || status === "awaiting_client_result" || status === "awaiting_input";
+    $("cancel-run").hidden = !(status === "running" || waiting);
     $("send").disabled = status === "running" || waiting;
     $("message").placeholder = waiting ? "Decide the pending action first" : status === "running" ? "The agent is working…" : "Ask the agent…";
   }

@@ -130,7 +130,7 @@
 
   function describe(e) {
     if (e.type === "run_status") {
-      if (e.status === "awaiting_approval" || e.status === "awaiting_client_result") {
+      if (e.status === "awaiting_approval" || e.status === "awaiting_client_result" || e.status === "awaiting_input") {
         const amount = e.amount_usd === null || e.amount_usd === undefined ? "" : ` ${fc.usd(e.amount_usd)}`;
         const who = e.status === "awaiting_approval" ? "waits for your approval" : "waits for your device";
         return { badge: words(e.status), tone: e.status, text: `${fc.shown(e.name || "a call").text}${amount} ${who} (${e.tier})` };

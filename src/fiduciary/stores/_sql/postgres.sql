@@ -84,7 +84,8 @@ FROM runs r WHERE r.run_id IN (
             AND (lease_until IS NULL OR lease_until <= %(now)s)
         UNION
         SELECT run_id FROM approvals WHERE status = 'pending' AND expires_at <= %(now)s)
-    AND r.status IN ('running', 'awaiting_approval', 'awaiting_client_result')
+    AND r.status IN ('running', 'awaiting_approval', 'awaiting_client_result',
+        'awaiting_input')
     AND (r.lease_until IS NULL OR r.lease_until <= %(now)s)
 ORDER BY r.created_at, r.run_id
 LIMIT %(limit)s
@@ -201,7 +202,8 @@ ORDER BY ord
 UPDATE runs SET last_seq = v.last_seq, status = COALESCE(v.status, runs.status),
     updated_at = COALESCE(v.updated_at, runs.updated_at),
     wake_at = CASE WHEN v.status IS NULL
-        OR v.status IN ('awaiting_approval', 'awaiting_client_result') THEN runs.wake_at END
+        OR v.status IN ('awaiting_approval', 'awaiting_client_result', 'awaiting_input')
+        THEN runs.wake_at END
 FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::timestamptz[])
     AS v(run_id, last_seq, status, updated_at)
 WHERE runs.run_id = v.run_id
@@ -220,7 +222,8 @@ WITH candidates AS (
     SELECT run_id FROM approvals WHERE status = 'pending' AND expires_at <= %(now)s
 ), picked AS (
     SELECT r.run_id FROM runs r JOIN candidates c ON c.run_id = r.run_id
-    WHERE r.status IN ('running', 'awaiting_approval', 'awaiting_client_result')
+    WHERE r.status IN ('running', 'awaiting_approval', 'awaiting_client_result',
+        'awaiting_input')
         AND (r.lease_until IS NULL OR r.lease_until <= %(now)s)
         AND NOT r.run_id = ANY(%(exclude)s::uuid[])
     ORDER BY r.created_at, r.run_id
@@ -234,7 +237,8 @@ RETURNING runs.run_id, runs.principal, runs.status, runs.created_at, runs.update
 
 -- name: mark_runnable
 UPDATE runs SET wake_at = COALESCE(wake_at, now()) WHERE run_id = %s
-    AND status IN ('running', 'awaiting_approval', 'awaiting_client_result')
+    AND status IN ('running', 'awaiting_approval', 'awaiting_client_result',
+        'awaiting_input')
 
 -- name: ledger_begin
 -- Fenced in one statement (one transaction): the runs row is locked FOR SHARE, so an acquire

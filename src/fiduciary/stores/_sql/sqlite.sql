@@ -75,7 +75,8 @@ SELECT run_id, principal, status, created_at, updated_at, last_seq, epoch, lease
     lease_until, title, scopes
 FROM runs INDEXED BY runs_runnable
 WHERE (status = 'running' OR wake_at IS NOT NULL)
-    AND status IN ('running', 'awaiting_approval', 'awaiting_client_result')
+    AND status IN ('running', 'awaiting_approval', 'awaiting_client_result',
+        'awaiting_input')
     AND (lease_until IS NULL OR lease_until <= :now)
 ORDER BY created_at, run_id LIMIT :limit
 
@@ -86,7 +87,7 @@ SELECT r.run_id, r.principal, r.status, r.created_at, r.updated_at, r.last_seq, 
 FROM runs r
 WHERE r.run_id IN (
         SELECT run_id FROM approvals WHERE status = 'pending' AND expires_at <= :now)
-    AND r.status IN ('awaiting_approval', 'awaiting_client_result')
+    AND r.status IN ('awaiting_approval', 'awaiting_client_result', 'awaiting_input')
     AND (r.lease_until IS NULL OR r.lease_until <= :now)
 LIMIT :limit
 
@@ -167,12 +168,14 @@ UPDATE runs SET last_seq = ?, updated_at = ? WHERE run_id = ? AND epoch = ? AND 
 -- A status other than suspended (running again, or ended) clears the wake marker: the drive
 -- that took the decision up is past it (migrations/0003_wake_marker.sql).
 UPDATE runs SET last_seq = ?1, updated_at = ?2, status = ?3,
-    wake_at = CASE WHEN ?3 IN ('awaiting_approval', 'awaiting_client_result') THEN wake_at END
+    wake_at = CASE WHEN ?3 IN ('awaiting_approval', 'awaiting_client_result',
+        'awaiting_input') THEN wake_at END
 WHERE run_id = ?4 AND epoch = ?5 AND last_seq = ?6
 
 -- name: set_status
 UPDATE runs SET status = ?3,
-    wake_at = CASE WHEN ?3 IN ('awaiting_approval', 'awaiting_client_result') THEN wake_at END
+    wake_at = CASE WHEN ?3 IN ('awaiting_approval', 'awaiting_client_result',
+        'awaiting_input') THEN wake_at END
 WHERE run_id = ?1 AND epoch = ?2
 
 -- name: check_epoch

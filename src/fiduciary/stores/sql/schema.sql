@@ -144,11 +144,13 @@ CREATE INDEX spend_reservations_by_principal_at ON spend_reservations (principal
 CREATE INDEX audit_by_key ON audit (idempotency_key)
     WHERE tier = 'auto' AND outcome IN ('ok', 'unknown') AND amount_usd IS NOT NULL;
 
--- A decision on a pending approval, made by any process, marks its run for resuming (0003).
+-- A decision on a pending approval (or a person's answer to a question), made by any
+-- process, marks its run for resuming (0003, 0008).
 CREATE TRIGGER approvals_wake_run AFTER UPDATE OF status ON approvals
     FOR EACH ROW WHEN OLD.status = 'pending' AND NEW.status <> 'pending'
 BEGIN
     UPDATE runs SET wake_at = COALESCE(wake_at, NEW.decided_at, NEW.created_at)
     WHERE run_id = NEW.run_id
-      AND status IN ('running', 'awaiting_approval', 'awaiting_client_result');
+      AND status IN ('running', 'awaiting_approval', 'awaiting_client_result',
+          'awaiting_input');
 END;

@@ -25,7 +25,8 @@ CREATE TABLE runs (
     run_id      uuid PRIMARY KEY,
     principal   text NOT NULL,
     status      text NOT NULL CHECK (status IN ('running', 'awaiting_approval',
-                    'awaiting_client_result', 'completed', 'failed', 'cancelled')),
+                    'awaiting_client_result', 'completed', 'failed', 'cancelled',
+                    'awaiting_input')),
     created_at  timestamptz NOT NULL,
     updated_at  timestamptz NOT NULL,
     last_seq    bigint NOT NULL DEFAULT 0 CHECK (last_seq >= 0),
@@ -73,7 +74,7 @@ CREATE TABLE approvals (
     tier              text NOT NULL CHECK (tier IN ('confirm', 'explicit')),
     amount_usd        numeric,
     modifiable_fields text[] NOT NULL DEFAULT '{}',
-    executor          text NOT NULL CHECK (executor IN ('server', 'client')),
+    executor          text NOT NULL CHECK (executor IN ('server', 'client', 'person')),
     status            text NOT NULL CHECK (status IN ('pending', 'approved', 'denied',
                           'expired', 'client_result')),
     created_at        timestamptz NOT NULL,
@@ -147,7 +148,8 @@ CREATE FUNCTION fiduciary_wake_on_decision() RETURNS trigger LANGUAGE plpgsql AS
 BEGIN
     UPDATE runs SET wake_at = COALESCE(wake_at, now())
     WHERE run_id = NEW.run_id
-      AND status IN ('running', 'awaiting_approval', 'awaiting_client_result');
+      AND status IN ('running', 'awaiting_approval', 'awaiting_client_result',
+          'awaiting_input');
     RETURN NULL;
 END
 $$;
@@ -168,7 +170,8 @@ $$;
 CREATE TRIGGER runs_notify_runnable AFTER INSERT OR UPDATE ON runs
     FOR EACH ROW WHEN (NEW.lease_owner IS NULL AND (NEW.status = 'running'
         OR (NEW.wake_at IS NOT NULL
-            AND NEW.status IN ('awaiting_approval', 'awaiting_client_result'))))
+            AND NEW.status IN ('awaiting_approval', 'awaiting_client_result',
+                'awaiting_input'))))
     EXECUTE FUNCTION fiduciary_notify_runnable();
 
 -- Requests to cancel a run that another process drives (migration 0002; NOTIFY
