@@ -32,6 +32,7 @@ from .context.compaction import Summarizer
 from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
 from .context.skills import Skill, chosen_skill, skill_table, with_skills
+from .deps import Dependencies, DepsFactory, typed_drive
 from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
@@ -39,6 +40,7 @@ from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier, TurnPlan, plan_turn
+from .outputs import DEFAULT_OUTPUT_RETRIES, OutputSpec, OutputTypes
 from .policy import Policy
 from .redaction import Redactor
 from .signed_approvals import SignatureCheck
@@ -119,6 +121,10 @@ class Agent:
         summarizer: Summarizer | None = None,
         microcompact: bool = True,
         skills: Iterable[Skill] = (),
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+        deps_type: Any = None,
+        deps_factory: DepsFactory | None = None,
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
@@ -173,6 +179,10 @@ class Agent:
         self.summarizer = summarizer
         self.microcompact = microcompact
         self._context_config()  # options are checked now, not at the first run
+        # typed answers (fiduciary.outputs) and the application's dependencies (fiduciary.deps)
+        self.outputs = OutputTypes(output_type, retries=output_retries, names=self.gates.names)
+        caps = [c for n in self.gates.names if (c := self.gates.get(n)) is not None]
+        self.deps = Dependencies(deps_type, deps_factory, capabilities=caps)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._locking: tuple[Store | None, bool] = (None, False)  # a store, PrincipalLocking?
@@ -194,8 +204,15 @@ class Agent:
         plan_first: bool = False,
         skill: str | None = None,
         origin: Origin | None = None,
+        output_type: Any = None,
+        output_retries: int | None = None,
+        deps: Any = None,
     ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
+
+        ``output_type`` (the agent's by default) and ``output_retries``: the type a new run's
+        answer must be (fiduciary.outputs); ``deps``: what its capabilities get as
+        ``ctx.deps``, never recorded (fiduciary.deps).
 
         ``origin``: the outside event this message comes from (an attention decision, a
         webhook, an app's tick, a chat that is not the principal's), recorded with it; a write
@@ -208,7 +225,13 @@ class Agent:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
         return self._stream(
-            partial(self._open, message, principal, run_id, capabilities, plan_first, skill, origin)
+            partial(
+                self._open,
+                *(message, principal, run_id, capabilities, plan_first, skill, origin),
+                output_type=output_type,
+                output_retries=output_retries,
+                deps=deps,
+            )
         )
 
     async def _open(
@@ -220,6 +243,10 @@ class Agent:
         plan_first: bool,
         skill: str | None,
         origin: Origin | None = None,
+        *,
+        output_type: Any = None,
+        output_retries: int | None = None,
+        deps: Any = None,
     ) -> tuple[Driver, list[Event]]:
         """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
         commit, with its first events), the events to yield before the drive's."""
@@ -228,16 +255,41 @@ class Agent:
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # created by the drive's first commit, with its first events
+            run_id = run_id or uuid4()
+            spec = self.outputs.for_new(output_type, output_retries)
+            deps = await self.deps.for_new(run_id, who.actor_id, deps)
             run, transcript, first, plan = await self._create(
-                message, who, run_id, capabilities, plan_first, skill, origin, record=False
+                *(message, who, run_id, capabilities, plan_first, skill, origin),
+                record=False,
+                started=self._started(spec, deps),
             )
-            driver = Driver(self._runtime(), run, transcript, unrecorded=first)
+            driver = Driver(
+                self._runtime(), run, transcript, unrecorded=first, output=spec, deps=deps
+            )
             if transcript.user_text == message:  # the first turn's plan is the run_started's
                 driver.plan = plan
             return driver, []
         run, transcript = await self._continue(existing, who)
-        driver = Driver(self._runtime(), run, transcript)
+        spec, deps = await self._typed(run, transcript, output_type, deps)
+        driver = Driver(self._runtime(), run, transcript, output=spec, deps=deps)
         return driver, await self._emit_first(driver, message, skill, origin)
+
+    def _started(self, spec: OutputSpec[Any] | None, deps: Any) -> dict[str, Any]:
+        """What ``run_started`` records of a run's output type and deps (their names)."""
+        return {**self.outputs.started_fields(spec), **self.deps.started_fields(deps)}
+
+    async def _typed(
+        self, run: RunRecord, transcript: Transcript, output_type: Any = None, deps: Any = None
+    ) -> tuple[OutputSpec[Any] | None, Any]:
+        """A leased run's output type and deps (released when it has neither it needs)."""
+        try:
+            return await typed_drive(
+                self.outputs, self.deps, transcript.started, run.run_id, output_type, deps
+            )
+        except BaseException:
+            with suppress(Exception):
+                await self.store.release(run.run_id, epoch=run.epoch)
+            raise
 
     async def _create(
         self,
@@ -251,6 +303,7 @@ class Agent:
         *,
         leased: bool = True,
         record: bool = True,
+        started: Mapping[str, Any] | None = None,
     ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
         """A new run (leased by this process unless ``leased`` is false), recorded unless
         ``record`` is false; and the plan its ``run_started`` records."""
@@ -296,6 +349,7 @@ class Agent:
                 tier=plan.tier,
                 effort=plan.effort,
                 origin=origin,
+                **(started or {}),
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill, origin=origin),
         ]
@@ -340,7 +394,12 @@ class Agent:
             raise
 
     def resume(
-        self, run_id: UUID, *, claimed: RunRecord | None = None, any_model: bool = False
+        self,
+        run_id: UUID,
+        *,
+        claimed: RunRecord | None = None,
+        any_model: bool = False,
+        deps: Any = None,
     ) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
 
@@ -351,13 +410,16 @@ class Agent:
         Raises ``RunError("agent_mismatch")``, touching nothing, when this agent lacks one of the
         run's capabilities or has another model than the run recorded (unless ``any_model``):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
+        ``deps``: the run's deps (fiduciary.deps), when it needs some; by default those given
+        to this agent for the run in this process, else its ``deps_factory``'s.
         """
-        return self._stream(partial(self._reopen, run_id, claimed, any_model))
+        return self._stream(partial(self._reopen, run_id, claimed, any_model, deps))
 
     async def _reopen(
-        self, run_id: UUID, claimed: RunRecord | None, any_model: bool
+        self, run_id: UUID, claimed: RunRecord | None, any_model: bool, deps: Any = None
     ) -> tuple[Driver, list[Event]] | None:
         """``resume`` up to its drive; None when there is nothing to drive."""
+        self.deps.given(run_id, deps)
         if claimed is None:
             existing = await existing_run(self.store, run_id)
             if existing.status in IDLE:
@@ -377,7 +439,8 @@ class Agent:
         if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
             return None
-        return Driver(self._runtime(), run, transcript), []
+        spec, deps = await self._typed(run, transcript)
+        return Driver(self._runtime(), run, transcript, output=spec, deps=deps), []
 
     async def submit(
         self,
@@ -403,8 +466,11 @@ class Agent:
             raise RunError("invalid", "a message must be non-empty text")
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # one insert, never leased: claimable once committed
+            spec = self.outputs.for_new(None, None)  # a worker drives it: the agent's own
             run, _, _, _ = await self._create(
-                message, who, run_id, capabilities, plan_first, skill, origin, leased=False
+                *(message, who, run_id, capabilities, plan_first, skill, origin),
+                leased=False,
+                started=self._started(spec, None),
             )
             return run
         run, transcript = await self._continue(existing, who)
@@ -534,6 +600,9 @@ class Agent:
                 f"run {run_id} was started with the model {started.model}, and this agent's is "
                 f"{self.model.name}",
             )
+        why = self.outputs.refusal(started) or self.deps.refusal(started, run_id)
+        if why is not None:  # its answers' type, or its deps: this agent cannot give them
+            raise RunError("agent_mismatch", f"run {run_id} {why}")
 
     async def keep_runs_moving(self, *, every: float = SWEEP_SECONDS) -> None:
         """Resume every run that can make progress and that nobody drives, now and every
@@ -689,6 +758,11 @@ class Agent:
     # --- reading ---------------------------------------------------------------------------
     async def get_run(self, run_id: UUID) -> RunRecord:
         return await existing_run(self.store, run_id)
+
+    async def output(self, run_id: UUID) -> Any:
+        """The typed answer of a completed run (its latest completion, as ``run_completed``
+        recorded it), a value of its output type; None when it has none (fiduciary.outputs)."""
+        return await self.outputs.output_of(self.store, await existing_run(self.store, run_id))
 
     def events(
         self,
