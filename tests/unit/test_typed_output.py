@@ -132,7 +132,8 @@ async def test_an_invalid_answer_goes_back_to_the_model_with_the_errors() -> Non
     assert "twelve" not in told  # the errors, never the input echoed back
     second = agent.model.requests[1]  # type: ignore[attr-defined]
     last = second.messages[-1]
-    assert isinstance(last, ToolResultsMessage) and last.results[0].is_error
+    assert isinstance(last, ToolResultsMessage)
+    assert last.results[0].is_error
     assert (await agent.output(events[-1].run_id)).number == "INV-7"
 
 
@@ -152,13 +153,12 @@ async def test_past_its_retries_the_run_fails_with_invalid_output() -> None:
 async def test_zero_retries_fails_at_the_first_invalid_answer() -> None:
     agent = agent_with(MemoryStore(), answer({}), output_retries=0)
     events = await collect(agent.run("invoice please", principal=ALICE))
-    assert isinstance(events[-1], RunFailed) and events[-1].reason == "invalid_output"
+    assert isinstance(events[-1], RunFailed)
+    assert events[-1].reason == "invalid_output"
 
 
 async def test_text_that_is_the_type_as_json_is_accepted() -> None:
-    agent = agent_with(
-        MemoryStore(), Reply('```json\n{"number": "INV-9", "total": 3}\n```')
-    )
+    agent = agent_with(MemoryStore(), Reply('```json\n{"number": "INV-9", "total": 3}\n```'))
     events = await collect(agent.run("invoice please", principal=ALICE))
     assert isinstance(events[-1], RunCompleted)
     assert events[-1].output == {"number": "INV-9", "total": "3"}
@@ -170,7 +170,8 @@ async def test_text_that_is_not_an_answer_is_refused_on_its_turn() -> None:
     )
     events = await collect(agent.run("invoice please", principal=ALICE))
     turns = of(events, TurnComplete)
-    assert turns[0].output_error is not None and OUTPUT_TOOL in turns[0].output_error
+    assert turns[0].output_error is not None
+    assert OUTPUT_TOOL in turns[0].output_error
     assert turns[1].output_error is None
     second = agent.model.requests[1]  # type: ignore[attr-defined]
     assert isinstance(second.messages[-1], UserTextMessage)
@@ -181,13 +182,17 @@ async def test_text_that_is_not_an_answer_is_refused_on_its_turn() -> None:
 async def test_an_answer_beside_other_calls_is_not_taken() -> None:
     agent = agent_with(
         MemoryStore(),
-        ToolCalls([Call("fetch", {"doc": "x"}), Call(OUTPUT_TOOL, {"number": "INV-1", "total": 1})]),
+        ToolCalls(
+            [Call("fetch", {"doc": "x"}), Call(OUTPUT_TOOL, {"number": "INV-1", "total": 1})]
+        ),
         answer({"number": "INV-1", "total": 1}),
     )
     events = await collect(agent.run("invoice please", principal=ALICE))
-    first = [e for e in of(events, ToolCallEnd) if e.name == OUTPUT_TOOL][0]
-    assert first.is_error and "alone" in first.output
-    assert isinstance(events[-1], RunCompleted) and events[-1].output is not None
+    first = next(e for e in of(events, ToolCallEnd) if e.name == OUTPUT_TOOL)
+    assert first.is_error
+    assert "alone" in first.output
+    assert isinstance(events[-1], RunCompleted)
+    assert events[-1].output is not None
 
 
 @pytest.mark.parametrize(
@@ -217,19 +222,19 @@ async def test_dataclasses_typed_dicts_and_scalars(
 async def test_str_output_is_the_text_and_offers_no_tool() -> None:
     agent = agent_with(MemoryStore(), Reply("just text"), output_type=str)
     events = await collect(agent.run("invoice please", principal=ALICE))
-    assert isinstance(events[-1], RunCompleted) and events[-1].output == "just text"
+    assert isinstance(events[-1], RunCompleted)
+    assert events[-1].output == "just text"
     assert all(t.name != OUTPUT_TOOL for t in agent.model.requests[0].tools)  # type: ignore[attr-defined]
 
 
 async def test_run_output_type_overrides_the_agents() -> None:
     agent = agent_with(MemoryStore(), answer({"response": 5}), output_type=None)
     events = await collect(agent.run("invoice please", principal=ALICE, output_type=int))
-    assert isinstance(events[-1], RunCompleted) and events[-1].output == 5
+    assert isinstance(events[-1], RunCompleted)
+    assert events[-1].output == 5
     # the run's type is fixed when it starts
     with pytest.raises(RunError, match="output type is set when it starts"):
-        await collect(
-            agent.run("more", principal=ALICE, run_id=events[0].run_id, output_type=str)
-        )
+        await collect(agent.run("more", principal=ALICE, run_id=events[0].run_id, output_type=str))
 
 
 async def test_a_secret_in_the_answer_is_redacted_in_the_record() -> None:
@@ -251,10 +256,10 @@ async def test_another_process_needs_the_type_to_resume_or_read_the_run(tmp_path
     other = SQLiteStore(path)
     try:
         plain = agent_with(other, output_type=None)
-        with pytest.raises(RunError, match="typed .*Invoice") as refused:
+        with pytest.raises(RunError, match=r"typed .*Invoice") as refused:
             await plain.check_resumable(run_id)
         assert refused.value.code == "agent_mismatch"
-        with pytest.raises(RunError, match="agent_mismatch|Invoice"):
+        with pytest.raises(RunError, match=r"agent_mismatch|Invoice"):
             await plain.output(run_id)
         typed = agent_with(other)
         assert await typed.output(run_id) == Invoice(number="INV-2", total=Decimal(2))
@@ -268,7 +273,8 @@ async def test_runs_without_an_output_type_record_nothing_new() -> None:
     for event in events:
         keys = set(json.loads(encode_event(event)))
         assert not keys & {"output", "output_type", "output_retries", "deps", "output_error"}
-        assert not keys & {"fallbacks"} and (event.type != "turn_complete" or "model" not in keys)
+        assert not keys & {"fallbacks"}
+        assert event.type != "turn_complete" or "model" not in keys
     assert await agent.output(events[0].run_id) is None
 
 
@@ -279,7 +285,8 @@ def test_old_logs_still_load() -> None:
         '"tool_calls":0,"cost_usd":null}'
     )
     event = decode_event(old)
-    assert isinstance(event, RunCompleted) and event.output is None
+    assert isinstance(event, RunCompleted)
+    assert event.output is None
     assert encode_event(event) == old  # and written back byte for byte
 
 
