@@ -116,3 +116,18 @@ def test_real_provider_refunds_with_a_real_model() -> None:
     assert done.returncode == 0, done.stderr
     assert "  refund: " in done.stdout
     assert "'A-1002': '0'" not in done.stdout.splitlines()[-1]
+
+
+TYPED_EXTRACTION = """\
+turn answered by secondary (primary overloaded)
+turn answered by secondary (primary overloaded)
+turn answered by secondary (primary overloaded)
+sent back to the model: - total: Input should be a valid decimal
+completed INV-2041 Acme Tools 1234.50
+  10 x Hammer @ 23.45
+  20 x Saw @ 50.00
+"""
+
+
+def test_typed_extraction_corrects_an_invalid_answer_and_returns_an_invoice() -> None:
+    assert succeeded(run("typed_extraction.py")) == TYPED_EXTRACTION
