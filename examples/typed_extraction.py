@@ -129,7 +129,7 @@ def main() -> None:
         failed = ", ".join(f"{f.model} {f.reason}" for f in turn.fallbacks)
         print(f"turn answered by {turn.model} ({failed})")
     for event in result.events:
-        if isinstance(event, ToolCallEnd) and event.error_code == "invalid_output":
+        if isinstance(event, ToolCallEnd) and event.error_code == "invalid_answer":
             print("sent back to the model:", event.output.splitlines()[1])
     invoice = result.output
     assert isinstance(invoice, Invoice)

@@ -85,7 +85,7 @@ def test_killed_at_the_suspension_point_the_run_ends_as_without_the_crash(
     elif scenario == "output":
         committed = (
             "SELECT count(*) FROM events WHERE run_id = ? AND type = 'tool_call_end' "
-            "AND payload LIKE '%invalid_output%'",
+            "AND payload LIKE '%invalid_answer%'",
             crashed_id,
         )
     else:

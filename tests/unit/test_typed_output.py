@@ -125,7 +125,7 @@ async def test_an_invalid_answer_goes_back_to_the_model_with_the_errors() -> Non
     events = await collect(agent.run("invoice please", principal=ALICE))
     assert isinstance(events[-1], RunCompleted)
     rejected = [e for e in of(events, ToolCallEnd) if e.is_error]
-    assert [e.error_code for e in rejected] == ["invalid_output"]
+    assert [e.error_code for e in rejected] == ["invalid_answer"]
     told = rejected[0].output
     assert "number: Value error, an invoice number starts with INV-" in told
     assert "total:" in told

@@ -18,7 +18,7 @@ from ..models.base import TextPart
 from ..outputs import Invalid, OutputSpec, Valid
 from .dispatch import start
 from .state import Drive
-from .transcript import INVALID_OUTPUT
+from .transcript import INVALID_ANSWER
 
 __all__ = ["close_answers", "over_retries", "wants"]
 
@@ -60,7 +60,7 @@ def close_answers(d: Drive, answers: list[ParsedCall], *, other_calls: bool) -> 
                     name=call.name,
                     output=d.rt.redactor.redact_text(verdict.message),
                     is_error=True,
-                    error_code=INVALID_OUTPUT,
+                    error_code=INVALID_ANSWER,
                 )
             )
     return None

@@ -50,10 +50,11 @@ from ..models.base import (
     ToolUsePart,
     UserTextMessage,
 )
+from ..outputs import OUTPUT_TOOL
 
-__all__ = ["INVALID_OUTPUT", "Transcript"]
+__all__ = ["INVALID_ANSWER", "Transcript"]
 
-INVALID_OUTPUT = "invalid_output"  # the error code of a final_result call that was not valid
+INVALID_ANSWER = "invalid_answer"  # the error code of a final_result call that was not valid
 
 
 @dataclass(slots=True)
@@ -132,7 +133,7 @@ class Transcript:
                 event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
             )
             self._outcome(event.tool_use_id, not event.is_error, event.output)
-            if event.error_code == INVALID_OUTPUT:
+            if event.error_code == INVALID_ANSWER and event.name == OUTPUT_TOOL:
                 self.invalid_outputs += 1
         elif type(event) is Usage:
             self.input_tokens = event.total_input_tokens

@@ -10,7 +10,8 @@ fails after it streamed something is never replaced: the error is the turn's (th
 already be running). When every model failed, the last error is raised, naming them all.
 
 Each model keeps its own retry policy: a provider model retries (with backoff) before its
-error reaches the fallback. Give the primary ``retry=NO_RETRY`` to fall back at once.
+error reaches the fallback. Give the primary ``retry=RetryPolicy(max_attempts=1)`` to fall
+back at once.
 """
 
 from __future__ import annotations
