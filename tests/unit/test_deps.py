@@ -199,3 +199,19 @@ async def test_an_agent_without_deps_type_records_none() -> None:
     assert '"deps"' not in encode_event(events[0])
     ends = [e for e in events if e.type == "tool_call_end"]
     assert "None" in ends[0].output
+
+
+async def test_a_run_with_deps_replays_from_its_recording(tmp_path: Path) -> None:
+    from fiduciary.observability.replay import replay
+
+    store = SQLiteStore(tmp_path / "runs.sqlite3")
+    try:
+        agent = make(store)
+        bank = Bank()
+        run_id = await _pay_and_wait(agent, bank)
+        await collect(agent.resume(run_id))
+        again = await replay(agent, run_id)
+        assert (await store.get_run(again)).status == "completed"  # type: ignore[union-attr]
+        assert bank.sent == [("bob", Decimal("900"))]  # the replay executed nothing
+    finally:
+        await store.close()

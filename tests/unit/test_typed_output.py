@@ -309,3 +309,17 @@ def test_bad_declarations_are_refused() -> None:
         OutputSpec(Invoice, retries=-1)
     with pytest.raises(ConfigurationError, match="cannot be validated"):
         OutputSpec(object())
+
+
+async def test_a_typed_run_replays_typed() -> None:
+    from fiduciary.observability.replay import replay
+
+    agent = agent_with(
+        MemoryStore(),
+        ToolCalls([Call("fetch", {"doc": "a.pdf"})]),
+        answer({"number": "INV-7", "total": "12.50"}),
+    )
+    events = await collect(agent.run("read the invoice", principal=ALICE))
+    again = await replay(agent, events[0].run_id)
+    assert (await agent.get_run(again)).status == "completed"
+    assert await agent.output(again) == await agent.output(events[0].run_id)
