@@ -32,7 +32,7 @@ from .context.compaction import Summarizer
 from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
 from .context.skills import Skill, chosen_skill, skill_table, with_skills
-from .deps import Dependencies, DepsFactory, typed_drive
+from .deps import Dependencies, DepsFactory, started_fields, typed_drive
 from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
@@ -40,7 +40,7 @@ from .guards import Guard, default_guards
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier, TurnPlan, plan_turn
-from .outputs import DEFAULT_OUTPUT_RETRIES, OutputSpec, OutputTypes
+from .outputs import DEFAULT_OUTPUT_RETRIES, OutputTypes
 from .policy import Policy
 from .redaction import Redactor
 from .signed_approvals import SignatureCheck
@@ -261,7 +261,7 @@ class Agent:
             run, transcript, first, plan = await self._create(
                 *(message, who, run_id, capabilities, plan_first, skill, origin),
                 record=False,
-                started=self._started(spec, deps),
+                started=started_fields(self.outputs, self.deps, spec, deps),
             )
             driver = Driver(
                 self._runtime(), run, transcript, unrecorded=first, output=spec, deps=deps
@@ -270,26 +270,11 @@ class Agent:
                 driver.plan = plan
             return driver, []
         run, transcript = await self._continue(existing, who)
-        spec, deps = await self._typed(run, transcript, output_type, deps)
+        spec, deps = await typed_drive(
+            self.outputs, self.deps, self.store, run, transcript.started, output_type, deps
+        )
         driver = Driver(self._runtime(), run, transcript, output=spec, deps=deps)
         return driver, await self._emit_first(driver, message, skill, origin)
-
-    def _started(self, spec: OutputSpec[Any] | None, deps: Any) -> dict[str, Any]:
-        """What ``run_started`` records of a run's output type and deps (their names)."""
-        return {**self.outputs.started_fields(spec), **self.deps.started_fields(deps)}
-
-    async def _typed(
-        self, run: RunRecord, transcript: Transcript, output_type: Any = None, deps: Any = None
-    ) -> tuple[OutputSpec[Any] | None, Any]:
-        """A leased run's output type and deps (released when it has neither it needs)."""
-        try:
-            return await typed_drive(
-                self.outputs, self.deps, transcript.started, run.run_id, output_type, deps
-            )
-        except BaseException:
-            with suppress(Exception):
-                await self.store.release(run.run_id, epoch=run.epoch)
-            raise
 
     async def _create(
         self,
@@ -439,7 +424,7 @@ class Agent:
         if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
             return None
-        spec, deps = await self._typed(run, transcript)
+        spec, deps = await typed_drive(self.outputs, self.deps, self.store, run, transcript.started)
         return Driver(self._runtime(), run, transcript, output=spec, deps=deps), []
 
     async def submit(
@@ -470,7 +455,7 @@ class Agent:
             run, _, _, _ = await self._create(
                 *(message, who, run_id, capabilities, plan_first, skill, origin),
                 leased=False,
-                started=self._started(spec, None),
+                started=started_fields(self.outputs, self.deps, spec, None),
             )
             return run
         run, transcript = await self._continue(existing, who)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from typing import Any, TypeAlias
 from uuid import UUID
 
@@ -26,8 +27,9 @@ from .capabilities import Capability
 from .events import RunStarted
 from .exceptions import ConfigurationError, RunError
 from .outputs import OutputSpec, OutputTypes, output_type_name
+from .stores.base import RunRecord, Store
 
-__all__ = ["Dependencies", "DepsFactory", "typed_drive"]
+__all__ = ["Dependencies", "DepsFactory", "started_fields", "typed_drive"]
 
 DepsFactory: TypeAlias = Callable[[UUID, str], Any]
 """``deps_factory(run_id, principal)``: a run's deps (or an awaitable of them)."""
@@ -164,20 +166,34 @@ def _check_declared(cap: Capability, deps_type: Any) -> None:
     )
 
 
+def started_fields(
+    outputs: OutputTypes, deps: Dependencies, spec: OutputSpec[Any] | None, given: Any
+) -> dict[str, Any]:
+    """What a new run's ``run_started`` records of its output type and deps (their names)."""
+    return {**outputs.started_fields(spec), **deps.started_fields(given)}
+
+
 async def typed_drive(
     outputs: OutputTypes,
     deps: Dependencies,
+    store: Store,
+    run: RunRecord,
     started: RunStarted | None,
-    run_id: UUID,
-    output_type: Any,
-    given: Any,
+    output_type: Any = None,
+    given: Any = None,
 ) -> tuple[OutputSpec[Any] | None, Any]:
-    """A drive's output spec and deps, for a run that exists (``RunError`` when this agent
-    cannot give them: ``agent_mismatch``; or when a new message asks another output type)."""
+    """A leased run's output spec and deps for its drive. ``RunError`` — the lease released —
+    when this agent cannot give them (``agent_mismatch``), or when a new message asks another
+    output type (``invalid``)."""
     try:
-        spec = outputs.of_run(started)
-    except LookupError as exc:
-        raise RunError("agent_mismatch", f"run {run_id} {exc}") from None
-    if output_type is not None and (spec is None or spec.output_type is not output_type):
-        raise RunError("invalid", "a run's output type is set when it starts; it cannot change")
-    return spec, await deps.for_run(started, run_id, given)
+        try:
+            spec = outputs.of_run(started)
+        except LookupError as exc:
+            raise RunError("agent_mismatch", f"run {run.run_id} {exc}") from None
+        if output_type is not None and (spec is None or spec.output_type is not output_type):
+            raise RunError("invalid", "a run's output type is set when it starts; it cannot change")
+        return spec, await deps.for_run(started, run.run_id, given)
+    except BaseException:
+        with suppress(Exception):
+            await store.release(run.run_id, epoch=run.epoch)
+        raise

@@ -127,7 +127,8 @@ class OutputSpec(Generic[T]):
         doc = getattr(output_type, "__doc__", None)
         if isinstance(output_type, type) and doc and doc != type(output_type).__doc__:
             description = f"{description} The answer: {' '.join(doc.split())}"[:1024]
-        self.tool = ToolSpec(OUTPUT_TOOL, description, schema, kind=None)
+        # (no effect: a provider that refuses tools with effects may offer it, as a read)
+        self.tool = ToolSpec(OUTPUT_TOOL, description, schema, kind="read")
 
     def __repr__(self) -> str:
         return f"OutputSpec({self.name}, retries={self.retries})"
