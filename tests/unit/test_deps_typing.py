@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from mypy import api
 
 pytestmark = pytest.mark.slow  # mypy takes seconds
 
@@ -14,7 +15,6 @@ SAMPLE = ROOT / "tests" / "typing" / "deps_usage.py"
 
 
 def _mypy(path: Path) -> tuple[str, int]:
-    api = pytest.importorskip("mypy.api")
     out, err, status = api.run(
         ["--config-file", str(ROOT / "pyproject.toml"), "--no-incremental", str(path)]
     )
