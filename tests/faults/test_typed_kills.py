@@ -3,7 +3,9 @@ process: the run ends as it does without the crash.
 
 - between an invalid answer (a ``final_result`` call, or text that is not the type) and the
   model's retry: the invalid answer and its errors are in the log, the retry is not;
-- between fallback attempts: the primary model failed (overloaded), the secondary is asked.
+- between fallback attempts: the primary model failed (overloaded), the secondary is asked;
+- between two reads through ``ctx.deps``: the deps given to ``run`` are gone with the
+  process; the resuming one makes them with ``deps_factory`` (one without refuses the run).
 
 Each case plays the scenario straight in one process, then again in a process killed at the
 point, resumed by another (``typed_child.py``), and compares the two logs event by event.
@@ -70,7 +72,7 @@ def _wait_for(what: str, condition: Any, process: subprocess.Popen[str]) -> None
         time.sleep(0.02)  # polling another process's files: nothing to wait on in between
 
 
-@pytest.mark.parametrize("scenario", ["output", "output_text", "fallback"])
+@pytest.mark.parametrize("scenario", ["output", "output_text", "fallback", "deps"])
 def test_killed_at_the_suspension_point_the_run_ends_as_without_the_crash(
     scenario: str, tmp_path: Path
 ) -> None:
@@ -82,6 +84,11 @@ def test_killed_at_the_suspension_point_the_run_ends_as_without_the_crash(
     start = _child("start", scenario, str(db), crashed_id, str(marker))
     if scenario == "fallback":
         committed = ("SELECT count(*) FROM runs WHERE run_id = ?", crashed_id)
+    elif scenario == "deps":
+        committed = (
+            "SELECT count(*) FROM events WHERE run_id = ? AND type = 'tool_call_end'",
+            crashed_id,
+        )
     elif scenario == "output":
         committed = (
             "SELECT count(*) FROM events WHERE run_id = ? AND type = 'tool_call_end' "
@@ -101,12 +108,22 @@ def test_killed_at_the_suspension_point_the_run_ends_as_without_the_crash(
     assert start.returncode == -signal.SIGKILL
 
     before = _rows(db, "SELECT count(*) FROM events WHERE run_id = ?", crashed_id)
+    if scenario == "deps":  # a process with no way to make the deps refuses, touching nothing
+        bare = _finish(_child("resume-bare", scenario, str(db), crashed_id, "-"))
+        assert bare["refused"] == "agent_mismatch", bare
+        assert "deps_factory" in bare["message"]
+        assert _rows(db, "SELECT count(*) FROM events WHERE run_id = ?", crashed_id) == before
     resumed = _finish(_child("resume", scenario, str(db), crashed_id, "-"))
     assert resumed["status"] == "completed"
     assert resumed["output"] == straight["output"]
     assert resumed["events"] == straight["events"]  # the same log, event by event
     assert len(resumed["events"]) > before  # (the resume did finish it)
-    if scenario == "fallback":
+    for file in tmp_path.glob("b.sqlite3*"):  # the database and its WAL: no deps in them
+        assert b"deps-secret" not in file.read_bytes()
+    if scenario == "deps":
+        ends = [e["output"] for e in resumed["events"] if e["type"] == "tool_call_end"]
+        assert ends == ['"the ledger of alice\'s shop"'] * 2, ends
+    elif scenario == "fallback":
         turn = next(e for e in resumed["events"] if e["type"] == "turn_complete")
         assert turn["model"] == "secondary"
         assert turn["fallbacks"] == [{"model": "primary", "reason": "overloaded"}]

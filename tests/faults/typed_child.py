@@ -5,9 +5,12 @@ it, or play it straight; then print the run's log, normalised, as JSON.
 
 Scenarios: ``output`` (an invalid ``final_result``, then a valid one), ``output_text`` (a text
 answer that is not the type, then a valid call), ``fallback`` (the primary model overloaded,
-the secondary answers). In ``start`` the model that would answer next writes ``MARKER`` and
-waits forever: between the invalid answer and its retry, or between the primary's failure and
-the secondary's answer. The parent kills the process there (SIGKILL).
+the secondary answers), ``deps`` (a read through ``ctx.deps``, then another: the deps are
+given to ``run``; a resuming process makes them with ``deps_factory``, or has none with
+``resume-bare`` and must refuse). In ``start`` the model that would answer next writes
+``MARKER`` and waits forever: between the invalid answer and its retry, between the primary's
+failure and the secondary's answer, between the two reads. The parent kills the process there
+(SIGKILL).
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from fiduciary import Agent, ModelError, RunError, SQLiteStore, encode_event
+from fiduciary import (
+    Agent,
+    CallContext,
+    ModelError,
+    RunError,
+    SQLiteStore,
+    capability,
+    encode_event,
+)
 from fiduciary.models import FallbackModel
 from fiduciary.models.base import AssistantMessage, Model, ModelEvent, ModelRequest
 from fiduciary.outputs import OUTPUT_TOOL
@@ -35,6 +46,28 @@ LEASE_SECONDS = 1.0  # the dead process's lease lapses within this
 class Invoice(BaseModel):
     number: str
     total: Decimal
+
+
+class Ledger:
+    """The application's own object, handed to the capability as deps: never recorded."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.token = SECRET  # what the application holds and the log must never
+
+
+SECRET = "deps-secret-7c1e9a"
+
+
+@capability(kind="read")
+async def ledger_name(ctx: CallContext[Ledger]) -> str:
+    """The name of the application's ledger."""
+    assert ctx.deps.token == SECRET
+    return f"the ledger of {ctx.deps.where}"
+
+
+def ledger_for(run_id: UUID, principal: str) -> Ledger:
+    return Ledger(f"{principal}'s shop")
 
 
 class Hanging:
@@ -67,9 +100,21 @@ class Overloaded:
         yield  # (an async generator)
 
 
-def build(scenario: str, store: SQLiteStore, marker: Path | None) -> Agent:
+def build(scenario: str, store: SQLiteStore, marker: Path | None, *, bare: bool = False) -> Agent:
     model: Model
     options: dict[str, Any] = {}
+    if scenario == "deps":
+        read = ToolCalls([Call("ledger_name")])
+        scripted = ScriptedModel([Script("hello", [read, read, Reply("Done.")])])
+        model = Hanging(scripted, hang_at=1, marker=marker)
+        return Agent(
+            model=model,
+            capabilities=[ledger_name],
+            store=store,
+            lease_seconds=LEASE_SECONDS,
+            deps_type=Ledger,
+            deps_factory=None if bare else ledger_for,
+        )
     if scenario == "fallback":
         answer = ScriptedModel(
             [Script("hello", [Reply("Hello, from the secondary.")])], name="secondary"
@@ -91,11 +136,22 @@ def build(scenario: str, store: SQLiteStore, marker: Path | None) -> Agent:
 async def main(mode: str, scenario: str, db: Path, run_id: UUID, marker: Path) -> None:
     store = SQLiteStore(db)
     try:
-        agent = build(scenario, store, marker if mode == "start" else None)
+        agent = build(
+            scenario, store, marker if mode == "start" else None, bare=mode == "resume-bare"
+        )
+        if mode == "resume-bare":  # no deps to give: refused, touching nothing
+            try:
+                await agent.check_resumable(run_id)
+            except RunError as exc:
+                print(json.dumps({"refused": exc.code, "message": exc.message}))
+                return
+            print(json.dumps({"refused": None}))
+            return
         if mode == "resume":
             await _resume(agent, run_id)
         else:
-            async for _ in agent.run("hello", principal="alice", run_id=run_id):
+            deps = Ledger("alice's shop") if scenario == "deps" else None
+            async for _ in agent.run("hello", principal="alice", run_id=run_id, deps=deps):
                 pass
         events = await store.read_events(run_id)
         logged = []
