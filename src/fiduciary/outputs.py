@@ -154,14 +154,17 @@ class OutputSpec(Generic[T]):
             value = self.adapter.validate_python(text)
             return Valid(value, self.dump(value))
         body = _unfenced(text)
+        refused = _TEXT_REFUSED.format(tool=OUTPUT_TOOL)
         if body:
             try:
                 value = self.adapter.validate_json(body)
-            except ValidationError:
-                pass
+            except ValidationError as exc:
+                if all(e.get("type") != "json_invalid" for e in exc.errors()):
+                    # JSON, but not a valid answer: what is wrong with it, too
+                    return Invalid(f"{refused}\n{_errors(exc, wrapped=False)}")
             else:
                 return Valid(value, self.dump(value))
-        return Invalid(_TEXT_REFUSED.format(tool=OUTPUT_TOOL))
+        return Invalid(refused)
 
     @staticmethod
     def not_alone() -> Invalid:

@@ -27,7 +27,7 @@ from fiduciary import (
 )
 from fiduciary.events import Event, TurnComplete
 from fiduciary.models.base import ToolResultsMessage, UserTextMessage
-from fiduciary.outputs import OUTPUT_TOOL, OutputSpec
+from fiduciary.outputs import OUTPUT_TOOL, OutputSpec, Valid
 from fiduciary.stores.base import Store
 from fiduciary.testing import (
     Call,
@@ -323,3 +323,13 @@ async def test_a_typed_run_replays_typed() -> None:
     again = await replay(agent, events[0].run_id)
     assert (await agent.get_run(again)).status == "completed"
     assert await agent.output(again) == await agent.output(events[0].run_id)
+
+
+def test_text_that_is_json_but_not_the_type_is_told_what_is_wrong() -> None:
+    spec: OutputSpec[Invoice] = OutputSpec(Invoice)
+    told = spec.from_text('{"number": "INV-1", "total": "lots"}')
+    assert not isinstance(told, Valid)
+    assert OUTPUT_TOOL in told.message
+    assert "- total: " in told.message
+    assert "lots" not in told.message
+    assert "- " not in spec.from_text("just words").message  # type: ignore[union-attr]
