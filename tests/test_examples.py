@@ -138,3 +138,18 @@ B-2001: a new teapot shipped to dee@example.com
 
 def test_support_agent_asks_the_person_and_acts_on_the_answer() -> None:
     assert succeeded(run("support_agent.py")) == SUPPORT_AGENT
+
+
+TYPED_EXTRACTION = """\
+turn answered by secondary (primary overloaded)
+turn answered by secondary (primary overloaded)
+turn answered by secondary (primary overloaded)
+sent back to the model: - total: Input should be a valid decimal
+completed INV-2041 Acme Tools 1234.50
+  10 x Hammer @ 23.45
+  20 x Saw @ 50.00
+"""
+
+
+def test_typed_extraction_corrects_an_invalid_answer_and_returns_an_invoice() -> None:
+    assert succeeded(run("typed_extraction.py")) == TYPED_EXTRACTION

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from .capabilities import Principal
-from .events import Event, Origin, PendingAction, TextDelta, TurnRetracted
+from .events import Event, Origin, PendingAction, RunCompleted, TextDelta, TurnRetracted
 from .exceptions import RunError
 from .stores.base import ApprovalRecord, RunStatus
 
@@ -62,6 +62,9 @@ class RunResult:
     events: tuple[Event, ...]
     pending: tuple[PendingAction, ...]
     """The run's actions waiting for a decision (``approve_sync`` / ``deny_sync``)."""
+    output: Any = None
+    """The typed answer (a value of the run's ``output_type``) when these events completed
+    the run with one; None otherwise (fiduciary.outputs)."""
 
     @property
     def text(self) -> str:
@@ -150,7 +153,12 @@ async def _settle(
             for e in await agent.store.read_events(rid)
             if isinstance(e, PendingAction) and e.approval_id in waiting
         )
-    return RunResult(run_id=rid, status=run.status, events=tuple(events), pending=pending)
+    output = None
+    if any(isinstance(e, RunCompleted) and e.output is not None for e in events):
+        output = await agent.output(rid)  # as recorded: the same value in any process
+    return RunResult(
+        run_id=rid, status=run.status, events=tuple(events), pending=pending, output=output
+    )
 
 
 def _traced(agent: Agent) -> Agent:
@@ -170,9 +178,13 @@ def run_sync(
     capabilities: Iterable[str] | None = None,
     plan_first: bool = False,
     origin: Origin | None = None,
+    output_type: Any = None,
+    output_retries: int | None = None,
+    deps: Any = None,
 ) -> RunResult:
     """``agent.run``, blocking: start a run (or continue an idle one) and drive it to its next
     stop: completed, failed, or waiting for a person (then ``result.pending`` holds the cards).
+    With an ``output_type``, ``result.output`` is the typed answer.
     """
     stream = _traced(agent).run(
         message,
@@ -181,14 +193,19 @@ def run_sync(
         capabilities=capabilities,
         plan_first=plan_first,
         origin=origin,
+        output_type=output_type,
+        output_retries=output_retries,
+        deps=deps,
     )
     return _PORTAL.call(_settle(agent, run_id, stream))
 
 
-def resume_sync(agent: Agent, run_id: UUID, *, any_model: bool = False) -> RunResult:
+def resume_sync(
+    agent: Agent, run_id: UUID, *, any_model: bool = False, deps: Any = None
+) -> RunResult:
     """``agent.resume``, blocking: continue a run once its approvals are decided (or after a
     crash) to its next stop."""
-    stream = _traced(agent).resume(run_id, any_model=any_model)
+    stream = _traced(agent).resume(run_id, any_model=any_model, deps=deps)
     return _PORTAL.call(_settle(agent, run_id, stream))
 
 

@@ -29,6 +29,7 @@ from .context.compaction import Summarizer
 from .context.config import DomainContext
 from .context.recall import MemoryLayer
 from .context.skills import Skill
+from .deps import Dependencies, DepsFactory
 from .events import Event, Origin
 from .exceptions import ConfigurationError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, Authorize, Gates
@@ -36,6 +37,7 @@ from .guards import Guard
 from .models.base import Model
 from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier
+from .outputs import DEFAULT_OUTPUT_RETRIES, OutputTypes
 from .policy import Policy
 from .redaction import Redactor
 from .signed_approvals import SignatureCheck
@@ -136,6 +138,8 @@ class Agent:
     gates: _Option[Gates] = _Option(built=True)  # the capabilities (and use_skill), their gates
     skills: _Option[Mapping[str, Skill]] = _Option(built=True)  # by name
     memory: _Option[MemoryLayer | None] = _Option(built=True)  # the loop's (options.memory: given)
+    outputs: _Option[OutputTypes] = _Option(built=True)  # its runs' answer types, by name
+    deps: _Option[Dependencies] = _Option(built=True)  # the application's, for its runs
 
     owner: _Option[str] = _Option(built=True)  # the lease owner it drives runs as (shared)
 
@@ -173,6 +177,10 @@ class Agent:
         summarizer: Summarizer | None = None,
         microcompact: bool = True,
         skills: Iterable[Skill] = (),
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+        deps_type: Any = None,
+        deps_factory: DepsFactory | None = None,
     ) -> None:
         options = AgentOptions(
             model=model,
@@ -203,6 +211,10 @@ class Agent:
             summarizer=summarizer,
             microcompact=microcompact,
             skills=tuple(skills),
+            output_type=output_type,
+            output_retries=output_retries,
+            deps_type=deps_type,
+            deps_factory=deps_factory,
         )
         self._make(options, Shared(), None)
 
@@ -238,8 +250,15 @@ class Agent:
         plan_first: bool = False,
         skill: str | None = None,
         origin: Origin | None = None,
+        output_type: Any = None,
+        output_retries: int | None = None,
+        deps: Any = None,
     ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
+
+        ``output_type`` (the agent's by default) and ``output_retries``: the type a new run's
+        answer must be (fiduciary.outputs); ``deps``: what its capabilities get as
+        ``ctx.deps``, never recorded (fiduciary.deps).
 
         ``origin``: the outside event this message comes from (an attention decision, a
         webhook, an app's tick, a chat that is not the principal's), recorded with it; a write
@@ -261,11 +280,19 @@ class Agent:
                 plan_first,
                 skill,
                 origin,
+                output_type=output_type,
+                output_retries=output_retries,
+                deps=deps,
             )
         )
 
     def resume(
-        self, run_id: UUID, *, claimed: RunRecord | None = None, any_model: bool = False
+        self,
+        run_id: UUID,
+        *,
+        claimed: RunRecord | None = None,
+        any_model: bool = False,
+        deps: Any = None,
     ) -> AsyncGenerator[Event, None]:
         """Continue a run from its log: after a crash, or once its approvals are decided.
 
@@ -276,8 +303,11 @@ class Agent:
         Raises ``RunError("agent_mismatch")``, touching nothing, when this agent lacks one of the
         run's capabilities or has another model than the run recorded (unless ``any_model``):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
+        ``deps``: the run's deps (fiduciary.deps), when it needs some; by default those given
+        to this agent for the run in this process, else its ``deps_factory``'s.
         """
-        return self._parts.runs.stream(partial(self._parts.runs.reopen, run_id, claimed, any_model))
+        runs = self._parts.runs
+        return runs.stream(partial(runs.reopen, run_id, claimed, any_model, deps))
 
     async def submit(
         self,
@@ -402,6 +432,11 @@ class Agent:
     # --- reading ---------------------------------------------------------------------------
     async def get_run(self, run_id: UUID) -> RunRecord:
         return await existing_run(self.store, run_id)
+
+    async def output(self, run_id: UUID) -> Any:
+        """The typed answer of a completed run (its latest completion, as ``run_completed``
+        recorded it), a value of its output type; None when it has none (fiduciary.outputs)."""
+        return await self.outputs.output_of(self.store, await existing_run(self.store, run_id))
 
     def events(
         self,

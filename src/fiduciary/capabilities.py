@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal, TypeAlias, get_type_hints, overload
+from typing import Any, Generic, Literal, TypeAlias, get_args, get_origin, get_type_hints, overload
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+from typing_extensions import TypeVar
 
 from .clock import Clock
 from .exceptions import CapabilityError, ConfigurationError
@@ -128,9 +129,17 @@ async def _no_progress(message: str, pct: float | None) -> None:
     return None
 
 
+# what ``CallContext.deps`` holds: a bare ``CallContext`` is ``CallContext[None]``
+DepsT = TypeVar("DepsT", default=None)
+
+
 @dataclass(slots=True)
-class CallContext:
-    """What a handler receives besides its input."""
+class CallContext(Generic[DepsT]):
+    """What a handler receives besides its input.
+
+    ``deps``: the application's own dependencies for the run (``Agent(deps_type=...)``,
+    ``run(..., deps=...)``; fiduciary.deps), never recorded. A handler that declares
+    ``ctx: CallContext[MyDeps]`` has ``ctx.deps`` typed ``MyDeps`` (mypy checks it)."""
 
     run_id: UUID
     principal: Principal
@@ -140,6 +149,7 @@ class CallContext:
     clock: Clock
     _progress: ProgressFn = _no_progress
     _cancelled: threading.Event | None = field(default=None, repr=False)
+    deps: DepsT = None  # type: ignore[assignment]  # (None: the run was given none)
 
     @property
     def cancelled(self) -> threading.Event:
@@ -223,6 +233,9 @@ class Capability:
     # client-executed only: what the client reports is checked (and may be refused) before
     # it is recorded, e.g. a transaction hash read back from a chain (``fiduciary.chain``)
     check_result: ResultCheckFn | None = None
+    # the T of a handler's ``ctx: CallContext[T]`` (None: it declares none), checked against
+    # the agent's ``deps_type`` when the agent is built
+    deps_type: Any = None
 
     @property
     def is_write(self) -> bool:
@@ -442,12 +455,16 @@ def _build(
         raise ConfigurationError(f"{cap_name}: cannot resolve type hints: {exc}") from exc
     sig = inspect.signature(func)
     ctx_param: str | None = None
+    deps_type: Any = None
     fields: dict[str, Any] = {}
     model_param: str | None = None
     for pname, param in sig.parameters.items():
         annotation = hints.get(pname, Any)
         if annotation is CallContext or (pname == "ctx" and pname not in hints):
             ctx_param = pname
+            continue
+        if get_origin(annotation) is CallContext:  # CallContext[T]: its deps are a T
+            ctx_param, deps_type = pname, get_args(annotation)[0]
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(f"{cap_name}: *args/**kwargs cannot be a model's input")
@@ -523,6 +540,7 @@ def _build(
         _is_async=is_async,
         _ctx_param=ctx_param,
         blocking=blocking,
+        deps_type=deps_type,
     )
 
 

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Annotated, Any, Literal, final, get_args
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
 
 __all__ = [
     "EVENT_ADAPTER",
@@ -31,6 +31,7 @@ __all__ = [
     "GuardFired",
     "GuardFiredDraft",
     "GuardNote",
+    "ModelFallback",
     "Origin",
     "PendingAction",
     "PendingActionDraft",
@@ -89,6 +90,16 @@ RejectReason = Literal[
 ]
 Recovery = Literal["replayed", "ledger", "unknown"]
 TierName = Literal["auto", "confirm", "explicit", "deny"]
+
+
+def _unset(value: object) -> bool:
+    """A field that only some runs fill (typed output, dependencies, a fallback model) is left
+    out of the JSON when empty: the events of the runs that do not use it are unchanged."""
+    return value is None or value == []
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class EventBase(BaseModel):
@@ -160,6 +171,12 @@ class RunStartedDraft(Draft):
     fork_at: int | None = None
     # the run was started by an outside event (None: by its principal in person)
     origin: Origin | None = None
+    # typed output (fiduciary.outputs): the name of the type its answer is validated against,
+    # and how many invalid answers the model may correct; the name of the type of the
+    # dependencies it needs (fiduciary.deps; never their value). Absent: none.
+    output_type: str | None = Field(default=None, exclude_if=_unset)
+    output_retries: int | None = Field(default=None, ge=0, exclude_if=_unset)
+    deps: str | None = Field(default=None, exclude_if=_unset)
 
 
 @final
@@ -429,9 +446,25 @@ class Usage(UsageDraft, EventBase):
     when the model has no known price); ``total_cost_usd`` is the run's spend so far."""
 
 
+class ModelFallback(BaseModel):
+    """A model of a ``FallbackModel`` that failed before it streamed anything (``reason``: the
+    error's code, e.g. ``overloaded``), so the next one was asked."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    reason: str
+
+
 class TurnCompleteDraft(Draft):
     type: Literal["turn_complete"] = "turn_complete"
     stop_reason: str
+    # a run with a typed output: why this turn's answer was not one (the model is told, and
+    # asked again); absent when it was, or when the run has none
+    output_error: str | None = Field(default=None, exclude_if=_unset)
+    # a FallbackModel's turn on which a model failed: the one that answered, and the failures
+    model: str | None = Field(default=None, exclude_if=_unset)
+    fallbacks: list[ModelFallback] = Field(default_factory=list, exclude_if=_unset)
 
 
 @final
@@ -456,6 +489,9 @@ class RunCompletedDraft(Draft):
     output_tokens: int = 0
     tool_calls: int = 0
     cost_usd: Decimal | None = None
+    # a run with a typed output: the validated answer as JSON (absent for the others)
+    # (an answer that is None itself is recorded as absent)
+    output: JsonValue = Field(default=None, exclude_if=_is_none)
 
 
 @final
@@ -465,7 +501,7 @@ class RunCompleted(RunCompletedDraft, EventBase):
 
 class RunFailedDraft(Draft):
     type: Literal["run_failed"] = "run_failed"
-    reason: Literal["budget", "max_turns", "aborted", "error"]
+    reason: Literal["budget", "max_turns", "aborted", "error", "invalid_output"]
     message: str
 
 

@@ -371,6 +371,7 @@ class Gates:
             capability=cap.name,
             idempotency_key="",
             clock=self.clock,
+            deps=scope.deps,
         )
         # the call's digest is that of its validated arguments: computed once, at parsing
         ctx.idempotency_key = cap.make_key(a.args, ctx, digest=a.call.digest or None)

@@ -18,8 +18,10 @@ from .._loop import Held, Limits, Runtime, Transcript
 from ..context.config import context_config
 from ..context.recall import MemoryLayer
 from ..context.skills import Skill, skill_table, with_skills
+from ..deps import Dependencies
 from ..gates import Gates
 from ..guards import default_guards
+from ..outputs import OutputTypes
 from ..stores.base import PrincipalLocking
 from .cancelling import Cancelling
 from .decisions import Deciding
@@ -43,6 +45,8 @@ class Built:
     gates: Gates
     memory: MemoryLayer | None
     runtime: Runtime
+    outputs: OutputTypes  # the run's answer types (fiduciary.outputs)
+    deps: Dependencies  # the application's dependencies for the runs (fiduciary.deps)
     owner: str  # the lease owner, shared with the agents derived from this one
 
 
@@ -62,7 +66,13 @@ def assemble(options: AgentOptions, shared: Shared, previous: Built | None) -> P
     """An agent's parts, built once (``previous``: the agent's it is derived from)."""
     built = build(options, shared, previous)
     runs = Runs(
-        options, gates=built.gates, skills=built.skills, runtime=built.runtime, shared=shared
+        options,
+        gates=built.gates,
+        skills=built.skills,
+        runtime=built.runtime,
+        shared=shared,
+        outputs=built.outputs,
+        deps=built.deps,
     )
     deciding = Deciding(
         store=options.store,
@@ -145,7 +155,10 @@ def build(options: AgentOptions, shared: Shared, previous: Built | None = None) 
         context=context,
         tracer=o.tracer,
     )
-    return Built(o, skills, gates, memory, runtime, shared.owner)
+    outputs = OutputTypes(o.output_type, retries=o.output_retries, names=gates.names)
+    caps = [c for n in gates.names if (c := gates.get(n)) is not None]
+    deps = Dependencies(o.deps_type, o.deps_factory, capabilities=caps)
+    return Built(o, skills, gates, memory, runtime, outputs, deps, shared.owner)
 
 
 def principal_lock(shared: Shared, options: AgentOptions) -> _PrincipalLock:

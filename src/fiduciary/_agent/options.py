@@ -23,12 +23,14 @@ from ..clock import Clock, SystemClock
 from ..context.compaction import Summarizer
 from ..context.config import DomainContext
 from ..context.skills import Skill
+from ..deps import DepsFactory
 from ..exceptions import ConfigurationError
 from ..gates import DEFAULT_AUTHORIZE_TIMEOUT, Authorize
 from ..guards import Guard
 from ..models.base import Model
 from ..models.pricing import PriceTable, parse_budget
 from ..models.tiers import Effort, Tier
+from ..outputs import DEFAULT_OUTPUT_RETRIES
 from ..policy import Policy
 from ..redaction import Redactor
 from ..signed_approvals import SignatureCheck
@@ -88,6 +90,10 @@ class AgentOptions:
     summarizer: Summarizer | None = None
     microcompact: bool = True
     skills: tuple[Skill, ...] = ()
+    output_type: Any = None  # the type a run's answer must be (fiduciary.outputs)
+    output_retries: int = DEFAULT_OUTPUT_RETRIES
+    deps_type: Any = None  # what its capabilities get as ctx.deps (fiduciary.deps)
+    deps_factory: DepsFactory | None = None
     signatures: SignatureCheck | None = None
     tracer: RunTracer = NO_TRACER
     drives_replays: bool = False

@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 from .._logs import logger
@@ -26,11 +27,13 @@ from .._loop.folds import KeptFolds
 from .._loop.relay import Relay
 from ..capabilities import Kind, Principal, principal_of
 from ..context.skills import Skill, chosen_skill
+from ..deps import Dependencies, started_fields, typed_drive
 from ..events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from ..exceptions import RunError, StoreError
 from ..gates import PLAN_FIRST_KINDS, Gates
 from ..models.base import UserTextMessage
 from ..models.tiers import TurnPlan, plan_turn
+from ..outputs import OutputTypes
 from ..stores.base import IDLE, RunRecord, RunStatus, existing_run
 from .options import AgentOptions
 
@@ -75,12 +78,16 @@ class Runs:
         skills: Mapping[str, Skill],
         runtime: Runtime,
         shared: Shared,
+        outputs: OutputTypes,
+        deps: Dependencies,
     ) -> None:
         self.options = options
         self.gates = gates
         self.skills = skills
         self.runtime = runtime
         self.shared = shared
+        self.outputs = outputs
+        self.deps = deps
         self.store = options.store
         self.mismatched: set[UUID] = set()  # runs this agent refused to drive (logged once)
 
@@ -106,21 +113,33 @@ class Runs:
         plan_first: bool,
         skill: str | None,
         origin: Origin | None = None,
+        *,
+        output_type: Any = None,
+        output_retries: int | None = None,
+        deps: Any = None,
     ) -> tuple[Driver, list[Event]]:
         """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
         commit, with its first events), the events to yield before the drive's."""
         who, skill = self.asked(message, principal, skill)
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # created by the drive's first commit, with its first events
+            run_id = run_id or uuid4()
+            spec = self.outputs.for_new(output_type, output_retries)
+            deps = await self.deps.for_new(run_id, who.actor_id, deps)
             run, transcript, first, plan = await self.create(
-                message, who, run_id, capabilities, plan_first, skill, origin, record=False
+                *(message, who, run_id, capabilities, plan_first, skill, origin),
+                record=False,
+                started=started_fields(self.outputs, self.deps, spec, deps),
             )
-            driver = Driver(self.runtime, run, transcript, unrecorded=first)
+            driver = Driver(self.runtime, run, transcript, unrecorded=first, output=spec, deps=deps)
             if transcript.user_text == message:  # the first turn's plan is the run_started's
                 driver.plan = plan
             return driver, []
         run, transcript = await self.continued(existing, who)
-        driver = Driver(self.runtime, run, transcript)
+        spec, deps = await typed_drive(
+            self.outputs, self.deps, self.store, run, transcript.started, output_type, deps
+        )
+        driver = Driver(self.runtime, run, transcript, output=spec, deps=deps)
         return driver, await self.emit_first(driver, message, skill, origin)
 
     async def create(
@@ -135,6 +154,7 @@ class Runs:
         *,
         leased: bool = True,
         record: bool = True,
+        started: Mapping[str, Any] | None = None,
     ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
         """A new run (leased by this process unless ``leased`` is false), recorded unless
         ``record`` is false; and the plan its ``run_started`` records."""
@@ -181,6 +201,7 @@ class Runs:
                 tier=plan.tier,
                 effort=plan.effort,
                 origin=origin,
+                **(started or {}),
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill, origin=origin),
         ]
@@ -242,8 +263,11 @@ class Runs:
         who, skill = self.asked(message, principal, skill)
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # one insert, never leased: claimable once committed
+            spec = self.outputs.for_new(None, None)  # a worker drives it: the agent's own
             run, _, _, _ = await self.create(
-                message, who, run_id, capabilities, plan_first, skill, origin, leased=False
+                *(message, who, run_id, capabilities, plan_first, skill, origin),
+                leased=False,
+                started=started_fields(self.outputs, self.deps, spec, None),
             )
             return run
         run, transcript = await self.continued(existing, who)
@@ -256,9 +280,10 @@ class Runs:
 
     # --- resume ----------------------------------------------------------------------------
     async def reopen(
-        self, run_id: UUID, claimed: RunRecord | None, any_model: bool
+        self, run_id: UUID, claimed: RunRecord | None, any_model: bool, deps: Any = None
     ) -> tuple[Driver, list[Event]] | None:
         """``resume`` up to its drive; None when there is nothing to drive."""
+        self.deps.given(run_id, deps)
         if claimed is None:
             existing = await existing_run(self.store, run_id)
             if existing.status in IDLE:
@@ -278,7 +303,8 @@ class Runs:
         if run.status in IDLE:  # finished by another holder between our read and our lease
             await self.store.release(run_id, epoch=run.epoch)
             return None
-        return Driver(self.runtime, run, transcript), []
+        spec, deps = await typed_drive(self.outputs, self.deps, self.store, run, transcript.started)
+        return Driver(self.runtime, run, transcript, output=spec, deps=deps), []
 
     async def drivable(self, run_id: UUID, *, any_model: bool) -> None:
         """``check_resumable``; a refused run is remembered and logged, once."""
@@ -312,6 +338,9 @@ class Runs:
                 f"run {run_id} was started with the model {started.model}, and this agent's is "
                 f"{model}",
             )
+        why = self.outputs.refusal(started) or self.deps.refusal(started, run_id)
+        if why is not None:  # its answers' type, or its deps: this agent cannot give them
+            raise RunError("agent_mismatch", f"run {run_id} {why}")
 
     async def resume_quietly(
         self, resume: Callable[[UUID], AsyncGenerator[Event, None]], run_id: UUID, *, reraise: bool

@@ -62,7 +62,8 @@ class CallScope:
     ``begin`` replaces ``before_effect`` then ``Store.ledger_begin`` for such a call (the loop
     commits its log and the ledger row in one durable transaction), and ``finish`` takes a
     row's ``Store.ledger_finish`` into the log's next commit. ``origin``: the outside event
-    the run's latest message came from (None: its principal in person), read at each call."""
+    the run's latest message came from (None: its principal in person), read at each call.
+    ``deps``: what the application gave the run (``ctx.deps``; never recorded)."""
 
     run_id: UUID
     principal: Principal
@@ -75,6 +76,7 @@ class CallScope:
     begin: Callable[[LedgerEntry], Awaitable[LedgerEntry | None]] | None = None
     finish: Callable[[LedgerFinish], None] | None = None
     origin: Callable[[], Origin | None] = _in_person
+    deps: Any = None  # the run's dependencies, handed to each handler as ``ctx.deps``
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from ..exceptions import StaleEpochError, StoreError
 from ..stores.base import ApprovalRecord, RunStatus
 from .context import remember_reply
 from .dispatch import dispatch_writes
+from .output import over_retries
 from .settle import cancel, settle
 from .state import Drive
 from .turn import model_turn
@@ -105,13 +106,16 @@ class Driver(Drive):
             if turn is None:
                 return
             called, writes = turn
-            if not called:
+            answer = self.answer
+            if answer is not None or (not called and self.output is None):
                 done = RunCompletedDraft(
                     text=t.last_text,
                     input_tokens=t.input_tokens,
                     output_tokens=t.output_tokens,
                     tool_calls=t.tool_calls,
                     cost_usd=t.cost_usd,
+                    # a typed answer (fiduciary.outputs), redacted as every event is
+                    output=None if answer is None else self.rt.redactor.redact(answer.record),
                 )
                 self.emit(done, status="completed")
                 remember_reply(self, t.last_text)
@@ -119,6 +123,8 @@ class Driver(Drive):
             pending = await dispatch_writes(self, writes)
             if pending:
                 self._suspend(pending)
+                return
+            if over_retries(self):  # too many answers that were not the run's output type
                 return
 
     def _suspend(self, pending: list[ApprovalRecord]) -> None:

@@ -9,7 +9,7 @@ functions over it, in their own modules (``turn``, ``dispatch``, ``settle``); ``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from ..capabilities import Kind, Principal
 from ..context.tokens import LastRequest
@@ -18,6 +18,7 @@ from ..gates import Attempt, CallScope, Outcome, ParsedCall, Pending, Verdict
 from ..models.base import ToolSpec
 from ..models.pricing import Price, price_of
 from ..models.tiers import TurnPlan
+from ..outputs import OutputSpec, Valid
 from ..stores.base import ApprovalRecord, AuditRecord, LedgerEntry, RunRecord, RunStatus
 from .runtime import Held, Runtime
 from .transcript import Transcript
@@ -39,9 +40,13 @@ class Drive:
         transcript: Transcript,
         *,
         unrecorded: Sequence[Event] = (),
+        output: OutputSpec[Any] | None = None,
+        deps: Any = None,
     ) -> None:
         """``unrecorded``: a new run's first events, folded into ``transcript`` but not in the
-        store yet: the drive's first commit creates the run with them."""
+        store yet: the drive's first commit creates the run with them. ``output``: the type
+        the run's answer must be (fiduciary.outputs); ``deps``: what its handlers get as
+        ``ctx.deps`` (fiduciary.deps)."""
         self.rt = rt
         self.run = run
         self.run_id = run.run_id
@@ -83,8 +88,11 @@ class Drive:
             begin=self._begin,
             finish=self.writer.finish,
             origin=lambda: transcript.origin,
+            deps=deps,
         )
         self.held: Held | None = None  # the principal lock, while a section of writes runs
+        self.output = output
+        self.answer: Valid[Any] | None = None  # the typed answer the last turn gave, validated
         # the same for every turn of a drive (no user message arrives during one)
         self.tools: tuple[ToolSpec, ...] | None = None
         self.plan: TurnPlan | None = None

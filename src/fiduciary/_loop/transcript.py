@@ -50,8 +50,11 @@ from ..models.base import (
     ToolUsePart,
     UserTextMessage,
 )
+from ..outputs import OUTPUT_TOOL
 
-__all__ = ["Transcript"]
+__all__ = ["INVALID_ANSWER", "Transcript"]
+
+INVALID_ANSWER = "invalid_answer"  # the error code of a final_result call that was not valid
 
 
 @dataclass(slots=True)
@@ -72,6 +75,8 @@ class Transcript:
     history: RunHistory = field(default_factory=RunHistory)
     turns_since_user: int = 0
     calls_since_user: int = 0
+    # answers that were not a valid typed output since the user's message (fiduciary.outputs)
+    invalid_outputs: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: Decimal = Decimal(0)  # what the run's model calls cost so far (known prices)
@@ -128,6 +133,8 @@ class Transcript:
                 event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
             )
             self._outcome(event.tool_use_id, not event.is_error, event.output)
+            if event.error_code == INVALID_ANSWER and event.name == OUTPUT_TOOL:
+                self.invalid_outputs += 1
         elif type(event) is Usage:
             self.input_tokens = event.total_input_tokens
             self.output_tokens = event.total_output_tokens
@@ -142,6 +149,9 @@ class Transcript:
             self.partial_from = None
             self.turns_since_user += 1
             self._close_turn()
+            if event.output_error is not None:  # a text answer that is not the typed output
+                self.invalid_outputs += 1
+                self._append(UserTextMessage(event.output_error))
         elif type(event) is ToolCallRejected:
             content = error_content(event.reason, event.message)
             self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
@@ -151,6 +161,7 @@ class Transcript:
             self.history.add_user_message(event.text)
             self.turns_since_user = 0
             self.calls_since_user = 0
+            self.invalid_outputs = 0
             self.user_text = event.text
             self.layers = None
             self.origin = event.origin

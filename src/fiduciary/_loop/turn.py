@@ -15,6 +15,7 @@ from .._logs import logger
 from ..context.tokens import LastRequest
 from ..events import (
     Draft,
+    ModelFallback,
     RunFailedDraft,
     TextDeltaDraft,
     ThinkingDeltaDraft,
@@ -26,6 +27,7 @@ from ..events import (
 from ..exceptions import StoreError
 from ..gates import ParsedCall
 from ..models.base import (
+    StreamFallback,
     StreamRetry,
     StreamStop,
     StreamTextDelta,
@@ -38,6 +40,7 @@ from ..models.pricing import budget_refusal, cost_usd, estimate_call_usd
 from ..models.tiers import plan_turn
 from .context import prepare
 from .dispatch import reject, run_read, start
+from .output import close_answers, wants
 from .state import Drive
 from .stream_redaction import StreamRedactor
 
@@ -74,6 +77,8 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
 
     if d.tools is None:
         d.tools = gates.tool_specs(sorted(d.allowed))
+        if d.output is not None and d.output.tool is not None:  # the typed answer's tool
+            d.tools = (*d.tools, d.output.tool)
     if d.plan is None:  # (a new run's first drive is given the plan its run_started records)
         d.plan = plan_turn(
             [c for n in d.allowed if (c := gates.get(n)) is not None],
@@ -104,6 +109,10 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
             return None
     reads: list[asyncio.Task[None]] = []
     later: list[ParsedCall] = []
+    answers: list[ParsedCall] = []  # final_result calls (a typed output), recorded at the end
+    fallbacks: list[ModelFallback] = []
+    fell_to: str | None = None  # the model that answered after another failed
+    others = 0
     any_calls = False
     usage = _NO_USAGE
     answered_by: str | None = None
@@ -130,6 +139,10 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
                     flush()
                     any_calls = True
                     call = gates.parse(t.new_call_id(call_id), name, arguments)
+                    if wants(d, name):
+                        answers.append(call)
+                        continue
+                    others += 1
                     over = t.calls_since_user >= max_calls
                     start(d, call)
                     if over:
@@ -159,6 +172,12 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
                     )
                 case StreamStop(reason=reason):
                     stop = reason
+                case StreamFallback(model=failed, reason=reason, next=following):
+                    # nothing was streamed yet: the next model answers (priced as it)
+                    fallbacks.append(ModelFallback(model=failed, reason=reason))
+                    answered_by = fell_to = following
+                    named = getattr(rt.model, "model_named", None)
+                    answering = (named(following) if callable(named) else None) or answering
                 case StreamRetry():
                     # the model is asked again: what this turn streamed so far is void
                     discard()
@@ -183,6 +202,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
         d.emit(*events, status="failed")
         return None
     flush()
+    output_error = close_answers(d, answers, other_calls=others > 0)
     cost = cost_usd(d.price(answering, answered_by), usage)
     reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     if prepared.tokens is not None:  # the next call of the drive is measured from this one
@@ -201,7 +221,12 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
             cost_usd=cost,
             total_cost_usd=t.cost_usd + (cost or Decimal(0)),
         ),
-        TurnCompleteDraft(stop_reason=stop),
+        TurnCompleteDraft(
+            stop_reason=stop,
+            output_error=output_error,
+            model=fell_to,
+            fallbacks=fallbacks,
+        ),
     )
     await _each(reads)
     return any_calls, later

@@ -5,6 +5,7 @@ imported only when used: name them with ``resolve_model("anthropic:claude-sonnet
 """
 
 from .base import Model, ModelEvent, ModelRequest, StructuredModel
+from .fallback import FallbackModel
 from .pricing import Price, PriceTable
 from .registry import model_from_env, resolve_model
 from .retry import RetryPolicy
@@ -12,6 +13,7 @@ from .scripted import ScriptedModel
 from .tiers import TieredModel, choose_effort, choose_tier
 
 __all__ = [
+    "FallbackModel",
     "Model",
     "ModelEvent",
     "ModelRequest",

@@ -16,6 +16,7 @@ __all__ = [
     "Model",
     "ModelEvent",
     "ModelRequest",
+    "StreamFallback",
     "StreamRetry",
     "StreamStop",
     "StreamTextDelta",
@@ -182,6 +183,17 @@ class StreamRetry:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class StreamFallback:
+    """A ``FallbackModel``'s ``model`` failed before it streamed anything (``reason``: its
+    error's code) and ``next`` is asked instead. Nothing was yielded before it: there is
+    nothing to drop. The loop records it on the turn (``turn_complete.fallbacks``)."""
+
+    model: str
+    reason: str
+    next: str
+
+
 ModelEvent = (
     StreamTextDelta
     | StreamThinkingDelta
@@ -190,6 +202,7 @@ ModelEvent = (
     | StreamUsage
     | StreamStop
     | StreamRetry
+    | StreamFallback
 )
 
 

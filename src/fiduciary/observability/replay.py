@@ -228,8 +228,9 @@ def replay_agent(
         compact_at=agent.compact_at,
         summarizer=agent.summarizer,
         microcompact=agent.microcompact,
+        deps_type=agent.deps.deps_type,  # (a replay's recorded reads need no deps)
     )
-    # no other agent drives a replay: its handlers are real
+    # no other agent drives a replay: its handlers are real; a typed run replays typed
     return again.with_options(drives_replays=True)
 
 
@@ -282,6 +283,8 @@ async def replay(
             tier=started.tier,
             effort=started.effort,
             replay_of=run_id,
+            output_type=started.output_type,
+            output_retries=started.output_retries,
         ),
         UserMessage(run_id=rid, seq=2, at=now, text=first_text),
     ]

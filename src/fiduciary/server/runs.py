@@ -7,6 +7,7 @@ from uuid import UUID
 from starlette.responses import Response
 
 from ..capabilities import Principal
+from ..outputs import recorded_output
 from .pipeline import Call, json_response
 from .problems import ProblemError
 from .schemas import (
@@ -69,7 +70,8 @@ async def list_runs(server: Server, call: Call) -> Response:
 
 async def get_run(server: Server, call: Call) -> Response:
     run = await server.visible_run(call.caller, call.path("run_id"))
-    return json_response(RunOut.of(run))
+    output = await recorded_output(server.agent.store, run)  # a typed answer, if any
+    return json_response(RunOut.of(run, output))
 
 
 async def post_message(server: Server, call: Call) -> Response:

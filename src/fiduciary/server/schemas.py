@@ -123,9 +123,14 @@ class RunOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     last_seq: int
+    output: JsonValue = Field(
+        default=None,
+        description="A completed run's typed answer, as JSON (its agent's output_type); "
+        "null when it has none.",
+    )
 
     @classmethod
-    def of(cls, run: RunRecord) -> RunOut:
+    def of(cls, run: RunRecord, output: JsonValue = None) -> RunOut:
         return cls(
             run_id=run.run_id,
             principal=run.principal,
@@ -134,6 +139,7 @@ class RunOut(BaseModel):
             created_at=run.created_at,
             updated_at=run.updated_at,
             last_seq=run.last_seq,
+            output=output,
         )
 
 
