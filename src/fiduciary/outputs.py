@@ -246,6 +246,12 @@ class OutputTypes:
         self._known[spec.name] = spec
         return spec
 
+    def adopt(self, other: OutputTypes) -> None:
+        """Know the types ``other`` knows too (a replay agent: the types of the agent whose
+        run it replays, the ones given to its ``run`` in this process included)."""
+        for spec in other._known.values():
+            self._learn(spec)
+
     def for_new(self, output_type: Any, retries: int | None) -> OutputSpec[Any] | None:
         """The spec of a new run: the one asked for, else the agent's (None: plain text)."""
         if output_type is None:

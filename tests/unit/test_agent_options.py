@@ -45,6 +45,10 @@ KEYWORDS = [
     "summarizer",
     "microcompact",
     "skills",
+    "output_type",
+    "output_retries",
+    "deps_type",
+    "deps_factory",
 ]
 
 

@@ -229,7 +229,10 @@ def replay_agent(
         summarizer=agent.summarizer,
         microcompact=agent.microcompact,
         deps_type=agent.deps.deps_type,  # (a replay's recorded reads need no deps)
+        output_type=agent.options.output_type,
+        output_retries=agent.options.output_retries,
     )
+    again.outputs.adopt(agent.outputs)  # a typed run replays typed: the same known types
     # no other agent drives a replay: its handlers are real; a typed run replays typed
     return again.with_options(drives_replays=True)
 
