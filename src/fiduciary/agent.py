@@ -24,7 +24,7 @@ from ._agent.sweep import SWEEP_SECONDS, keep_moving, resume_once
 from ._logs import REDACT_LOGS
 from ._loop import Held
 from .capabilities import Capability, Principal, principal_of
-from .clock import Clock, SystemClock
+from .clock import Clock
 from .context.compaction import Summarizer
 from .context.config import DomainContext
 from .context.recall import MemoryLayer
@@ -35,14 +35,13 @@ from .exceptions import ConfigurationError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, Authorize, Gates
 from .guards import Guard
 from .models.base import Model
-from .models.pricing import PriceTable, parse_budget
+from .models.pricing import PriceTable
 from .models.tiers import Effort, Tier
 from .outputs import DEFAULT_OUTPUT_RETRIES, OutputTypes
 from .policy import Policy
 from .redaction import Redactor
 from .signed_approvals import SignatureCheck
 from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store, existing_run
-from .stores.memory import MemoryStore
 from .tracing import RunTracer
 
 if TYPE_CHECKING:
@@ -69,8 +68,8 @@ class _Option(Generic[T]):
     @overload
     def __get__(self, agent: None, owner: type) -> _Option[T]: ...
     @overload
-    def __get__(self, agent: Agent, owner: type) -> T: ...
-    def __get__(self, agent: Agent | None, owner: type) -> T | _Option[T]:
+    def __get__(self, agent: _Readable, owner: type) -> T: ...
+    def __get__(self, agent: _Readable | None, owner: type) -> T | _Option[T]:
         if agent is None:
             return self
         value: T = getattr(
@@ -78,7 +77,7 @@ class _Option(Generic[T]):
         )
         return value
 
-    def __set__(self, agent: Agent, value: NoReturn) -> NoReturn:
+    def __set__(self, agent: _Readable, value: NoReturn) -> NoReturn:
         raise _frozen(self.name)
 
 
@@ -94,19 +93,9 @@ def _frozen(name: str) -> AttributeError:
     )
 
 
-class Agent:
-    """An agent: a model, its capabilities, the gates they pass, and the store runs live in.
-
-    ``authorize`` is required for propose / approve / execute capabilities: without it those
-    calls are refused (fail closed). An async ``authorize`` that has not answered within
-    ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
-    synchronous one runs on the event loop and must not block. With a ``memory``,
-    ``remember_after_run(principal_id)`` runs in the background after each completed run
-    (``agent.memory.drain()`` waits for it and for the remembered replies).
-
-    Its options are frozen (``agent.options``, an ``AgentOptions``; each also read as an
-    attribute: ``agent.policy``); ``agent.with_options(**changes)`` returns another agent.
-    """
+class _Readable:
+    """An agent's options and what is built of them, read as attributes (frozen: assigning
+    one is refused, naming ``with_options``)."""
 
     # the options, read-only (``with_options`` for another agent)
     model: _Option[Model] = _Option()
@@ -146,6 +135,23 @@ class Agent:
     __slots__ = ("__weakref__", "_parts")
     _parts: Parts  # the options, what is built of them (once), and what is shared
 
+
+class Agent(_Readable):
+    """An agent: a model, its capabilities, the gates they pass, and the store runs live in.
+
+    ``authorize`` is required for propose / approve / execute capabilities: without it those
+    calls are refused (fail closed). An async ``authorize`` that has not answered within
+    ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
+    synchronous one runs on the event loop and must not block. With a ``memory``,
+    ``remember_after_run(principal_id)`` runs in the background after each completed run
+    (``agent.memory.drain()`` waits for it and for the remembered replies).
+
+    Its options are frozen (``agent.options``, an ``AgentOptions``; each also read as an
+    attribute: ``agent.policy``); ``agent.with_options(**changes)`` returns another agent.
+    """
+
+    __slots__ = ()
+
     def __init__(
         self,
         *,
@@ -182,40 +188,11 @@ class Agent:
         deps_type: Any = None,
         deps_factory: DepsFactory | None = None,
     ) -> None:
-        options = AgentOptions(
-            model=model,
-            capabilities=tuple(capabilities),
-            store=store if store is not None else MemoryStore(),
-            policy=policy or Policy(),
-            guards=None if guards is None else tuple(guards),
-            authorize=authorize,
-            system=(system,) if isinstance(system, str) else tuple(system),
-            max_turns=max_turns,
-            max_tool_calls=max_tool_calls,
-            clock=clock or SystemClock(),
-            redactor=redactor or Redactor(),
-            model_settings=dict(model_settings or {}),
-            lease_seconds=lease_seconds,
-            model_tier=model_tier,
-            thinking_effort=thinking_effort,
-            budget_usd=parse_budget(budget_usd),
-            prices=prices,
-            authorize_timeout=authorize_timeout,
-            context=context,
-            memory=memory,
-            remember_replies=remember_replies,
-            recall_days=recall_days,
-            remember_after_run=remember_after_run,
-            context_window=context_window,
-            compact_at=compact_at,
-            summarizer=summarizer,
-            microcompact=microcompact,
-            skills=tuple(skills),
-            output_type=output_type,
-            output_retries=output_retries,
-            deps_type=deps_type,
-            deps_factory=deps_factory,
-        )
+        given = {k: v for k, v in locals().items() if k != "self"}  # the keywords, as given
+        for name in ("store", "policy", "clock", "redactor", "model_settings"):
+            if given[name] is None:  # None: AgentOptions' default (a MemoryStore, ...)
+                del given[name]
+        options = AgentOptions(**given)  # normalised and checked there
         self._make(options, Shared(), None)
 
     def _make(self, options: AgentOptions, shared: Shared, previous: Built | None) -> None:
