@@ -25,7 +25,7 @@ from .. import events as ev
 from ..agent import Agent
 from ..agent_factory import agent_of
 from ..display import show_text, show_value
-from ..dual_control import standing
+from ..dual_control import EDITED, as_voted, standing
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..observability.environment import trace_from_env
@@ -178,6 +178,8 @@ def _print_approvals(out: Console, records: Sequence[ApprovalRecord], notes: Car
         if a.status == "pending" and a.expires_at <= now:
             status += " [dim](expired)[/]"
         ids = (_short(a.approval_id), _short(a.run_id))
+        if a.status == "pending" and a.approved_digest is not None:
+            status += f" [dim]({EDITED})[/]"  # as_voted: the edited amount and tier shown
         row = (escape(a.capability), _usd(a.amount_usd), a.tier, _when(a.expires_at), status)
         table.add_row(*ids, *row)
     out.print(table)
@@ -436,13 +438,19 @@ async def approvals_list(
         status: ApprovalStatus | None = None if show_all else "pending"
         records = await store.list_approvals(principal=principal, status=status)
         notes = await _card_notes(store, records)
+        # under dual control, after an approver's edit: the edited arguments the set votes on
+        records = [as_voted(r, await store.list_votes(r.approval_id)) for r in records]
     if as_json:  # notes: the guards' sentences for the person, as the card shows them
         for record in records:
             shown = [
                 {"guard": n.guard, "verdict": n.verdict, "message": n.shown}
                 for n in notes.get(record.approval_id, ())
             ]
-            typer.echo(_jsonable({**asdict(record), "notes": shown}))
+            edited = record.status == "pending" and record.approved_digest is not None
+            extra = {"notes": shown, "edited": edited}
+            if edited:
+                extra["note"] = EDITED
+            typer.echo(_jsonable({**asdict(record), **extra}))
     elif records:
         _print_approvals(Console(), records, notes)
     else:

@@ -253,8 +253,13 @@
     btoa(String.fromCharCode(...new Uint8Array(buffer))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 
   // an approval signed with the person's passkey: the challenge is its binding's SHA-256
-  async function signApproval(approvalId) {
-    const { options } = await api("GET", `/approvals/${approvalId}/signing-options`);
+  // what is signed is what is approved: with the digest shown and the edits, the challenge
+  // binds the edited arguments (POST); without, the approval as it is shown (GET)
+  async function signApproval(approvalId, approving) {
+    const path = `/approvals/${approvalId}/signing-options`;
+    const { options } = approving
+      ? await api("POST", path, { args_digest: approving.args_digest, edits: approving.edits || null })
+      : await api("GET", path);
     const publicKey = {
       ...options,
       challenge: fromB64(options.challenge),
@@ -764,7 +769,9 @@
           await api("POST", `/approvals/${event.approval_id}/result`, { result: value });
         } else {
           const edited = changed();
-          const body = { args_digest: event.args_digest };
+          // under dual control an approver's edit may have started a new set: the card shows
+          // those arguments (dual.js keeps data-args-digest), and approving it joins that set
+          const body = { args_digest: node.dataset.argsDigest || event.args_digest };
           if (Object.keys(edited).length) body.edits = edited;
           if (!confirmRow.hidden && confirm.value.trim()) body.confirm_amount = confirm.value.trim();
           let voted;
@@ -772,8 +779,8 @@
             voted = await api("POST", `/approvals/${event.approval_id}/approve`, body);
           } catch (e) {
             // the policy wants this approval signed: sign its binding with a passkey, send again
-            if (e.code !== "signature_required" || !window.PublicKeyCredential || body.edits) throw e;
-            body.assertion = await signApproval(event.approval_id);
+            if (e.code !== "signature_required" || !window.PublicKeyCredential) throw e;
+            body.assertion = await signApproval(event.approval_id, body);
             voted = await api("POST", `/approvals/${event.approval_id}/approve`, body);
           }
           if (voted && voted.status === "pending" && voted.dual_control) {
@@ -1231,6 +1238,7 @@
     when,
     key: () => state.key,
     runId: () => state.runId,
+    principal: () => state.principal,
     openRun,
     signOut,
     api,
