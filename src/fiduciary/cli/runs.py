@@ -178,12 +178,14 @@ def _print_approvals(out: Console, records: Sequence[ApprovalRecord], notes: Car
         if a.status == "pending" and a.expires_at <= now:
             status += " [dim](expired)[/]"
         ids = (_short(a.approval_id), _short(a.run_id))
-        if a.status == "pending" and a.approved_digest is not None:
-            status += f" [dim]({EDITED})[/]"  # as_voted: the edited amount and tier shown
         row = (escape(a.capability), _usd(a.amount_usd), a.tier, _when(a.expires_at), status)
         table.add_row(*ids, *row)
     out.print(table)
     for a in records:
+        if a.status == "pending" and a.approved_digest is not None:  # as_voted: amount, tier
+            edited = escape(show_value(a.approved_args).text)
+            line = f"{_short(a.approval_id)}: {EDITED}: {edited} (sha256 {a.approved_digest})"
+            out.print(line, soft_wrap=True)
         for n in notes.get(a.approval_id, ()):
             said = escape(show_text(f"[{n.guard}] {n.shown}").text)
             out.print(f"{_short(a.approval_id)} {n.verdict}: {said}", soft_wrap=True)
