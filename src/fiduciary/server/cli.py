@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -35,14 +35,11 @@ from .auth import (
     PostgresKeyStore,
     SQLiteKeyStore,
 )
-from .passkey_config import passkeys_from_env
+from .passkey_config import check_passkeys_env, passkeys_from_env
 from .ratelimit import RateLimit
 from .served import DEFAULT_AGENT
 from .settings import AppsSettings, ServerConfig
 from .webhooks import InboundChannel, WebhookTarget
-
-if TYPE_CHECKING:
-    from ..passkeys import Passkeys
 
 __all__ = [
     "ServerConfig",
@@ -180,7 +177,7 @@ def serve(
             "that drives a run, and with --no-drive this one drives none"
         )
     try:
-        passkeys = passkeys_from_env()
+        passkeys = check_passkeys_env()
     except ConfigurationError as exc:
         raise _fail(str(exc)) from None
     where = _Where(db, postgres)
@@ -260,7 +257,7 @@ async def _serve(
     mcp_files: list[Path] | None = None,
     public_url: str | None = None,
     origins: Sequence[str] = (),
-    passkeys: Passkeys | None = None,
+    passkeys: bool = False,
 ) -> int:
     import uvicorn
 
@@ -292,8 +289,8 @@ async def _serve(
     try:
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
-        if passkeys is not None:
-            setup.agent.signatures = passkeys
+        if passkeys:  # the registry in the store's database: shared by its servers
+            setup.agent.signatures = passkeys_from_env(store=store)
         toolset = await external.enter_async_context(
             with_mcp(setup.agent, settings.mcp, mcp_files or [])
         )

@@ -179,7 +179,7 @@ def test_the_cli_lists_the_edited_set(tmp_path: Any) -> None:
             )
             events = await collect(agent.run("send 60", principal="alice"))
             (approval,) = [e for e in events if e.type == "pending_action"]
-            approval_id = approval.approval_id  # type: ignore[union-attr]
+            approval_id = approval.approval_id
             await agent.approve(approval_id, by="carol", edits={"amount": "70"})
             return str(approval_id)
         finally:
