@@ -231,7 +231,9 @@ async def test_audit_verify_says_who_which_key_what_and_fails_on_a_changed_byte(
 
     with sqlite3.connect(registry_path) as conn:
         (value,) = conn.execute("SELECT signature FROM passkey_signatures").fetchone()
-        conn.execute("UPDATE passkey_signatures SET signature = ?", (bytes([value[0] ^ 1]) + value[1:],))
+        conn.execute(
+            "UPDATE passkey_signatures SET signature = ?", (bytes([value[0] ^ 1]) + value[1:],)
+        )
     bad = fiduciary("audit", "verify", run, "--passkeys", registry_path, columns=300)
     assert bad.returncode == 1
     assert "INVALID alice" in bad.stdout

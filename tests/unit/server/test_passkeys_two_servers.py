@@ -93,7 +93,11 @@ def servers(postgres_dsn: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
                 )
             urls.append(f"http://127.0.0.1:{port}")
         for url, proc in zip(urls, procs, strict=True):
-            wait_for(lambda u=url, p=proc: healthy(u) or p.poll() is not None, f"{url} up")
+
+            def up(url: str = url, proc: subprocess.Popen[bytes] = proc) -> bool:
+                return healthy(url) or proc.poll() is not None
+
+            wait_for(up, f"{url} up")
             assert proc.poll() is None, (tmp_path / "a.stderr").read_text()
         yield urls[0], urls[1]
     finally:
