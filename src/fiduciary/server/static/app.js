@@ -1041,7 +1041,7 @@
       $("pending-list").replaceChildren(
         ...pending.map((a) =>
           // a member of a dual-control group may vote on a run it cannot open: its own card
-          el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.dual_control.members.includes(state.principal)
+          el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.principal !== state.principal && a.dual_control.members.includes(state.principal)
             ? window.fiduciaryDual.openVote(a) : openRun(a.run_id)) },
             shown(a.description || a.capability).text,
             el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
