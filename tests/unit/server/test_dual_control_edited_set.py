@@ -198,3 +198,33 @@ def test_the_cli_lists_the_edited_set(tmp_path: Any) -> None:
     table = CliRunner().invoke(app, ["approvals", "list", "--db", str(db)])
     assert table.exit_code == 0, table.output
     assert "an edit started a new approval set" in " ".join(table.output.split())
+
+
+async def test_a_proposer_refused_is_an_audit_row_and_nothing_else(
+    client: httpx.AsyncClient, keys: Keys, server: Server, effects: Effects, store: Store
+) -> None:
+    run_id = await start_run(client, keys.alice, "send 60")
+    await settle(server)
+    (proposed,) = (
+        await client.get(f"/approvals?run_id={run_id}", headers=bearer(keys.alice))
+    ).json()["approvals"]
+    events, run = await store.read_events(run_id), await store.get_run(run_id)
+    before = await store.audit_records(run_id)
+    refused = await client.post(
+        f"/approvals/{proposed['approval_id']}/approve",
+        json={"args_digest": proposed["args_digest"]},
+        headers=bearer(keys.alice),
+    )
+    detail = problem(refused, 403, "separation_of_duties")["detail"]
+    (row,) = (await store.audit_records(run_id))[len(before) :]
+    assert (row.outcome, row.principal, row.output) == (
+        "rejected:separation_of_duties",
+        "alice",
+        detail,
+    )
+    assert row.input == {"approval_id": proposed["approval_id"]}
+    assert await store.read_events(run_id) == events
+    assert await store.get_run(run_id) == run
+    assert await store.list_votes(UUID(proposed["approval_id"])) == []
+    await settle(server)
+    assert effects.payments == []
