@@ -217,7 +217,7 @@ async def audit_refusal(
         at=ctx.clock.now(),
         principal=who,
         capability=record.capability,
-        kind="decision" if cap is None else str(cap.kind.value),
+        kind="decision" if cap is None else cap.kind.value,
         tool_use_id=record.tool_use_id,
         outcome=f"rejected:{refused.code}",
         tier=record.tier,

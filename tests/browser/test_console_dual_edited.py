@@ -27,7 +27,7 @@ from fiduciary.testing import allow_all
 
 from ..unit.conftest import Effects, toy_capabilities
 from .served_page import signed_in
-from .test_console_dual_control import WRITES, dual_agent, model, until, vote
+from .test_console_dual_control import WRITES, dual_agent, model, pictures, until, vote
 from .test_console_passkeys import REGISTER, authenticator
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -96,6 +96,7 @@ async def test_the_proposers_card_has_no_approve_and_shows_the_edited_set(
             assert '"61"' in await card.get_by_test_id("args").inner_text()
             assert await card.get_by_test_id("approve").count() == 0
             assert effects.payments == []
+            await pictures(page, card, tmp_path, "approval-proposer")
     finally:
         await store.close()
 

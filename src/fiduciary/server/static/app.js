@@ -658,7 +658,9 @@
     const changed = () => {
       const out = {};
       for (const [field, edit] of edits) {
-        if (edit.touched && edit.input.value !== edit.original) out[field] = edit.input.value;
+        // data-original: the value of the set the card now shows (dual.js, after an edit)
+        const base = edit.input.dataset.original ?? edit.original;
+        if (edit.touched && edit.input.value !== base) out[field] = edit.input.value;
       }
       return out;
     };

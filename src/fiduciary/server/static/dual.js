@@ -53,6 +53,14 @@
     const amount = card.querySelector("[data-testid=amount]");
     if (amount) amount.textContent = usd(approval.amount_usd);
     card.dataset.argsDigest = approval.args_digest;
+    // the editable fields start from the arguments shown (an untouched one is not an edit)
+    for (const input of card.querySelectorAll("[data-field]")) {
+      const value = approval.args[input.dataset.field];
+      const text = value === undefined || value === null ? "" : typeof value === "object" ? JSON.stringify(value) : String(value);
+      if (input.dataset.original === text || document.activeElement === input) continue;
+      input.value = text;
+      input.dataset.original = text;
+    }
     card.classList.toggle("edited-set", Boolean(approval.edited));
   }
 
@@ -64,6 +72,8 @@
   function notForYou(card, dual) {
     const approve = card.querySelector("[data-testid=approve]");
     if (approve) approve.remove();
+    const edits = card.querySelector(".edits");
+    if (edits) edits.remove(); // nothing to approve: nothing to edit
     if (card.querySelector("[data-testid=needs-approvers]")) return;
     const line = el("div", { class: "muted needs-approvers", "data-testid": "needs-approvers",
       text: `This action needs ${dual.required} approvers of ${shown(dual.group).text}, not you: they approve it from their console.` });
