@@ -290,7 +290,10 @@ async def _serve(
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
         if passkeys:  # the registry in the store's database: shared by its servers
-            setup.agent.signatures = passkeys_from_env(store=store)
+            signing = passkeys_from_env(store=store)
+            if signing is not None:
+                external.callback(signing.registry.close)
+            setup.agent.signatures = signing
         toolset = await external.enter_async_context(
             with_mcp(setup.agent, settings.mcp, mcp_files or [])
         )
