@@ -468,6 +468,20 @@ class Agent(_Readable):
             assertion=assertion,
         )
 
+    async def signing_binding(
+        self,
+        approval_id: UUID,
+        *,
+        by: Principal | str,
+        edits: Mapping[str, Any] | None = None,
+        args_digest: str | None = None,
+    ) -> dict[str, str | None]:
+        """What ``by`` signs to approve with ``edits``: the binding ``approve`` will check
+        (its WebAuthn challenge: ``signed_approvals.challenge``); ``ApprovalError`` as there."""
+        return await _decisions.signing_binding(
+            self._parts.deciding, approval_id, by=by, edits=edits, args_digest=args_digest
+        )
+
     async def deny(
         self, approval_id: UUID, *, by: Principal | str, reason: str = ""
     ) -> ApprovalRecord:

@@ -14,7 +14,9 @@ Under a rule:
 - each approver's approval is a vote (``ApprovalVote``) for the arguments it names; one person
   counts once, however many devices or channels they use (the store's unique key);
 - an approver who edits a modifiable field votes for other arguments: that starts a new
-  approval set, and the earlier votes do not count with it;
+  approval set, and the earlier votes do not count with it; from then on the approval is
+  shown as the set votes on it (``as_voted``: the edited arguments, their digest, tier and
+  amount, with the note ``EDITED``), and an approver who approves what is shown joins it;
 - any member's deny denies; the action runs only when N distinct members approved the same
   arguments; the expiry applies to the whole set;
 - the approval row leaves ``pending`` with one conditional update (``decide_approval``), so of
@@ -30,7 +32,18 @@ from decimal import Decimal
 from .exceptions import ConfigurationError
 from .stores.base import ApprovalRecord, Approvals, ApprovalVote
 
-__all__ = ["DualControl", "Progress", "count_for", "progress", "rule_for", "standing"]
+__all__ = [
+    "EDITED",
+    "DualControl",
+    "Progress",
+    "as_voted",
+    "count_for",
+    "progress",
+    "rule_for",
+    "standing",
+]
+
+EDITED = "an edit started a new approval set"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +105,21 @@ class Progress:
     required: int
     votes: tuple[ApprovalVote, ...]
     superseded: tuple[ApprovalVote, ...]
+    proposed_digest: str | None = None  # the digest of the arguments the run proposed
 
     @property
     def approvers(self) -> tuple[str, ...]:
         return tuple(v.approver for v in self.votes)
+
+    @property
+    def edited(self) -> bool:
+        """Whether an edit started the current set (earlier votes, or the proposed
+        arguments, are for other arguments)."""
+        if self.superseded:
+            return True
+        return bool(self.votes) and self.votes[0].args_digest != (
+            self.proposed_digest or self.votes[0].args_digest
+        )
 
     def text(self) -> str:
         """``1 of 2 approved (alice, 12:03)``; a new set says so."""
@@ -103,23 +127,41 @@ class Progress:
         line = f"{len(self.votes)} of {self.required} approved"
         if who:
             line += f" ({who})"
-        if self.superseded:
-            line += "; an edit started a new approval set"
+        if self.edited:
+            line += f"; {EDITED}"
         return line
 
 
-def progress(rule: DualControl, votes: Sequence[ApprovalVote]) -> Progress:
+def progress(
+    rule: DualControl, votes: Sequence[ApprovalVote], proposed_digest: str | None = None
+) -> Progress:
     """The progress of an approval from its votes (oldest first): the current set is the
-    arguments of the latest vote; each approver counts once in it."""
+    arguments of the latest vote; each approver counts once in it. ``proposed_digest``: the
+    digest of the arguments the run proposed (a first vote for others is an edit)."""
     if not votes:
-        return Progress(rule.group, rule.required, (), ())
+        return Progress(rule.group, rule.required, (), (), proposed_digest)
     digest = votes[-1].args_digest
     current: dict[str, ApprovalVote] = {}
     for vote in votes:
         if vote.args_digest == digest:
             current.setdefault(vote.approver, vote)
     others = tuple(v for v in votes if v.args_digest != digest)
-    return Progress(rule.group, rule.required, tuple(current.values()), others)
+    return Progress(rule.group, rule.required, tuple(current.values()), others, proposed_digest)
+
+
+def as_voted(record: ApprovalRecord, votes: Sequence[ApprovalVote]) -> ApprovalRecord:
+    """A pending approval as its current set votes on it, for display: when the latest vote
+    is for edited arguments, they (as ``approved_args`` / ``approved_digest``, what a decided
+    row shows) with their tier and amount; otherwise the record itself. Never stored."""
+    if record.status != "pending" or not votes or votes[-1].args_digest == record.args_digest:
+        return record
+    latest = votes[-1]
+    return record.with_(
+        approved_args=latest.approved_args,
+        approved_digest=latest.args_digest,
+        tier=latest.tier,
+        amount_usd=latest.amount_usd,
+    )
 
 
 def count_for(votes: Sequence[ApprovalVote], digest: str) -> list[str]:
@@ -137,4 +179,5 @@ async def standing(
     rule = rule_for(rules, record.amount_usd, operation)
     if rule is None:
         return None
-    return rule, progress(rule, await store.list_votes(record.approval_id))
+    votes = await store.list_votes(record.approval_id)
+    return rule, progress(rule, votes, record.args_digest)

@@ -183,7 +183,7 @@ async def test_a_changed_stored_byte_fails_the_offline_verification(
     event, record = await pending(agent, "send 150")
     await agent.approve(event.approval_id, by="alice", assertion=sign(device, record))
     assert [v.valid for v in verify_run(passkeys.registry, event.run_id)] == [True]
-    table = "credentials" if column == "public_key" else "signatures"
+    table = "passkey_credentials" if column == "public_key" else "passkey_signatures"
     with sqlite3.connect(registry_path) as conn:
         (value,) = conn.execute(f"SELECT {column} FROM {table}").fetchone()
         data = bytearray(value.encode() if isinstance(value, str) else value)
@@ -229,8 +229,10 @@ async def test_audit_verify_says_who_which_key_what_and_fails_on_a_changed_byte(
     assert "1 of 1 signatures valid" in ok.stdout
 
     with sqlite3.connect(registry_path) as conn:
-        (value,) = conn.execute("SELECT signature FROM signatures").fetchone()
-        conn.execute("UPDATE signatures SET signature = ?", (bytes([value[0] ^ 1]) + value[1:],))
+        (value,) = conn.execute("SELECT signature FROM passkey_signatures").fetchone()
+        conn.execute(
+            "UPDATE passkey_signatures SET signature = ?", (bytes([value[0] ^ 1]) + value[1:],)
+        )
     bad = fiduciary("audit", "verify", run, "--passkeys", registry_path, columns=300)
     assert bad.returncode == 1
     assert "INVALID alice" in bad.stdout

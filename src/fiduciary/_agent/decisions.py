@@ -35,15 +35,15 @@ from ..capabilities import (
     principal_of,
 )
 from ..clock import Clock
-from ..dual_control import DualControl, count_for, rule_for
-from ..exceptions import ApprovalError, CapabilityError
+from ..dual_control import DualControl, as_voted, count_for, rule_for
+from ..exceptions import ApprovalError, CapabilityError, StaleEpochError
 from ..gates import Attempt, CallScope, Gates
 from ..policy import Policy
 from ..redaction import Redactor
 from ..signed_approvals import SIGNATURE_REQUIRED, SignatureCheck, binding
-from ..stores.base import ApprovalRecord, ApprovalVote, Store, existing_run
+from ..stores.base import ApprovalRecord, ApprovalVote, AuditRecord, Store, existing_run
 
-__all__ = ["Deciding", "approve", "deny", "submit_result"]
+__all__ = ["Deciding", "approve", "audit_refusal", "deny", "signing_binding", "submit_result"]
 
 log = logger("fiduciary.agent")  # the decisions are the agent's: its logger, as before
 
@@ -60,19 +60,35 @@ class Deciding:
     signatures: SignatureCheck | None = None  # ``Agent.signatures``
 
 
-async def approve(
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """What an approval would approve: the arguments (after edits), their tier and amount."""
+
+    record: ApprovalRecord
+    rule: DualControl | None
+    approved: dict[str, Any]
+    tier: Literal["confirm", "explicit"]
+    amount: Decimal | None
+
+    def binding(self) -> dict[str, str | None]:
+        """What a signature over these terms signs (``signed_approvals.binding``)."""
+        return binding(
+            self.record, args_digest=_digest(self.approved), tier=self.tier, amount_usd=self.amount
+        )
+
+
+async def _terms(
     ctx: Deciding,
     approval_id: UUID,
-    *,
     by: Principal | str,
-    edits: Mapping[str, Any] | None = None,
-    confirm_amount: Decimal | str | None = None,
-    args_digest: str | None = None,
-    assertion: Any = None,
-) -> ApprovalRecord:
-    """``Agent.approve``: approve a pending action (optionally editing its modifiable fields).
-    Under dual control this is one approver's vote: the row stays ``pending`` until the N-th."""
-    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True, act="approve")
+    edits: Mapping[str, Any] | None,
+    digest: str | None,
+) -> _Terms:
+    """The pending approval ``by`` may approve and what it would approve: the arguments shown
+    (under dual control, after an approver's edit, the edited ones the set votes on; a
+    ``digest`` of the proposed ones votes for those) with ``edits``, validated, re-checked and
+    re-priced when they differ from the proposed ones; ``ApprovalError`` otherwise."""
+    record = await _open_approval(ctx, approval_id, by, None, bind=True, act="approve")
     cap = ctx.gates.get(record.capability)
     if cap is None:
         raise ApprovalError("unknown", f"{record.capability} is no longer available")
@@ -85,6 +101,18 @@ async def approve(
     if cap.executor is Executor.PERSON:
         raise ApprovalError("question", "this is a question to the person; answer it")
     new_args = dict(record.args)
+    if rule is not None:
+        voted = as_voted(record, await ctx.store.list_votes(record.approval_id))
+        if voted.approved_args is not None and digest in (None, voted.approved_digest):
+            new_args = dict(voted.approved_args)
+        if digest is not None and digest not in (record.args_digest, voted.approved_digest):
+            raise ApprovalError(
+                "digest_mismatch", "the arguments shown are not the ones awaiting approval"
+            )
+    elif digest is not None and digest != record.args_digest:
+        raise ApprovalError(
+            "digest_mismatch", "the arguments shown are not the ones awaiting approval"
+        )
     if edits:
         bad = sorted(set(edits) - set(record.modifiable_fields))
         if bad:
@@ -102,19 +130,59 @@ async def approve(
     approved = model.model_dump(mode="json")
     tier = record.tier
     amount = record.amount_usd
-    # an edit that changes nothing is no edit (tier and amount stay as shown)
-    if edits and _digest(approved) != record.args_digest:
+    # arguments that are the proposed ones are no edit (tier and amount stay as shown)
+    if _digest(approved) != record.args_digest:
         tier, amount = await _recheck(ctx, record, cap, model)
+    return _Terms(record, rule, approved, tier, amount)
+
+
+async def signing_binding(
+    ctx: Deciding,
+    approval_id: UUID,
+    *,
+    by: Principal | str,
+    edits: Mapping[str, Any] | None = None,
+    args_digest: str | None = None,
+) -> dict[str, str | None]:
+    """What ``by`` must sign to approve ``approval_id`` with ``edits``: the binding of the
+    arguments, tier and amount ``approve`` would approve (the console's signing options)."""
+    return (await _terms(ctx, approval_id, by, edits, args_digest)).binding()
+
+
+async def approve(
+    ctx: Deciding,
+    approval_id: UUID,
+    *,
+    by: Principal | str,
+    edits: Mapping[str, Any] | None = None,
+    confirm_amount: Decimal | str | None = None,
+    args_digest: str | None = None,
+    assertion: Any = None,
+) -> ApprovalRecord:
+    """``Agent.approve``: approve a pending action (optionally editing its modifiable fields).
+    Under dual control this is one approver's vote: the row stays ``pending`` until the N-th."""
+    terms = await _terms(ctx, approval_id, by, edits, args_digest)
+    record, rule, approved, tier, amount = (
+        terms.record,
+        terms.rule,
+        terms.approved,
+        terms.tier,
+        terms.amount,
+    )
     if tier == "explicit":
         _check_acknowledgement(confirm_amount, amount)
     sign = ctx.gates.policy.signatures
     if sign is not None and sign.requires(tier, amount):
         if ctx.signatures is None or assertion is None:
             raise ApprovalError("signature_required", SIGNATURE_REQUIRED)
-        signed = binding(record, args_digest=_digest(approved), tier=tier, amount_usd=amount)
-        await ctx.signatures.verify(
-            record, approver=principal_of(by).actor_id, signed=signed, assertion=assertion
-        )
+        who = principal_of(by).actor_id
+        try:
+            await ctx.signatures.verify(
+                record, approver=who, signed=terms.binding(), assertion=assertion
+            )
+        except ApprovalError as exc:
+            await audit_refusal(ctx, record, who, exc)
+            raise
     if rule is not None:
         vote = ApprovalVote(
             approval_id=record.approval_id,
@@ -138,6 +206,38 @@ async def approve(
     if not await ctx.store.decide_approval(decided):
         raise ApprovalError("already_decided", "this approval was decided meanwhile")
     return decided
+
+
+async def audit_refusal(
+    ctx: Deciding, record: ApprovalRecord, who: str, refused: ApprovalError
+) -> None:
+    """A refused decision as an audit row of its run (who tried, on which approval, why):
+    outcome ``rejected:<code>``. Nothing else is written: the row joins the run's log under
+    its current epoch, with no event and no status (a run driven meanwhile: tried again)."""
+    cap = ctx.gates.get(record.capability)
+    row = AuditRecord(
+        run_id=record.run_id,
+        at=ctx.clock.now(),
+        principal=who,
+        capability=record.capability,
+        kind="decision" if cap is None else cap.kind.value,
+        tool_use_id=record.tool_use_id,
+        outcome=f"rejected:{refused.code}",
+        tier=record.tier,
+        amount_usd=record.amount_usd,
+        input={"approval_id": str(record.approval_id)},
+        output=ctx.redactor.redact_text(refused.message)[:500],
+    )
+    for _attempt in range(3):
+        run = await ctx.store.get_run(record.run_id)
+        if run is None:
+            break
+        try:
+            await ctx.store.commit(record.run_id, epoch=run.epoch, audit=[row])
+        except StaleEpochError:  # taken over meanwhile: under its new epoch
+            continue
+        return
+    log.error("approval %s: the refusal of %s could not be audited", record.approval_id, who)
 
 
 def _rule(ctx: Deciding, record: ApprovalRecord) -> DualControl | None:
@@ -315,7 +415,12 @@ async def _open_approval(
     if record is None:
         raise ApprovalError("unknown", "no such approval")
     if by is not None:
-        _check_decider(ctx, record, principal_of(by), act=act)
+        try:
+            _check_decider(ctx, record, principal_of(by), act=act)
+        except ApprovalError as exc:
+            if exc.code == "separation_of_duties":
+                await audit_refusal(ctx, record, principal_of(by).actor_id, exc)
+            raise
     if record.status != "pending":
         raise ApprovalError(
             "expired" if record.status == "expired" else "already_decided",

@@ -15,6 +15,7 @@ from uuid import UUID
 from .._logs import logger
 from ..capabilities import args_digest
 from ..events import ActionResolvedDraft, GuardNote, RunFailedDraft, TurnRetractedDraft
+from ..exceptions import FiduciaryError
 from ..gates import Attempt, ParsedCall
 from ..models.base import ToolUsePart
 from ..stores.base import ApprovalRecord
@@ -149,6 +150,12 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
             "The approved arguments do not match what was approved; not executed.",
         )
         return None
+    if record.approved_digest != record.args_digest:
+        why = await _repriced(d, attempt, record)
+        if why is not None:  # rewritten behind the decision: run nothing, say so
+            log.error("approval %s not executed: its row was altered (%s)", approval_id, why)
+            reject(d, call, "tampered", TAMPERED.format(why=why))
+            return None
     edits = _edits(record)
     # the notes the person saw on the card go to the model with the result
     notes = list(d.t.notes.get(use.id, ()))
@@ -158,6 +165,26 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
         notes.append(GuardNote(guard="approval", verdict="hint", message=message))
     attempt.notes = tuple(notes)
     d.record(await gates.execute(attempt))
+    return None
+
+
+async def _repriced(d: Drive, attempt: Attempt, record: ApprovalRecord) -> str | None:
+    """Why an edit's row does not hold (None: it does). The log shows the arguments proposed,
+    not an edit, so an edit's amount (priced at the decision) is priced again here from the
+    approved arguments: a row whose arguments were rewritten with a matching digest but not
+    its amount, or with an amount whose tier the row does not have, runs nothing."""
+    gates, cap = d.rt.gates, attempt.cap
+    if cap is None or attempt.args is None:
+        return None
+    try:
+        amount = await cap.amount(attempt.args, gates.context(attempt))
+    except FiduciaryError as exc:
+        return f"its approved arguments cannot be priced: {exc}"
+    if amount != record.amount_usd:
+        return "its amount is not the amount of its approved arguments"
+    needed = gates.policy.decide(cap, amount, origin=attempt.scope.origin()).tier
+    if needed == "deny" or (needed == "explicit" and record.tier != "explicit"):
+        return "its tier is lower than its approved arguments need"
     return None
 
 

@@ -1,8 +1,9 @@
 """``fiduciary audit verify RUN``: every signed decision of a run, verified again offline.
 
-It reads only the passkey registry (``--passkeys PATH``, else ``$FIDUCIARY_PASSKEYS``, else
-``.fiduciary/passkeys.sqlite3``): the stored assertion bytes, the binding that was signed and
-the registered public keys; it trusts nothing the server decided. For each signature it says
+It reads only the passkey registry — in the run store's database (``--db``, or
+``--postgres DSN``), or a file of its own (``--passkeys PATH``, else ``$FIDUCIARY_PASSKEYS``):
+the stored assertion bytes, the binding that was signed and the registered public keys; it
+trusts nothing the server decided. For each signature it says
 who, which key, what was signed, and valid or not. Exit codes: 0 every signature is valid
 (or there is none), 1 one is not, 2 could not start.
 """
@@ -18,13 +19,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ._common import CliError, _command, missing_extra
+from ._common import DEFAULT_DB, CliError, Db, _command, missing_extra
 
 __all__ = ["audit_app"]
 
 audit_app = typer.Typer()
-
-_DEFAULT = Path(".fiduciary") / "passkeys.sqlite3"
 
 
 @_command(audit_app, "verify")
@@ -32,7 +31,12 @@ async def verify(
     run: Annotated[str, typer.Argument(help="The run's id.")],
     passkeys: Annotated[
         Path | None,
-        typer.Option(help="The passkey registry (default $FIDUCIARY_PASSKEYS)."),
+        typer.Option(help="A passkey registry of its own (default $FIDUCIARY_PASSKEYS)."),
+    ] = None,
+    db: Db = DEFAULT_DB,
+    postgres: Annotated[
+        str | None,
+        typer.Option(help="The PostgreSQL database the runs (and passkeys) are stored in."),
     ] = None,
 ) -> int:
     """Verify every passkey-signed decision of RUN again, from the stored bytes."""
@@ -40,14 +44,15 @@ async def verify(
         run_id = UUID(run)
     except ValueError:
         raise CliError(f"{run!r} is not a run id", 2) from None
-    path = passkeys or Path(os.environ.get("FIDUCIARY_PASSKEYS") or _DEFAULT)
-    if not path.is_file():
+    own = passkeys or os.environ.get("FIDUCIARY_PASSKEYS")
+    path = Path(own) if own else db
+    if postgres is None and not path.is_file():
         raise CliError(f"no passkey registry at {path}", 2)
     try:
         from ..passkeys import PasskeyRegistry, verify_run
     except ImportError:
         missing_extra("audit verify", "passkeys")
-    registry = PasskeyRegistry(path)
+    registry = PasskeyRegistry.postgres(postgres) if postgres else PasskeyRegistry(path)
     try:
         verdicts = verify_run(registry, run_id)
     finally:

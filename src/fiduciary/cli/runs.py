@@ -25,7 +25,7 @@ from .. import events as ev
 from ..agent import Agent
 from ..agent_factory import agent_of
 from ..display import show_text, show_value
-from ..dual_control import standing
+from ..dual_control import EDITED, as_voted, standing
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..observability.environment import trace_from_env
@@ -183,6 +183,10 @@ def _print_approvals(out: Console, records: Sequence[ApprovalRecord], notes: Car
         table.add_row(*ids, *row)
     out.print(table)
     for a in records:
+        if a.status == "pending" and a.approved_digest is not None:  # as_voted: amount, tier
+            edited = escape(show_value(a.approved_args).text)
+            line = f"{_short(a.approval_id)}: {EDITED}: {edited} (sha256 {a.approved_digest})"
+            out.print(line, soft_wrap=True)
         for n in notes.get(a.approval_id, ()):
             said = escape(show_text(f"[{n.guard}] {n.shown}").text)
             out.print(f"{_short(a.approval_id)} {n.verdict}: {said}", soft_wrap=True)
@@ -437,13 +441,19 @@ async def approvals_list(
         status: ApprovalStatus | None = None if show_all else "pending"
         records = await store.list_approvals(principal=principal, status=status)
         notes = await _card_notes(store, records)
+        # under dual control, after an approver's edit: the edited arguments the set votes on
+        records = [as_voted(r, await store.list_votes(r.approval_id)) for r in records]
     if as_json:  # notes: the guards' sentences for the person, as the card shows them
         for record in records:
             shown = [
                 {"guard": n.guard, "verdict": n.verdict, "message": n.shown}
                 for n in notes.get(record.approval_id, ())
             ]
-            typer.echo(_jsonable({**asdict(record), "notes": shown}))
+            edited = record.status == "pending" and record.approved_digest is not None
+            extra = {"notes": shown, "edited": edited}
+            if edited:
+                extra["note"] = EDITED
+            typer.echo(_jsonable({**asdict(record), **extra}))
     elif records:
         _print_approvals(Console(), records, notes)
     else:

@@ -25,6 +25,7 @@ from uuid import UUID
 from .._version import __version__
 from ..capabilities import Principal
 from ..context.skills import Skill
+from ..dual_control import as_voted
 from ..exceptions import FiduciaryError
 from ._sdk import MCPError, mcp_types
 from .bridge import CallOutcome, McpGateway
@@ -318,6 +319,9 @@ async def _resource(gateway: McpGateway, actor: str, uri: str) -> str:
         record = await agent.store.get_approval(ident)
         if record is None or record.principal != actor:
             raise missing
+        # under dual control, after an approver's edit: the edited arguments the set votes on
+        record = as_voted(record, await agent.store.list_votes(record.approval_id))
+        edited = record.status == "pending" and record.approved_digest is not None
         return json.dumps(
             {
                 "approval_id": str(record.approval_id),
@@ -325,8 +329,10 @@ async def _resource(gateway: McpGateway, actor: str, uri: str) -> str:
                 "capability": record.capability,
                 "status": record.status,
                 "tier": record.tier,
-                "args": redactor.redact(record.args),
-                "args_digest": record.args_digest,
+                "args": redactor.redact(record.approved_args or record.args),
+                "args_digest": record.approved_digest or record.args_digest,
+                "edited": edited,
+                "proposed_args_digest": record.args_digest,
                 "amount_usd": None if record.amount_usd is None else str(record.amount_usd),
                 "expires_at": record.expires_at.isoformat(),
             },

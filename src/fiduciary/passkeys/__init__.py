@@ -10,8 +10,9 @@ challenge (the SHA-256 of the approval's binding: ``fiduciary.signed_approvals``
 origin, the relying party id, user presence AND user verification, and the sign counter; and
 itself that the credential is registered, not revoked, and belongs to the deciding principal.
 A refusal is an ``ApprovalError`` (``signature_refused``) with the reason, logged, and changes
-nothing. The assertion's bytes are kept with the binding (``PasskeyRegistry``), and
-``verify_run`` checks every signature of a run again, offline.
+nothing. The assertion's bytes are kept with the binding (``PasskeyRegistry``: in the run
+store's database, ``PasskeyRegistry.for_store``), and ``verify_run`` checks every signature
+of a run again, offline.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +35,7 @@ __all__ = ["Passkeys", "check_origins"]
 log = logger("fiduciary.passkeys")
 
 _LOCAL = {"localhost", "127.0.0.1", "::1"}
+_REGISTRATION_TTL = timedelta(minutes=5)
 
 
 def check_origins(rp_id: str, origins: Sequence[str]) -> tuple[str, ...]:
@@ -75,7 +77,6 @@ class Passkeys:
         self.origins = check_origins(rp_id, origins)
         self.rp_name = rp_name
         self.clock = clock or SystemClock()
-        self._registering: dict[str, bytes] = {}  # principal -> the challenge of its options
 
     # --- registration ------------------------------------------------------------------------
     def registration_options(self, principal: str) -> dict[str, Any]:
@@ -95,16 +96,21 @@ class Passkeys:
                 for c in self.registry.of(principal)
             ],
         )
-        self._registering[principal] = options.challenge
+        # in the registry's database: the answer may reach another server on it
+        self.registry.put_challenge(
+            principal, options.challenge, self.clock.now() + _REGISTRATION_TTL
+        )
         parsed: dict[str, Any] = json.loads(webauthn.options_to_json(options))
         return parsed
 
     def register(self, principal: str, credential: Any, *, name: str) -> Credential:
         """Verify ``navigator.credentials.create()``'s answer to the last options given to
         ``principal`` (once) and keep the passkey; ``ApprovalError`` otherwise."""
-        expected = self._registering.pop(principal, None)
+        expected = self.registry.take_challenge(principal, self.clock.now())
         if expected is None:
-            raise ApprovalError("signature_refused", "ask for registration options first")
+            raise ApprovalError(
+                "signature_refused", "ask for registration options first (they expire)"
+            )
         name = (name or "passkey").strip()[:60] or "passkey"
         try:
             verified = webauthn.verify_registration_response(

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from starlette.responses import Response
 
-from ..dual_control import standing
+from ..dual_control import as_voted, progress, rule_for
 from ..events import GuardNote, PendingAction
 from ..exceptions import ApprovalError
 from ..stores.base import ApprovalRecord
@@ -44,9 +44,12 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
         notes: list[GuardNote] = list(event.guard_notes) if event else []
         cap = server.agent.gates.get(record.capability)
         dual = None
-        if rules:
-            operation = None if cap is None else cap.operation
-            dual = await standing(server.agent.store, rules, record, operation)
+        rule = rule_for(rules, record.amount_usd, None if cap is None else cap.operation)
+        if rule is not None:
+            votes = await server.agent.store.list_votes(record.approval_id)
+            dual = rule, progress(rule, votes, record.args_digest)
+            # after an edit the set votes on other arguments: show those, everywhere
+            record = as_voted(record, votes)
         out.append(
             ApprovalOut.of(
                 record,

@@ -35,7 +35,7 @@ from .auth import (
     PostgresKeyStore,
     SQLiteKeyStore,
 )
-from .passkey_config import passkeys_from_env
+from .passkey_config import check_passkeys_env, passkeys_from_env
 from .ratelimit import RateLimit
 from .served import DEFAULT_AGENT
 from .settings import AppsSettings, ServerConfig
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
 
-    from ..passkeys import Passkeys
 
 __all__ = [
     "ServerConfig",
@@ -183,7 +182,7 @@ def serve(
             "that drives a run, and with --no-drive this one drives none"
         )
     try:
-        passkeys = passkeys_from_env()
+        passkeys = check_passkeys_env()
     except ConfigurationError as exc:
         raise _fail(str(exc)) from None
     where = _Where(db, postgres)
@@ -263,7 +262,7 @@ async def _serve(
     mcp_files: list[Path] | None = None,
     public_url: str | None = None,
     origins: Sequence[str] = (),
-    passkeys: Passkeys | None = None,
+    passkeys: bool = False,
 ) -> int:
     from .app import create_app
     from .features import Features, open_features
@@ -294,8 +293,11 @@ async def _serve(
         keys = await where.keys()
         setup = serve_setup(load_factory(agent_spec), store)
         agent = setup.agent
-        if passkeys is not None:
-            agent = agent.with_options(signatures=passkeys)
+        if passkeys:  # the registry in the store's database: shared by its servers
+            signing = passkeys_from_env(store=store)
+            if signing is not None:
+                external.callback(signing.registry.close)
+                agent = agent.with_options(signatures=signing)
         agent, toolset = await external.enter_async_context(
             with_mcp(agent, settings.mcp, mcp_files or [])
         )

@@ -239,7 +239,20 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), response=passkeys.WebAuthnOptions,
         problems=("not_found", "not_available"), tags=("passkeys",),
         description="The challenge is the SHA-256 of the approval's binding (approval, run, "
-        "arguments digest, tier, amount, currency, expiry): it signs this approval only.",
+        "arguments digest, tier, amount, currency, expiry): it signs this approval only. Under "
+        "dual control, after an approver's edit, it binds the edited arguments shown.",
+    ),
+    Operation(
+        "POST", "/approvals/{approval_id}/signing-options", "signingOptionsWithEdits",
+        "WebAuthn options to sign an approval with edits", passkeys.signing_options_for,
+        scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=passkeys.SigningBody,
+        response=passkeys.WebAuthnOptions, tags=("passkeys",),
+        problems=(
+            "not_found", "not_available", "field_not_modifiable", "invalid_edit",
+            "digest_mismatch", "separation_of_duties",
+        ),
+        description="The challenge binds the edited arguments, re-checked and re-priced as "
+        "approve will: the assertion approves those edits only.",
     ),
     Operation(
         "POST", "/passkeys/registration-options", "passkeyRegistrationOptions",

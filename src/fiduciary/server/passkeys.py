@@ -2,7 +2,8 @@
 
 A principal registers passkeys (options, then the browser's answer), lists and revokes them;
 the console asks for an approval's signing options (the challenge is the SHA-256 of the
-approval's binding) and sends the assertion with ``POST /approvals/{id}/approve``. They need
+binding of what it approves: with its edits, ``POST``) and sends the assertion with
+``POST /approvals/{id}/approve``. They need
 the agent's ``signatures`` to be a ``fiduciary.passkeys.Passkeys``; otherwise ``not_available``.
 """
 
@@ -15,7 +16,6 @@ from pydantic import BaseModel, Field, JsonValue, StringConstraints
 from starlette.responses import Response
 
 from ..exceptions import ApprovalError
-from ..signed_approvals import binding
 from .pipeline import Call, json_response
 from .problems import ProblemError
 from .schemas import _Request
@@ -28,12 +28,14 @@ __all__ = [
     "PasskeyList",
     "PasskeyOut",
     "RegisterBody",
+    "SigningBody",
     "WebAuthnOptions",
     "list_passkeys",
     "register",
     "registration_options",
     "revoke",
     "signing_options",
+    "signing_options_for",
 ]
 
 
@@ -118,12 +120,36 @@ async def revoke(server: Server, call: Call) -> Response:
     return Response(status_code=204)
 
 
+class SigningBody(_Request):
+    """What an approver means to approve: the digest shown and any edits."""
+
+    args_digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+    edits: dict[str, JsonValue] | None = Field(
+        default=None, description="New values for the action's modifiable fields only."
+    )
+
+
 async def signing_options(server: Server, call: Call) -> Response:
-    """The options to sign an approval as it stands (its arguments, tier and amount)."""
+    """The options to sign an approval as it is shown (under dual control after an edit:
+    the edited arguments the set votes on)."""
+    return await _signing(server, call, SigningBody())
+
+
+async def signing_options_for(server: Server, call: Call) -> Response:
+    """The options to sign an approval with edits: the challenge binds the edited arguments,
+    re-checked and re-priced as ``approve`` will (a signature for the unedited ones, or for
+    other edits, is refused there)."""
+    return await _signing(server, call, call.body_as(SigningBody))
+
+
+async def _signing(server: Server, call: Call, body: SigningBody) -> Response:
     passkeys = _passkeys(server)
     record = await server.visible_approval(call.caller, call.path("approval_id"))
-    signed = binding(
-        record, args_digest=record.args_digest, tier=record.tier, amount_usd=record.amount_usd
+    signed = await server.agent.signing_binding(
+        record.approval_id,
+        by=server.decider(call.caller),
+        edits=body.edits,
+        args_digest=body.args_digest,
     )
     return json_response(
         WebAuthnOptions(options=passkeys.assertion_options(call.caller.principal, signed))

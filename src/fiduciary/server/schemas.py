@@ -180,6 +180,9 @@ class DualControlOut(BaseModel):
     approvals: list[VoteOut]
     superseded: list[VoteOut]
     progress: str
+    edited: bool = Field(
+        default=False, description="An edit started the current set (the progress says so)."
+    )
 
 
 class ApprovalOut(BaseModel):
@@ -188,6 +191,7 @@ class ApprovalOut(BaseModel):
 
     approval_id: UUID
     run_id: UUID
+    principal: str = Field(description="The proposer: the principal the run acts for.")
     tool_use_id: str
     capability: str
     args: dict[str, Any]
@@ -210,6 +214,13 @@ class ApprovalOut(BaseModel):
         description="Whether approving it, unedited, needs a passkey's signature (the policy's "
         "SignatureRule); an edit can change the tier and amount, and so this.",
     )
+    edited: bool = Field(
+        default=False,
+        description="Under dual control: an approver's edit started a new approval set, and "
+        "args, args_digest, tier and amount_usd are the edited ones the set votes on "
+        "(proposed_args_digest: the digest of the arguments the run proposed).",
+    )
+    proposed_args_digest: str = ""
 
     @classmethod
     def of(
@@ -226,6 +237,7 @@ class ApprovalOut(BaseModel):
         return cls(
             approval_id=record.approval_id,
             run_id=record.run_id,
+            principal=record.principal,
             tool_use_id=record.tool_use_id,
             capability=record.capability,
             args=redactor.redact(args),
@@ -247,6 +259,8 @@ class ApprovalOut(BaseModel):
             description=description,
             dual_control=None if dual is None else _dual_out(*dual),
             signature_required=signature_required,
+            edited=record.status == "pending" and record.approved_digest is not None,
+            proposed_args_digest=record.args_digest,
         )
 
 
@@ -261,6 +275,7 @@ def _dual_out(rule: DualControl, progress: Progress) -> DualControlOut:
         approvals=votes(progress.votes),
         superseded=votes(progress.superseded),
         progress=progress.text(),
+        edited=progress.edited,
     )
 
 

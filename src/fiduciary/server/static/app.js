@@ -253,8 +253,13 @@
     btoa(String.fromCharCode(...new Uint8Array(buffer))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 
   // an approval signed with the person's passkey: the challenge is its binding's SHA-256
-  async function signApproval(approvalId) {
-    const { options } = await api("GET", `/approvals/${approvalId}/signing-options`);
+  // what is signed is what is approved: with the digest shown and the edits, the challenge
+  // binds the edited arguments (POST); without, the approval as it is shown (GET)
+  async function signApproval(approvalId, approving) {
+    const path = `/approvals/${approvalId}/signing-options`;
+    const { options } = approving
+      ? await api("POST", path, { args_digest: approving.args_digest, edits: approving.edits || null })
+      : await api("GET", path);
     const publicKey = {
       ...options,
       challenge: fromB64(options.challenge),
@@ -662,7 +667,9 @@
     const changed = () => {
       const out = {};
       for (const [field, edit] of edits) {
-        if (edit.touched && edit.input.value !== edit.original) out[field] = edit.input.value;
+        // data-original: the value of the set the card now shows (dual.js, after an edit)
+        const base = edit.input.dataset.original ?? edit.original;
+        if (edit.touched && edit.input.value !== base) out[field] = edit.input.value;
       }
       return out;
     };
@@ -773,7 +780,9 @@
           await api("POST", `/approvals/${event.approval_id}/result`, { result: value });
         } else {
           const edited = changed();
-          const body = { args_digest: event.args_digest };
+          // under dual control an approver's edit may have started a new set: the card shows
+          // those arguments (dual.js keeps data-args-digest), and approving it joins that set
+          const body = { args_digest: node.dataset.argsDigest || event.args_digest };
           if (Object.keys(edited).length) body.edits = edited;
           if (!confirmRow.hidden && confirm.value.trim()) body.confirm_amount = confirm.value.trim();
           let voted;
@@ -781,8 +790,8 @@
             voted = await api("POST", `/approvals/${event.approval_id}/approve`, body);
           } catch (e) {
             // the policy wants this approval signed: sign its binding with a passkey, send again
-            if (e.code !== "signature_required" || !window.PublicKeyCredential || body.edits) throw e;
-            body.assertion = await signApproval(event.approval_id);
+            if (e.code !== "signature_required" || !window.PublicKeyCredential) throw e;
+            body.assertion = await signApproval(event.approval_id, body);
             voted = await api("POST", `/approvals/${event.approval_id}/approve`, body);
           }
           if (voted && voted.status === "pending" && voted.dual_control) {
@@ -1049,7 +1058,7 @@
       $("pending-list").replaceChildren(
         ...pending.map((a) =>
           // a member of a dual-control group may vote on a run it cannot open: its own card
-          el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.dual_control.members.includes(state.principal)
+          el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.principal !== state.principal && a.dual_control.members.includes(state.principal)
             ? window.fiduciaryDual.openVote(a) : openRun(a.run_id)) },
             shown(a.description || a.capability).text,
             el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
@@ -1310,6 +1319,7 @@
     when,
     key: () => state.key,
     runId: () => state.runId,
+    principal: () => state.principal,
     openRun,
     signOut,
     api,

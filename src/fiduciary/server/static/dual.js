@@ -18,7 +18,7 @@
   function progressLine(dual) {
     const who = dual.approvals.map((v) => `${shown(v.approver).text}, ${clock(v.at)}`).join(", ");
     let text = `${dual.approvals.length} of ${dual.required} approved${who ? ` (${who})` : ""}`;
-    if (dual.superseded.length) text += "; an edit started a new approval set";
+    if (dual.edited || dual.superseded.length) text += "; an edit started a new approval set";
     return el("div", { class: "dual-progress", "data-testid": "dual-progress" },
       el("strong", { text: `${shown(dual.group).text}: ` }), text);
   }
@@ -39,7 +39,47 @@
     const old = card.querySelector(".dual-progress");
     if (old) old.replaceWith(line);
     else card.querySelector(".card-head").after(line);
+    if (approval.status === "pending") showVotedOn(card, approval);
+    if (approval.status === "pending" && !mayApprove(approval)) notForYou(card, approval.dual_control);
     return approval;
+  }
+
+  // after an approver's edit the set votes on the edited arguments: the card shows those
+  function showVotedOn(card, approval) {
+    const args = card.querySelector("[data-testid=args]");
+    if (args) args.textContent = shownValue(approval.args, 2).text;
+    const digest = card.querySelector(".digest");
+    if (digest) digest.textContent = `sha256 ${approval.args_digest}`;
+    const amount = card.querySelector("[data-testid=amount]");
+    if (amount) amount.textContent = usd(approval.amount_usd);
+    card.dataset.argsDigest = approval.args_digest;
+    // the editable fields start from the arguments shown (an untouched one is not an edit)
+    for (const input of card.querySelectorAll("[data-field]")) {
+      const value = approval.args[input.dataset.field];
+      const text = value === undefined || value === null ? "" : typeof value === "object" ? JSON.stringify(value) : String(value);
+      if (input.dataset.original === text || document.activeElement === input) continue;
+      input.value = text;
+      input.dataset.original = text;
+    }
+    card.classList.toggle("edited-set", Boolean(approval.edited));
+  }
+
+  // the proposer (and anyone outside the group) cannot approve: no Approve button, a line instead
+  const mayApprove = (approval) => {
+    const me = fc.principal();
+    return me !== approval.principal && approval.dual_control.members.includes(me);
+  };
+  function notForYou(card, dual) {
+    const approve = card.querySelector("[data-testid=approve]");
+    if (approve) approve.remove();
+    const edits = card.querySelector(".edits");
+    if (edits) edits.remove(); // nothing to approve: nothing to edit
+    if (card.querySelector("[data-testid=needs-approvers]")) return;
+    const line = el("div", { class: "muted needs-approvers", "data-testid": "needs-approvers",
+      text: `This action needs ${dual.required} approvers of ${shown(dual.group).text}, not you: they approve it from their console.` });
+    const actions = card.querySelector(".card-actions");
+    if (actions) actions.before(line);
+    else card.append(line);
   }
 
   const signingNote = () => el("div", { class: "signing-note", "data-testid": "signing-note",
@@ -91,7 +131,7 @@
           decided = await fc.api("POST", path, body);
         } catch (e) {
           if (e.code !== "signature_required" || !window.PublicKeyCredential) throw e;
-          body.assertion = await fc.signApproval(approval.approval_id);
+          body.assertion = await fc.signApproval(approval.approval_id, body);
           decided = await fc.api("POST", path, body);
         }
         after(decided);

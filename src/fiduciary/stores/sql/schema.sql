@@ -154,3 +154,40 @@ BEGIN
       AND status IN ('running', 'awaiting_approval', 'awaiting_client_result',
           'awaiting_input');
 END;
+
+-- Passkeys (see the migration that made them): credentials, signatures, challenges.
+CREATE TABLE IF NOT EXISTS passkey_credentials (
+    credential_id BLOB PRIMARY KEY,
+    principal     TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    public_key    BLOB NOT NULL,
+    sign_count    INTEGER NOT NULL,
+    created_at    TEXT NOT NULL,
+    last_used_at  TEXT,
+    revoked_at    TEXT
+);
+
+CREATE TABLE IF NOT EXISTS passkey_signatures (
+    id                 INTEGER PRIMARY KEY,
+    run_id             TEXT NOT NULL,
+    approval_id        TEXT NOT NULL,
+    approver           TEXT NOT NULL,
+    credential_id      BLOB NOT NULL REFERENCES passkey_credentials (credential_id),
+    binding            TEXT NOT NULL,
+    challenge          BLOB NOT NULL,
+    authenticator_data BLOB NOT NULL,
+    client_data_json   BLOB NOT NULL,
+    signature          BLOB NOT NULL,
+    rp_id              TEXT NOT NULL,
+    origins            TEXT NOT NULL,
+    at                 TEXT NOT NULL,
+    UNIQUE (credential_id, challenge)
+);
+
+CREATE INDEX IF NOT EXISTS passkey_signatures_by_run ON passkey_signatures (run_id, id);
+
+CREATE TABLE IF NOT EXISTS passkey_challenges (
+    principal  TEXT PRIMARY KEY,
+    challenge  BLOB NOT NULL,
+    expires_at TEXT NOT NULL
+);
