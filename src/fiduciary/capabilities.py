@@ -214,6 +214,9 @@ class Capability:
     _ctx_param: str | None
     # False: a sync handler declared non-blocking, called on the event loop (no thread)
     blocking: bool = True
+    # reads re-run, with no arguments, after a call of this capability succeeds: their fresh
+    # results reach the model and the person as ordinary read calls (``refresh_of``)
+    refresh: tuple[str, ...] = ()
 
     @property
     def is_write(self) -> bool:
@@ -323,6 +326,7 @@ def capability(
     describe: DescribeFn | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
+    refresh: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Capability]: ...
 
 
@@ -349,6 +353,7 @@ def capability(
     describe: DescribeFn | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
+    refresh: Iterable[str] = (),
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
@@ -363,6 +368,11 @@ def capability(
     never blocks (no I/O, no lock, no sleep: it computes and returns at once) may say so with
     ``blocking=False``: it is then called on the event loop, saving the thread round trip. It
     is trusted to return quickly: its ``timeout`` cannot interrupt it.
+
+    ``refresh`` names reads (of the same agent, taking no required argument) to re-run after a
+    call succeeds (``refresh=["balance_check"]`` on a send): each is recorded as an ordinary
+    read call whose ``tool_call_start`` says which call it refreshes, and its result reaches
+    the model with the write's.
     """
 
     def build(func: Callable[..., Any]) -> Capability:
@@ -387,6 +397,7 @@ def capability(
             describe=describe,
             summarize_on_truncate=summarize_on_truncate,
             blocking=blocking,
+            refresh=(refresh,) if isinstance(refresh, str) else tuple(refresh),
         )
 
     if fn is not None:
@@ -416,6 +427,7 @@ def _build(
     describe: DescribeFn | None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
+    refresh: tuple[str, ...] = (),
 ) -> Capability:
     cap_name = name or func.__name__
     bare = cap_name.replace("_", "").replace("-", "")
@@ -480,6 +492,8 @@ def _build(
         raise ConfigurationError(
             f"{cap_name}: blocking=False is for sync handlers (an async one runs on the loop)"
         )
+    if cap_name in refresh or len(set(refresh)) != len(refresh):
+        raise ConfigurationError(f"{cap_name}: refresh names other reads, each once")
     doc = description or inspect.getdoc(func) or ""
     if not doc:
         raise ConfigurationError(f"{cap_name}: give the capability a docstring or a description")
@@ -508,6 +522,7 @@ def _build(
         _is_async=is_async,
         _ctx_param=ctx_param,
         blocking=blocking,
+        refresh=refresh,
     )
 
 

@@ -217,6 +217,9 @@ class Outcome:
     truncated: bool = False
     hints: list[str] = field(default_factory=list)
     audit: AuditRecord | None = None
+    # (the validated output,) of a call whose handler ran and succeeded here: what the
+    # post-execution guards judge; None for an error or a result the ledger recorded
+    ran: tuple[Any] | None = None
 
     @property
     def draft(self) -> ToolCallEndDraft:
@@ -669,9 +672,8 @@ class Gates:
             log.exception("handler of %s failed", cap.name)
             message = f"{cap.name} failed unexpectedly ({type(exc).__name__})."
             return await self._failed(a, started, "handler_error", message, effect_possible=True)
-        # 10 guards (post): hints for the model
-        post = await self.run_guards(a, "post", output=output)
-        hints = [n.message for n in a.notes] + [v.message for _, v in post.notes]
+        # 10 guards (post) run after its tool_call_end is recorded (``_loop.after``)
+        hints = [n.message for n in a.notes]
         # 11 redact, truncate, audit
         safe = self.redactor.redact(output)
         content, truncated = self.render(cap, safe, hints)
@@ -679,7 +681,13 @@ class Gates:
             await self._finish(a, LedgerFinish(ctx.idempotency_key, "done", self.clock.now(), safe))
         audit = self._audit(a, "ok", a.tier, a.amount_usd, content, ctx.idempotency_key, started)
         return Outcome(
-            call, content, truncated=truncated, hints=hints, audit=audit, recovery=a.recovery
+            call,
+            content,
+            truncated=truncated,
+            hints=hints,
+            audit=audit,
+            recovery=a.recovery,
+            ran=(output,),
         )
 
     async def _failed(

@@ -19,6 +19,7 @@ from ..events import ActionResolvedDraft, GuardNote, RunFailedDraft, TurnRetract
 from ..gates import Attempt, ParsedCall
 from ..models.base import ToolUsePart
 from ..stores.base import ApprovalRecord
+from .after import conclude
 from .dispatch import dispatch, reject
 from .state import Drive
 
@@ -46,7 +47,7 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
                 if cap is not None and cap.replay.value != "safe" and call.args is not None:
                     resumed = d.attempt(call, recovery="replayed")
                     if await gates.resumable(resumed):  # its handler settles it
-                        d.record(await gates.execute(resumed))
+                        await conclude(d, await gates.execute(resumed))
                         continue
                     if d.end(await gates.recorded(d.attempt(call))):
                         continue
@@ -149,7 +150,7 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
         message = f"The person edited the call before approving it: {shown_edits}."
         notes.append(GuardNote(guard="approval", verdict="hint", message=message))
     attempt.notes = tuple(notes)
-    d.record(await gates.execute(attempt))
+    await conclude(d, await gates.execute(attempt))
     return None
 
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import assert_never
 from uuid import UUID, uuid4
 
+from .._text import NOTES_MARKER
 from ..context.compaction import SentView, Shape
 from ..events import (
     ActionResolved,
@@ -22,6 +23,7 @@ from ..events import (
     GuardNote,
     Origin,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -91,6 +93,8 @@ class Transcript:
     # (``_loop.context``) so that it works on the messages added since, not the whole history
     view: SentView | None = None
     _records: dict[str, int] = field(default_factory=dict)
+    # a refreshing read's id -> the call it refreshes (its result joins that call's)
+    _refreshes: dict[str, str] = field(default_factory=dict)
     # for each message, how many assistant messages come before it (turns are numbered by it)
     _turns_before: list[int] = field(default_factory=list)
 
@@ -108,8 +112,11 @@ class Transcript:
             else:
                 parts.append(TextPart(event.text))
         elif type(event) is ToolCallStart:
-            self._start_partial(event.seq)
-            self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
+            if event.refresh_of is not None:
+                self._refreshes[event.tool_use_id] = event.refresh_of
+            else:
+                self._start_partial(event.seq)
+                self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
             self.calls_since_user += 1
             self.tool_calls += 1
             self._records[event.tool_use_id] = len(self.history.calls)
@@ -124,9 +131,14 @@ class Transcript:
                 )
             )
         elif type(event) is ToolCallEnd:
-            self._result(
-                event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
-            )
+            refreshed = self._refreshes.get(event.tool_use_id)
+            if refreshed is not None:
+                state = "failed" if event.is_error else "now"
+                self._amend(refreshed, f"{event.name} after this call ({state}): {event.output}")
+            else:
+                self._result(
+                    event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
+                )
             self._outcome(event.tool_use_id, not event.is_error, event.output)
         elif type(event) is Usage:
             self.input_tokens = event.total_input_tokens
@@ -195,6 +207,8 @@ class Transcript:
                         stubbed_before=event.stubbed_before or 0,
                         summary=event.summary,
                     )
+        elif type(event) is PostGuardFired:
+            self._amend(event.tool_use_id, f"- [{event.guard}] {event.message}")
         elif (
             type(event) is GuardFired
             or type(event) is ToolProgress
@@ -226,6 +240,29 @@ class Transcript:
         self.results[tool_use_id] = result
         if self.open_uses:
             self._close_turn()
+
+    def _amend(self, tool_use_id: str, note: str) -> None:
+        """Add ``note`` (a post-guard's, a refreshing read's result) to the result of a call
+        recorded already: in the open results, or in the tool results message it closed."""
+        result = self.results.get(tool_use_id)
+        if result is None:
+            return
+        content = result.content
+        content += (" " if NOTES_MARKER in content else NOTES_MARKER) + note
+        amended = ToolResult(tool_use_id, content, result.is_error)
+        self.results[tool_use_id] = amended
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            if isinstance(message, ToolResultsMessage):
+                if any(r.tool_use_id == tool_use_id for r in message.results):
+                    self.messages[index] = ToolResultsMessage(
+                        tuple(
+                            amended if r.tool_use_id == tool_use_id else r for r in message.results
+                        )
+                    )
+                return
+            if isinstance(message, UserTextMessage):
+                return  # only the latest turn's results are amended
 
     def _outcome(self, tool_use_id: str, ok: bool, output: str) -> None:
         index = self._records.get(tool_use_id)

@@ -54,6 +54,7 @@ from ..events import (
     Event,
     GuardFired,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -223,6 +224,20 @@ class UIMessageStream:
                             "guard": event.guard,
                             "verdict": event.verdict,
                             "message": event.shown,  # the sentence for the person
+                        },
+                    }
+                )
+            case PostGuardFired():  # after the result: the same part, marked "post"
+                out.append(
+                    {
+                        "type": "data-guard",
+                        "id": f"guard-{event.seq}",
+                        "data": {
+                            "toolCallId": event.tool_use_id,
+                            "guard": event.guard,
+                            "verdict": event.verdict,
+                            "message": event.shown,
+                            "phase": "post",
                         },
                     }
                 )
