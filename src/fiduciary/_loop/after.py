@@ -14,7 +14,8 @@ what was found about it next:
 
 Only a call whose handler ran here and succeeded has either (``Outcome.ran``): a result the
 ledger recorded before a crash, or an error, has none. A crash between the call's end and
-these events loses them (they are advice, never an effect).
+these events loses them (they are advice, never an effect); a refresh a crash cut off after
+its start runs again when the run resumes (``reopen_refreshes``), so every start has its end.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..guards import GuardCall, run_guards
 from ..stores.base import ApprovalRecord
 from .state import Drive
 
-__all__ = ["conclude"]
+__all__ = ["conclude", "reopen_refreshes"]
 
 log = logger("fiduciary.loop")
 
@@ -97,3 +98,11 @@ async def refresh(d: Drive, outcome: Outcome) -> None:
             )
         )
         d.record(await gates.run(d.attempt(call, concurrent=True)))
+
+
+async def reopen_refreshes(d: Drive) -> None:
+    """Run again the refreshing reads a crash cut off (started, never ended): reads are safe
+    to repeat, and every started call ends."""
+    for start in list(d.t.refreshing.values()):
+        call = d.rt.gates.parse(start.tool_use_id, start.name, start.input)
+        d.record(await d.rt.gates.run(d.attempt(call, recovery="replayed", concurrent=True)))

@@ -19,7 +19,7 @@ from ..events import ActionResolvedDraft, GuardNote, RunFailedDraft, TurnRetract
 from ..gates import Attempt, ParsedCall
 from ..models.base import ToolUsePart
 from ..stores.base import ApprovalRecord
-from .after import conclude
+from .after import conclude, reopen_refreshes
 from .dispatch import dispatch, reject
 from .state import Drive
 
@@ -35,6 +35,7 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
     async with d.rt.principal_lock(d.principal.actor_id) as held:
         d.held = held
         try:
+            await reopen_refreshes(d)
             for use in d.t.unresolved:
                 approval_id = d.t.approvals.get(use.id)
                 if approval_id is not None:

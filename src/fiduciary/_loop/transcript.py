@@ -93,8 +93,10 @@ class Transcript:
     # (``_loop.context``) so that it works on the messages added since, not the whole history
     view: SentView | None = None
     _records: dict[str, int] = field(default_factory=dict)
-    # a refreshing read's id -> the call it refreshes (its result joins that call's)
+    # a refreshing read's id -> the call it refreshes (its result joins that call's), and
+    # those started and not ended (a crash cut them off: they run again)
     _refreshes: dict[str, str] = field(default_factory=dict)
+    refreshing: dict[str, ToolCallStart] = field(default_factory=dict)
     # for each message, how many assistant messages come before it (turns are numbered by it)
     _turns_before: list[int] = field(default_factory=list)
 
@@ -114,6 +116,7 @@ class Transcript:
         elif type(event) is ToolCallStart:
             if event.refresh_of is not None:
                 self._refreshes[event.tool_use_id] = event.refresh_of
+                self.refreshing[event.tool_use_id] = event
             else:
                 self._start_partial(event.seq)
                 self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
@@ -133,6 +136,7 @@ class Transcript:
         elif type(event) is ToolCallEnd:
             refreshed = self._refreshes.get(event.tool_use_id)
             if refreshed is not None:
+                self.refreshing.pop(event.tool_use_id, None)
                 state = "failed" if event.is_error else "now"
                 self._amend(refreshed, f"{event.name} after this call ({state}): {event.output}")
             else:
@@ -156,7 +160,12 @@ class Transcript:
             self._close_turn()
         elif type(event) is ToolCallRejected:
             content = error_content(event.reason, event.message)
-            self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
+            refreshed = self._refreshes.get(event.tool_use_id)
+            if refreshed is not None:
+                self.refreshing.pop(event.tool_use_id, None)
+                self._amend(refreshed, f"{event.name} after this call (refused): {content}")
+            else:
+                self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
             self._outcome(event.tool_use_id, False, content)
         elif type(event) is UserMessage:
             self._append(UserTextMessage(event.text))
