@@ -5,8 +5,9 @@ and what the gates find on the way (its tier, its amount, the guards' notes). ``
 takes it through steps 1-6 (``admit``: whitelist, kind ceiling, input validation, pre-guards,
 server-side authorization, policy) and then either parks it for a person (``Pending``), or runs
 steps 7-11 (``execute``: ledger, execution with timeout, output validation, redaction +
-result budget; the post-guards follow the call's end: ``_loop.after``). Every verdict — ``Refused``, ``Pending``, ``Outcome`` — carries the
-event that records it and its audit row: the loop only emits them.
+result budget; the post-guards follow the call's end: ``_loop.after``). Every verdict —
+``Refused``, ``Pending``, ``Outcome`` — carries the event that records it and its audit row:
+the loop only emits them.
 """
 
 from __future__ import annotations

@@ -98,3 +98,22 @@ def test_http_clients_read_the_codes() -> None:
     document = build_openapi([], title="t", version="1")
     schema = document["components"]["schemas"]["CapabilityErrorCode"]
     assert set(schema["enum"]) == ERROR_CODES
+
+
+@pytest.mark.slow
+def test_an_unknown_code_is_a_type_error(tmp_path: Path) -> None:
+    api = pytest.importorskip("mypy.api")
+    snippet = tmp_path / "handler.py"
+    snippet.write_text(
+        "from fiduciary.exceptions import CapabilityError\n"
+        'CapabilityError("made_up", "no such order")\n'
+        'CapabilityError("not_found", "no such order")\n',
+        encoding="utf-8",
+    )
+    out, _, status = api.run(
+        ["--strict", "--no-incremental", "--follow-imports=silent", str(snippet)]
+    )
+    assert status == 1, out
+    assert "handler.py:2: error: Argument 1" in out
+    assert "'made_up'" in out
+    assert "handler.py:3:" not in out
