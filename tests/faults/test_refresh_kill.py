@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fiduciary import ManualClock
-from fiduciary.events import RunCompleted, ToolCallEnd, ToolCallStart
+from fiduciary.events import RunCompleted, ToolCallEnd, ToolCallRejected, ToolCallStart
 from fiduciary.stores.sqlite import SQLiteStore
 
 from .refresh_child import agent
@@ -47,3 +47,20 @@ async def test_a_refresh_cut_off_by_a_crash_runs_again_on_resume(tmp_path: Path)
     [again] = [e for e in ends if e.tool_use_id == refresh.tool_use_id]
     assert (again.recovery, again.is_error) == ("replayed", False)
     assert [e.name for e in ends].count("pay") == 1
+
+
+async def test_a_cancel_ends_a_refresh_cut_off_by_a_crash(tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    child = await asyncio.create_subprocess_exec(sys.executable, str(CHILD), str(db))
+    assert await asyncio.wait_for(child.wait(), 60) == -9
+    store = SQLiteStore(db)
+    try:
+        (run,) = await store.list_runs()
+        later = ManualClock(datetime.now(UTC) + timedelta(hours=1))
+        await agent(store, die=False, clock=later).cancel(run.run_id, by="alice")
+        log = await store.read_events(run.run_id)
+    finally:
+        await store.close()
+    [refresh] = [e for e in log if isinstance(e, ToolCallStart) and e.refresh_of]
+    [ended] = [e for e in log if isinstance(e, ToolCallRejected)]
+    assert (ended.tool_use_id, ended.reason) == (refresh.tool_use_id, "cancelled")

@@ -192,6 +192,9 @@ async def cancel(d: Drive, *, by: str, reason: str) -> None:
             if d.end(await gates.recorded(d.attempt(call), resuming=False)):
                 continue
         reject(d, call, "cancelled", f"{told}; this call was not executed.")
+    for start in list(d.t.refreshing.values()):  # a refresh a crash cut off: ended, not run
+        call = gates.parse(start.tool_use_id, start.name, start.input)
+        reject(d, call, "cancelled", f"{told}; this read was not run again.")
     message = f"cancelled by {by}" + (f": {reason}" if reason else "")
     d.emit(RunFailedDraft(reason="aborted", message=message), status="cancelled")
     await d.barrier()
