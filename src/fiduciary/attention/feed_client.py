@@ -16,7 +16,8 @@ seed's ``decisionFeed`` states them:
 A connection that fails, ends, or stays silent for ``idle_seconds`` (twice the server's
 heartbeat by default) is opened again from the cursor, after a pause that doubles from
 ``retry_seconds`` up to ``max_retry_seconds`` and resets once an item arrives. A refused key
-(401, 403) is a ``FeedRefusedError``: retrying cannot help. ``mcp_decision_feed`` yields the same
+(401, 403), or a server without the feed (404), is a ``FeedRefusedError``: retrying cannot
+help. ``mcp_decision_feed`` yields the same
 items from an MCP server's ``attention.decision`` or ``attention.dead_letter`` events
 (``McpEvents``, extra ``mcp``). The HTTP client needs httpx (extra ``server``).
 """
@@ -64,7 +65,8 @@ _KINDS: Mapping[str, Literal["decision", "dead_letter"]] = {
 
 
 class FeedRefusedError(FiduciaryError):
-    """The server refused the feed (a missing or wrong key, a key without the scope)."""
+    """The server refused the feed (a missing or wrong key, a key without the scope), or has
+    none (404)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,9 +188,10 @@ async def _connection(
     if cursor is not None:
         headers["last-event-id"] = cursor
     async with http.stream("GET", url, headers=headers) as response:
-        if response.status_code in (401, 403):
+        if response.status_code in (401, 403, 404):  # retrying cannot help
             await response.aread()
-            raise FeedRefusedError(f"the decision feed refused the key ({response.status_code})")
+            what = "serves no decision feed" if response.status_code == 404 else "refused the key"
+            raise FeedRefusedError(f"the server {what} ({response.status_code})")
         response.raise_for_status()
         chunks = response.aiter_text()
         buffer = ""
