@@ -72,7 +72,7 @@ class Shop:
 
         def order(order_id: str) -> Order:
             if order_id not in shop.orders:
-                raise CapabilityError("unknown_order", f"there is no order {order_id}")
+                raise CapabilityError("not_found", f"there is no order {order_id}")
             return shop.orders[order_id]
 
         @capability(kind="read")
@@ -107,7 +107,7 @@ class Shop:
             """Cancel an order that has not shipped yet."""
             found = order(order_id)
             if found.status != "paid":
-                raise CapabilityError("not_cancellable", f"{order_id} is {found.status}")
+                raise CapabilityError("conflict", f"{order_id} is {found.status}")
             found.status = "cancelled"
             return {"order_id": order_id, "status": found.status}
 

@@ -40,7 +40,7 @@ def desk() -> tuple[list[Capability], list[str]]:
     async def find_order(order_id: str) -> dict[str, str]:
         """An order: its item, customer and total in USD."""
         if order_id not in ORDERS:
-            raise CapabilityError("unknown_order", f"there is no order {order_id}")
+            raise CapabilityError("not_found", f"there is no order {order_id}")
         return {"order_id": order_id, **ORDERS[order_id]}
 
     @capability(kind="execute", tier="auto")

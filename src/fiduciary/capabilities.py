@@ -236,6 +236,9 @@ class Capability:
     # the T of a handler's ``ctx: CallContext[T]`` (None: it declares none), checked against
     # the agent's ``deps_type`` when the agent is built
     deps_type: Any = None
+    # reads re-run, with no arguments, after a call of this capability succeeds: their fresh
+    # results reach the model and the person as ordinary read calls (``refresh_of``)
+    refresh: tuple[str, ...] = ()
 
     @property
     def is_write(self) -> bool:
@@ -351,6 +354,7 @@ def capability(
     describe: DescribeFn | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
+    refresh: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Capability]: ...
 
 
@@ -377,6 +381,7 @@ def capability(
     describe: DescribeFn | None = None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
+    refresh: Iterable[str] = (),
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
@@ -391,6 +396,11 @@ def capability(
     never blocks (no I/O, no lock, no sleep: it computes and returns at once) may say so with
     ``blocking=False``: it is then called on the event loop, saving the thread round trip. It
     is trusted to return quickly: its ``timeout`` cannot interrupt it.
+
+    ``refresh`` names reads (of the same agent, taking no required argument) to re-run after a
+    call succeeds (``refresh=["balance_check"]`` on a send): each is recorded as an ordinary
+    read call whose ``tool_call_start`` says which call it refreshes, and its result reaches
+    the model with the write's.
     """
 
     def build(func: Callable[..., Any]) -> Capability:
@@ -415,6 +425,7 @@ def capability(
             describe=describe,
             summarize_on_truncate=summarize_on_truncate,
             blocking=blocking,
+            refresh=(refresh,) if isinstance(refresh, str) else tuple(refresh),
         )
 
     if fn is not None:
@@ -444,6 +455,7 @@ def _build(
     describe: DescribeFn | None,
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
+    refresh: tuple[str, ...] = (),
 ) -> Capability:
     cap_name = name or func.__name__
     bare = cap_name.replace("_", "").replace("-", "")
@@ -512,6 +524,8 @@ def _build(
         raise ConfigurationError(
             f"{cap_name}: blocking=False is for sync handlers (an async one runs on the loop)"
         )
+    if cap_name in refresh or len(set(refresh)) != len(refresh):
+        raise ConfigurationError(f"{cap_name}: refresh names other reads, each once")
     doc = description or inspect.getdoc(func) or ""
     if not doc:
         raise ConfigurationError(f"{cap_name}: give the capability a docstring or a description")
@@ -541,6 +555,7 @@ def _build(
         _ctx_param=ctx_param,
         blocking=blocking,
         deps_type=deps_type,
+        refresh=refresh,
     )
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "Origin",
     "PendingAction",
     "PendingActionDraft",
+    "PostGuardFired",
+    "PostGuardFiredDraft",
     "RunCompleted",
     "RunCompletedDraft",
     "RunFailed",
@@ -235,6 +237,9 @@ class ToolCallStartDraft(Draft):
     input: dict[str, Any]
     args_digest: str
     kind: str | None = None
+    # a read re-run after the write ``refresh_of`` succeeded (the write's capability declared
+    # it): its result reaches the model with the write's result
+    refresh_of: str | None = None
 
 
 @final
@@ -293,6 +298,30 @@ class GuardFiredDraft(Draft):
 
 @final
 class GuardFired(GuardFiredDraft, EventBase):
+    pass
+
+
+class PostGuardFiredDraft(Draft):
+    """A post-execution guard's note on a call that ran: recorded after its ``tool_call_end``
+    (a hint or a warning: nothing can be blocked once it happened). ``message`` goes to the
+    model with the call's result, ``for_person`` is shown beside the result."""
+
+    type: Literal["post_guard_fired"] = "post_guard_fired"
+    tool_use_id: str
+    name: str  # the capability that ran
+    guard: str
+    tier: Literal["safety", "financial", "ux"]
+    verdict: Literal["hint", "warn"]
+    message: str
+    for_person: str = ""
+
+    @property
+    def shown(self) -> str:
+        return self.for_person or self.message
+
+
+@final
+class PostGuardFired(PostGuardFiredDraft, EventBase):
     pass
 
 
@@ -520,6 +549,7 @@ Event = Annotated[
     | ToolCallEnd
     | ToolCallRejected
     | GuardFired
+    | PostGuardFired
     | PendingAction
     | ActionResolved
     | ToolProgress

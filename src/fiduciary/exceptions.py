@@ -4,6 +4,7 @@
 FiduciaryError
 ├── ConfigurationError        an Agent, capability or policy set up wrongly (a programming error)
 ├── CapabilityError           raised by a handler: a clear, expected refusal the model may act on
+│                             (``code``: one of ``ErrorCode``, a closed set)
 ├── ApprovalError             approve / deny / submit_result refused (``code`` says why)
 ├── RunError                  a run cannot be started, continued or found (``code`` says why)
 ├── StoreError                the store failed; driver errors are translated into this
@@ -20,20 +21,113 @@ A run suspended for approval is not an error: ``Agent.run`` simply ends after th
 
 from __future__ import annotations
 
+from typing import Literal, TypeGuard, get_args
 from uuid import UUID
 
 __all__ = [
+    "ERROR_CODES",
     "ApprovalError",
     "CapabilityError",
     "ConfigurationError",
     "ConflictError",
+    "ErrorCode",
     "FiduciaryError",
     "ModelError",
     "RunError",
     "StaleEpochError",
     "StoreError",
     "StoreUnavailableError",
+    "is_error_code",
 ]
+
+# The codes a CapabilityError may carry, and so the ``error_code`` of a tool error: a closed
+# set, here and nowhere else (mypy refuses a literal outside it; CapabilityError refuses any
+# other at run time). Add a code when a refusal means something none of these says; never
+# rename or reuse one (models, hosts and logs read them).
+ErrorCode = Literal[
+    # the general five: a refusal that fits one of them uses it
+    "precondition",  # the state does not allow the call now (a rule, a limit, an order of steps)
+    "not_found",  # what the call names does not exist (or is not the caller's)
+    "conflict",  # it clashes with what exists (already done, already there, already paid)
+    "unauthorized",  # the caller may not do this
+    "budget",  # a spending or usage budget would be exceeded
+    # what the gates themselves report as a tool error
+    "timeout",
+    "invalid_output",
+    "handler_error",
+    "outcome_unknown",
+    "failed",  # a failure the ledger recorded without a code
+    "amount_out_of_range",
+    "not_recorded",  # a replay: no recorded call answers this one
+    "unknown_skill",
+    "question",  # a question to the person: answered, not executed (fiduciary.questions)
+    # money and assets
+    "invalid_amount",
+    "bad_amount",
+    "insufficient_funds",
+    "insufficient_liquidity",
+    "borrow_limit",
+    "nothing_to_repay",
+    "nothing_to_claim",
+    "unknown_asset",
+    "unsupported_asset",
+    "same_asset",
+    "wrong_asset",
+    "unknown_pair",
+    "price_impact",
+    "slippage_exceeded",
+    "slippage_limit",
+    "quote_expired",
+    "quote_mismatch",
+    "unknown_quote",
+    # addresses and contacts
+    "invalid_address",
+    "bad_address",
+    "bad_checksum",
+    "zero_address",
+    "own_address",
+    "unknown_recipient",
+    "token_contract_recipient",
+    "invalid_contact",
+    "contact_exists",
+    # records
+    "unknown_transaction",
+    "unknown_intent",
+    "unknown_invoice",
+    "already_paid",
+    "idempotency_conflict",
+    # the chain
+    "reverted",
+    "refused_by_node",
+    "simulation_failed",
+    "no_router",
+    "no_vault",
+    "nothing_saved",  # a withdrawal of "all" with no shares in the vault
+    "not_this_chain",  # approved for another chain, sender or contract than the wallet's
+    "client_signs",  # the person's own key signs this write (a client-executed call)
+    "bad_report",  # a client's reported result is not a transaction hash
+    "does_not_match",  # the reported transaction is not the approved call
+    "already_reported",  # the transaction was reported for another approval
+    "no_receipt",  # the reported transaction has no receipt (not mined, or dropped)
+    # HTTP endpoints (apps) and MCP servers
+    "host_not_allowed",
+    "unsafe_url",
+    "unreachable",
+    "redirect_refused",
+    "refused",  # the other side refused the call (an HTTP 4xx without a closer code)
+    "rate_limited",
+    "http_error",
+    "mcp_error",
+    "mcp_tool_error",
+    "mcp_unavailable",
+]
+
+ERROR_CODES: frozenset[str] = frozenset(get_args(ErrorCode))
+
+
+def is_error_code(code: object) -> TypeGuard[ErrorCode]:
+    """Whether ``code`` is one of the closed set (a code read back from a log may not be)."""
+    return isinstance(code, str) and code in ERROR_CODES
 
 
 class FiduciaryError(Exception):
@@ -49,11 +143,20 @@ class CapabilityError(FiduciaryError):
 
     Raise it for expected, explainable failures (insufficient funds, unknown asset). Any other
     exception from a handler is reported to the model as ``handler_error`` without its text.
+    ``code`` is one of ``ErrorCode`` (``precondition``, ``not_found``, ``conflict``,
+    ``unauthorized``, ``budget`` and the specific ones listed there): any other is a type error
+    and, at run time, a ``ConfigurationError`` (the handler's bug, reported as
+    ``handler_error``).
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        if code not in ERROR_CODES:
+            raise ConfigurationError(
+                f"{code!r} is not a capability error code; use one of fiduciary.exceptions."
+                "ErrorCode (precondition, not_found, conflict, unauthorized, budget, ...)"
+            )
         super().__init__(message)
-        self.code = code
+        self.code: ErrorCode = code
         self.message = message
 
 

@@ -4,9 +4,10 @@ A call goes through the gates as one ``Attempt``: the run's ``CallScope``, the p
 and what the gates find on the way (its tier, its amount, the guards' notes). ``Gates.run``
 takes it through steps 1-6 (``admit``: whitelist, kind ceiling, input validation, pre-guards,
 server-side authorization, policy) and then either parks it for a person (``Pending``), or runs
-steps 7-11 (``execute``: ledger, execution with timeout, output validation, post-guards,
-redaction + result budget). Every verdict — ``Refused``, ``Pending``, ``Outcome`` — carries the
-event that records it and its audit row: the loop only emits them.
+steps 7-11 (``execute``: ledger, execution with timeout, output validation, redaction +
+result budget; the post-guards follow the call's end: ``_loop.after``). Every verdict —
+``Refused``, ``Pending``, ``Outcome`` — carries the event that records it and its audit row:
+the loop only emits them.
 """
 
 from __future__ import annotations
@@ -132,7 +133,6 @@ class Gates:
             redactor=redactor,
             default_result_chars=default_result_chars,
             context=self.context,
-            run_guards=self.run_guards,
             audit_row=self.audit_row,
         )
 

@@ -1,7 +1,9 @@
 """Guards: checks that run around a call and pass, hint, warn or block.
 
 A guard has a name, a tier (safety > financial > ux: the order the runner asks them in) and a
-phase (``pre``: before authorization and policy, ``post``: after execution, hints only). A block
+phase (``pre``: before authorization and policy; ``post``: after execution, with the call's
+``output``, hints and warnings only, each recorded as a ``post_guard_fired`` event after the
+call's ``tool_call_end`` and added to its result for the model: ``_loop.after``). A block
 becomes a tool error the model can act on; hints and warnings go to the model with the result
 and to the person on the pending action. A verdict speaks to both in their own words:
 ``message`` is for the model (what to do next: "call balance_check first"), ``for_person`` is

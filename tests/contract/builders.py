@@ -15,6 +15,7 @@ from fiduciary.events import (
     GuardFired,
     GuardNote,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -285,6 +286,16 @@ def every_event(run_id: UUID) -> list[Event]:
             "tool_calls": 2,
         },
         {"type": "run_failed", "reason": "budget", "message": "over the token budget"},
+        {
+            "type": "post_guard_fired",
+            "tool_use_id": "toolu_01",
+            "name": "send",
+            "guard": "balance_promise",
+            "tier": "financial",
+            "verdict": "warn",
+            "message": "the balance after is 880, not 980",
+            "for_person": "Your balance is now 880 € — not the 980 € shown.",
+        },
     ]
     classes: dict[str, type[Any]] = {
         cls.model_fields["type"].default: cls
@@ -309,6 +320,7 @@ def every_event(run_id: UUID) -> list[Event]:
             TurnRetracted,
             RunCompleted,
             RunFailed,
+            PostGuardFired,
         )
     }
     # A non-UTC offset and microseconds: the store must keep the instant and the precision.

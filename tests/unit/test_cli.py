@@ -245,7 +245,7 @@ def test_runs_show_summarises_the_run(completed: tuple[Path, UUID]) -> None:
     assert result.exit_code == 0, result.output
     assert str(run_id) in result.output
     assert "completed" in result.output
-    assert "9 (0 errors, 1 refused)" in result.output  # tool calls
+    assert "10 (0 errors, 1 refused)" in result.output  # tool calls (the refresh too)
     assert "last 10 events" in result.output
     assert "run_completed" in result.output
 
@@ -269,7 +269,7 @@ def test_runs_events_renders_for_a_person(completed: tuple[Path, UUID]) -> None:
     assert result.exit_code == 0, result.output
     assert "send_transfer" in result.output
     assert "Sent 75.00 USDC to 0x7a3b…b3c4" in result.output
-    assert "run completed · 9 tool calls" in result.output
+    assert "run completed · 10 tool calls" in result.output
 
 
 @pytest.mark.parametrize("flags", [["--follow"], ["--until-idle"], ["--follow", "--until-idle"]])

@@ -23,6 +23,7 @@ from fiduciary.events import (
     GuardFired,
     GuardNote,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -168,6 +169,16 @@ ALL_EVENTS: list[Event] = [
         **base(17), text="Paid Carol $140.", input_tokens=500, output_tokens=90, tool_calls=2
     ),
     RunFailed(**base(18), reason="budget", message="the token budget of this run is spent"),
+    PostGuardFired(
+        **base(19),
+        tool_use_id="toolu_1",
+        name="send",
+        guard="balance_promise",
+        tier="financial",
+        verdict="warn",
+        message="the balance after differs from the preview",
+        for_person="Your balance after this is not what was shown.",
+    ),
 ]
 
 
@@ -203,6 +214,7 @@ def test_event_type_names_are_stable() -> None:
         "turn_retracted",
         "run_completed",
         "run_failed",
+        "post_guard_fired",
     ]
 
 

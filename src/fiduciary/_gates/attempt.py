@@ -172,6 +172,9 @@ class Outcome:
     truncated: bool = False
     hints: list[str] = field(default_factory=list)
     audit: AuditRecord | None = None
+    # (the validated output,) of a call whose handler ran and succeeded here: what the
+    # post-execution guards judge; None for an error or a result the ledger recorded
+    ran: tuple[Any] | None = None
 
     @property
     def draft(self) -> ToolCallEndDraft:

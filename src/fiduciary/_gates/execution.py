@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -21,7 +21,6 @@ from .._render import render_result
 from ..capabilities import CallContext, Capability, Replay
 from ..clock import Clock
 from ..exceptions import CapabilityError
-from ..guards import GuardOutcome
 from ..redaction import Redactor
 from ..stores.base import AuditRecord, LedgerEntry, LedgerFinish, Store
 from .attempt import Attempt, Outcome, error_content
@@ -43,7 +42,6 @@ class Execution:
         redactor: Redactor,
         default_result_chars: int,
         context: Callable[[Attempt], CallContext],
-        run_guards: Callable[[Attempt, Literal["post"], Any], Awaitable[GuardOutcome]],
         audit_row: Callable[..., AuditRecord],
     ) -> None:
         self.store = store
@@ -51,7 +49,6 @@ class Execution:
         self.redactor = redactor
         self.default_result_chars = default_result_chars
         self.context = context  # the gates' (one per attempt: its idempotency key)
-        self.run_guards = run_guards  # the gates' guards, in the post phase
         self.audit_row = audit_row
 
     async def execute(self, a: Attempt) -> Outcome:
@@ -113,9 +110,8 @@ class Execution:
             log.exception("handler of %s failed", cap.name)
             message = f"{cap.name} failed unexpectedly ({type(exc).__name__})."
             return await self._failed(a, started, "handler_error", message, effect_possible=True)
-        # 10 guards (post): hints for the model
-        post = await self.run_guards(a, "post", output)
-        hints = [n.message for n in a.notes] + [v.message for _, v in post.notes]
+        # 10 guards (post) run after its tool_call_end is recorded (``_loop.after``)
+        hints = [n.message for n in a.notes]
         # 11 redact, truncate, audit
         safe = self.redactor.redact(output)
         content, truncated = self.render(cap, safe, hints)
@@ -123,7 +119,13 @@ class Execution:
             await self._finish(a, LedgerFinish(ctx.idempotency_key, "done", self.clock.now(), safe))
         audit = self.audit_row(a, "ok", a.tier, a.amount_usd, content, ctx.idempotency_key, started)
         return Outcome(
-            call, content, truncated=truncated, hints=hints, audit=audit, recovery=a.recovery
+            call,
+            content,
+            truncated=truncated,
+            hints=hints,
+            audit=audit,
+            recovery=a.recovery,
+            ran=(output,),
         )
 
     async def _failed(

@@ -15,6 +15,7 @@ from ..context.todos import TODO_FLAG, TodoList
 from ..events import RejectReason, TodoUpdateDraft, ToolCallStartDraft
 from ..gates import Outcome, ParsedCall
 from ..stores.base import ApprovalRecord
+from .after import conclude
 from .state import Drive
 
 __all__ = ["dispatch", "dispatch_writes", "reject", "run_read", "start"]
@@ -39,7 +40,7 @@ def reject(d: Drive, call: ParsedCall, reason: RejectReason, message: str) -> No
 
 async def run_read(d: Drive, call: ParsedCall) -> None:
     verdict = await d.rt.gates.run(d.attempt(call, concurrent=True))
-    d.record(verdict)
+    await conclude(d, verdict)
     if (
         isinstance(verdict, Outcome)
         and not verdict.is_error
@@ -57,7 +58,7 @@ async def dispatch(
     # earlier writes' audit rows count toward the daily limit: commit them first
     if d.writer.spending:
         await d.barrier()
-    return d.record(await d.rt.gates.run(d.attempt(call, recovery=recovery)))
+    return await conclude(d, await d.rt.gates.run(d.attempt(call, recovery=recovery)))
 
 
 async def dispatch_writes(d: Drive, calls: list[ParsedCall]) -> list[ApprovalRecord]:

@@ -92,7 +92,7 @@ class Driver(Drive):
             await self.barrier()
         if t.partial_from is not None:
             self.emit(TurnRetractedDraft(from_seq=t.partial_from))
-        if t.unresolved:
+        if t.unresolved or t.refreshing:  # (a refresh a crash cut off runs again)
             pending = await settle(self)
             if pending:
                 self._suspend(pending)

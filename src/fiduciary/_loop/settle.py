@@ -19,6 +19,7 @@ from ..exceptions import FiduciaryError
 from ..gates import Attempt, ParsedCall
 from ..models.base import ToolUsePart
 from ..stores.base import ApprovalRecord
+from .after import conclude, reopen_refreshes
 from .binding import TAMPERED, mismatch
 from .dispatch import dispatch, reject
 from .state import Drive
@@ -45,6 +46,7 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
     async with d.rt.principal_lock(d.principal.actor_id) as held:
         d.held = held
         try:
+            await reopen_refreshes(d)
             for use in d.t.unresolved:
                 approval_id = d.t.approvals.get(use.id)
                 if approval_id is not None:
@@ -57,7 +59,7 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
                 if cap is not None and cap.replay.value != "safe" and call.args is not None:
                     resumed = d.attempt(call, recovery="replayed")
                     if await gates.resumable(resumed):  # its handler settles it
-                        d.record(await gates.execute(resumed))
+                        await conclude(d, await gates.execute(resumed))
                         continue
                     if d.end(await gates.recorded(d.attempt(call))):
                         continue
@@ -164,7 +166,7 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
         message = f"The person edited the call before approving it: {shown_edits}."
         notes.append(GuardNote(guard="approval", verdict="hint", message=message))
     attempt.notes = tuple(notes)
-    d.record(await gates.execute(attempt))
+    await conclude(d, await gates.execute(attempt))
     return None
 
 
@@ -225,6 +227,9 @@ async def cancel(d: Drive, *, by: str, reason: str) -> None:
             if d.end(await gates.recorded(d.attempt(call), resuming=False)):
                 continue
         reject(d, call, "cancelled", f"{told}; this call was not executed.")
+    for start in list(d.t.refreshing.values()):  # a refresh a crash cut off: ended, not run
+        call = gates.parse(start.tool_use_id, start.name, start.input)
+        reject(d, call, "cancelled", f"{told}; this read was not run again.")
     message = f"cancelled by {by}" + (f": {reason}" if reason else "")
     d.emit(RunFailedDraft(reason="aborted", message=message), status="cancelled")
     await d.barrier()

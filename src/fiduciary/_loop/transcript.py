@@ -13,6 +13,7 @@ from typing import assert_never
 from uuid import UUID, uuid4
 
 from .._gates.attempt import error_content
+from .._text import NOTES_MARKER
 from ..context.compaction import SentView, Shape
 from ..events import (
     ActionResolved,
@@ -23,6 +24,7 @@ from ..events import (
     GuardNote,
     Origin,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -96,6 +98,10 @@ class Transcript:
     # (``_loop.context``) so that it works on the messages added since, not the whole history
     view: SentView | None = None
     _records: dict[str, int] = field(default_factory=dict)
+    # a refreshing read's id -> the call it refreshes (its result joins that call's), and
+    # those started and not ended (a crash cut them off: they run again)
+    _refreshes: dict[str, str] = field(default_factory=dict)
+    refreshing: dict[str, ToolCallStart] = field(default_factory=dict)
     # for each message, how many assistant messages come before it (turns are numbered by it)
     _turns_before: list[int] = field(default_factory=list)
 
@@ -113,8 +119,12 @@ class Transcript:
             else:
                 parts.append(TextPart(event.text))
         elif type(event) is ToolCallStart:
-            self._start_partial(event.seq)
-            self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
+            if event.refresh_of is not None:
+                self._refreshes[event.tool_use_id] = event.refresh_of
+                self.refreshing[event.tool_use_id] = event
+            else:
+                self._start_partial(event.seq)
+                self.parts.append(ToolUsePart(event.tool_use_id, event.name, event.input))
             self.calls_since_user += 1
             self.tool_calls += 1
             self._records[event.tool_use_id] = len(self.history.calls)
@@ -129,9 +139,15 @@ class Transcript:
                 )
             )
         elif type(event) is ToolCallEnd:
-            self._result(
-                event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
-            )
+            refreshed = self._refreshes.get(event.tool_use_id)
+            if refreshed is not None:
+                self.refreshing.pop(event.tool_use_id, None)
+                state = "failed" if event.is_error else "now"
+                self._amend(refreshed, f"{event.name} after this call ({state}): {event.output}")
+            else:
+                self._result(
+                    event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
+                )
             self._outcome(event.tool_use_id, not event.is_error, event.output)
             if event.error_code == INVALID_ANSWER and event.name == OUTPUT_TOOL:
                 self.invalid_outputs += 1
@@ -154,7 +170,12 @@ class Transcript:
                 self._append(UserTextMessage(event.output_error))
         elif type(event) is ToolCallRejected:
             content = error_content(event.reason, event.message)
-            self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
+            refreshed = self._refreshes.get(event.tool_use_id)
+            if refreshed is not None:
+                self.refreshing.pop(event.tool_use_id, None)
+                self._amend(refreshed, f"{event.name} after this call (refused): {content}")
+            else:
+                self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
             self._outcome(event.tool_use_id, False, content)
         elif type(event) is UserMessage:
             self._append(UserTextMessage(event.text))
@@ -206,6 +227,8 @@ class Transcript:
                         stubbed_before=event.stubbed_before or 0,
                         summary=event.summary,
                     )
+        elif type(event) is PostGuardFired:
+            self._amend(event.tool_use_id, f"- [{event.guard}] {event.message}")
         elif (
             type(event) is GuardFired
             or type(event) is ToolProgress
@@ -237,6 +260,29 @@ class Transcript:
         self.results[tool_use_id] = result
         if self.open_uses:
             self._close_turn()
+
+    def _amend(self, tool_use_id: str, note: str) -> None:
+        """Add ``note`` (a post-guard's, a refreshing read's result) to the result of a call
+        recorded already: in the open results, or in the tool results message it closed."""
+        result = self.results.get(tool_use_id)
+        if result is None:
+            return
+        content = result.content
+        content += (" " if NOTES_MARKER in content else NOTES_MARKER) + note
+        amended = ToolResult(tool_use_id, content, result.is_error)
+        self.results[tool_use_id] = amended
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            if isinstance(message, ToolResultsMessage):
+                if any(r.tool_use_id == tool_use_id for r in message.results):
+                    self.messages[index] = ToolResultsMessage(
+                        tuple(
+                            amended if r.tool_use_id == tool_use_id else r for r in message.results
+                        )
+                    )
+                return
+            if isinstance(message, UserTextMessage):
+                return  # only the latest turn's results are amended
 
     def _outcome(self, tool_use_id: str, ok: bool, output: str) -> None:
         index = self._records.get(tool_use_id)

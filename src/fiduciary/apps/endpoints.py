@@ -16,11 +16,13 @@ timeout is 30 s. Outcomes, as the gates read them:
 
 - refused before anything was sent (guard, host, connection refused): a ``CapabilityError`` —
   no effect;
-- 4xx: ``CapabilityError`` (``http_<status>``) — the other side refused it;
+- 4xx: ``CapabilityError`` — the other side refused it: ``unauthorized`` (401, 403),
+  ``not_found`` (404, 410), ``conflict`` (409), ``precondition`` (412, 422),
+  ``rate_limited`` (429), else ``refused`` (the status is in the message);
 - a timeout: ``TimeoutError`` — on a write, the gates record the outcome as **unknown** (never
   retried; the model must check with a read);
 - 5xx or the connection lost after sending, on a write: an error whose outcome is unknown too;
-  on a read, a ``CapabilityError``.
+  on a read, a ``CapabilityError`` (``http_error``).
 
 The response body is returned as JSON (or ``{"text": ...}``), cut to 4 KB by the hooks' limits.
 """
@@ -37,10 +39,22 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..capabilities import CallContext, Capability, capability
-from ..exceptions import CapabilityError, ConfigurationError
+from ..exceptions import CapabilityError, ConfigurationError, ErrorCode
 from ..signing import UnsafeUrlError, UrlGuard
 
 __all__ = ["DEFAULT_TIMEOUT", "Endpoint", "EndpointCallError", "endpoint_capabilities"]
+
+# an HTTP refusal's status -> the capability error code it is reported with
+_REFUSALS: Mapping[int, ErrorCode] = {
+    401: "unauthorized",
+    403: "unauthorized",
+    404: "not_found",
+    409: "conflict",
+    410: "not_found",
+    412: "precondition",
+    422: "precondition",
+    429: "rate_limited",
+}
 
 DEFAULT_TIMEOUT = 30.0
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
@@ -191,11 +205,12 @@ async def _send(
             "redirect_refused", f"{endpoint.name} answered a redirect ({status}): not followed"
         )
     if 400 <= status < 500:
-        raise CapabilityError(f"http_{status}", f"{endpoint.name} refused the call ({status})")
+        code = _REFUSALS.get(status, "refused")
+        raise CapabilityError(code, f"{endpoint.name} refused the call ({status})")
     if status >= 500:
         if endpoint.is_write:
             raise EndpointCallError(f"{endpoint.name} failed on the other side ({status})")
-        raise CapabilityError(f"http_{status}", f"{endpoint.name} failed ({status})")
+        raise CapabilityError("http_error", f"{endpoint.name} failed ({status})")
     try:
         body: Any = response.json()
     except ValueError:

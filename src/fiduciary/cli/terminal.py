@@ -70,6 +70,8 @@ def describe(event: Event) -> str:
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
         case ev.GuardFired():
             return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.shown)}"
+        case ev.PostGuardFired():
+            return f"{event.guard} {event.verdict} after {event.name}: {_clip(event.shown)}"
         case PendingAction():
             approval = f"approval {_short(event.approval_id)} ({event.tier})"
             return f"{approval}: {show_text(event.description).text}, {_usd(event.amount_usd)}"
@@ -162,6 +164,7 @@ _MARKS = {
     "tool_call_start": "[cyan]→[/]",
     "tool_call_rejected": "[red]⊘[/]",
     "guard_fired": "[yellow]![/]",
+    "post_guard_fired": "[yellow]![/]",
     "action_resolved": "[magenta]◆[/]",
 }
 

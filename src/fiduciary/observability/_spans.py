@@ -33,6 +33,7 @@ from ..events import (
     Event,
     GuardFired,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     ToolCallEnd,
@@ -259,11 +260,11 @@ class DriveSpans:
         span.attributes["error.type"] = event.reason
         self._end_tool(event.tool_use_id, f"rejected:{event.reason}", error=True)
 
-    def _guard_fired(self, event: GuardFired) -> None:
+    def _guard_fired(self, event: GuardFired | PostGuardFired) -> None:
         attributes: dict[str, Any] = {
             "fiduciary.guard.name": event.guard,
             "fiduciary.guard.tier": event.tier,
-            "fiduciary.guard.phase": event.phase,
+            "fiduciary.guard.phase": "post" if isinstance(event, PostGuardFired) else event.phase,
             "fiduciary.guard.verdict": event.verdict,
         }
         if self._capture:
@@ -422,6 +423,7 @@ _HANDLERS: dict[type[Any], Callable[[DriveSpans, Any], None]] = {
     ToolCallEnd: DriveSpans._tool_call_end,
     ToolCallRejected: DriveSpans._tool_call_rejected,
     GuardFired: DriveSpans._guard_fired,
+    PostGuardFired: DriveSpans._guard_fired,
     PendingAction: DriveSpans._pending_action,
     ActionResolved: DriveSpans._action_resolved,
     RunCompleted: DriveSpans._run_completed,

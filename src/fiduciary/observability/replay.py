@@ -41,7 +41,7 @@ from ..events import (
     ToolCallStart,
     UserMessage,
 )
-from ..exceptions import CapabilityError, RunError
+from ..exceptions import CapabilityError, ErrorCode, RunError, is_error_code
 from ..models.base import Model
 from ..stores.base import IDLE, RunRecord, existing_run
 
@@ -119,13 +119,19 @@ def _recorded_value(output: str) -> Any:
     return value
 
 
+def _code(recorded: str | None) -> ErrorCode:
+    """The recorded error's code, when it is one of today's (an older log may hold another:
+    its text is in the message the model reads all the same)."""
+    return recorded if is_error_code(recorded) else "failed"
+
+
 def _read(cap: Capability, recording: Recording, *, live: bool) -> Capability:
     async def answer(args: BaseModel, ctx: CallContext) -> Any:
         digest = args_digest(args.model_dump(mode="json"))
         recorded = recording.take(cap.name, digest)
         if recorded is not None:
             if recorded.is_error:
-                raise CapabilityError(recorded.error_code or "error", recorded.output)
+                raise CapabilityError(_code(recorded.error_code), recorded.output)
             return _recorded_value(recorded.output)
         if not live:
             raise CapabilityError(
@@ -157,7 +163,7 @@ def _write(cap: Capability, recording: Recording, agent: Agent) -> Capability:
         recorded = recording.take(cap.name, args_digest(shown))
         if recorded is not None and recorded.is_error:
             raise CapabilityError(
-                recorded.error_code or "error",
+                _code(recorded.error_code),
                 f"Not executed (this is a replay); the recorded run got: {recorded.output}",
             )
         value = None if recorded is None else _recorded_value(recorded.output)

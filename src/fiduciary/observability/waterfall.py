@@ -28,6 +28,7 @@ from ..events import (
     Event,
     GuardFired,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -300,7 +301,7 @@ class _Builder:
             case ToolCallRejected():
                 self._tool(e.tool_use_id, e.name, at).attributes["error.type"] = e.reason
                 self._end_tool(e.tool_use_id, at, f"rejected:{e.reason}", error=True)
-            case GuardFired():
+            case GuardFired() | PostGuardFired():
                 target = self.tools.get(e.tool_use_id) or self._agent(at)
                 target.events.append(
                     SpanEventView(

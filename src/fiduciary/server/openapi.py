@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from ..exceptions import ErrorCode
 from .problems import PROBLEMS, ProblemBody
 
 __all__ = ["Operation", "Param", "build_openapi"]
@@ -167,6 +168,12 @@ def build_openapi(
         list(dict.fromkeys(inputs)), ref_template="#/components/schemas/{model}"
     )
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
+    schemas["CapabilityErrorCode"] = {
+        "type": "string",
+        "enum": list(get_args(ErrorCode)),
+        "description": "The code of a capability's refusal (CapabilityError): a tool error's "
+        "error_code in the events, and a capability_refused problem's error_code.",
+    }
     problem_ref = refs[(ProblemBody, "serialization")]
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:

@@ -7,7 +7,9 @@ Every error response of the server is ``application/problem+json``::
 
 ``code`` is the stable, machine-readable part (the table ``PROBLEMS`` below); ``detail`` is for
 people and may change. Errors of the core (``ApprovalError``, ``RunError``, ``StoreError``) are
-mapped here, at the boundary, and only here.
+mapped here, at the boundary, and only here. A ``CapabilityError`` is ``capability_refused``
+(422) with its own code beside: ``"error_code"``, one of ``ErrorCode`` (the closed set, listed
+in the OpenAPI document as ``CapabilityErrorCode`` and in docs/capabilities.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
-from ..exceptions import ApprovalError, FiduciaryError, RunError, StoreError
+from ..exceptions import ApprovalError, CapabilityError, FiduciaryError, RunError, StoreError
 
 __all__ = ["PROBLEMS", "ProblemBody", "ProblemError", "from_core_error", "problem_response"]
 
@@ -62,6 +64,8 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "invalid_signature": (401, "The webhook signature is missing or wrong"),
     "stale_signature": (401, "The webhook timestamp is outside the accepted window"),
     "replayed": (409, "This webhook delivery was already received"),
+    # a capability's own refusal (CapabilityError): its code is the body's "error_code"
+    "capability_refused": (422, "The capability refused the call"),
     # the server
     "not_available": (404, "Not available on this server"),
     "store_unavailable": (503, "The store failed; retry"),
@@ -149,6 +153,8 @@ def from_core_error(exc: FiduciaryError) -> ProblemError:
         return ProblemError(code, exc.message)
     if isinstance(exc, RunError):
         return ProblemError(_RUN_CODES.get(exc.code, "run_state"), exc.message)
+    if isinstance(exc, CapabilityError):
+        return ProblemError("capability_refused", exc.message, extra={"error_code": exc.code})
     if isinstance(exc, StoreError):
         return ProblemError("store_unavailable", "the store failed; the request may be retried")
     return ProblemError("internal_error", "")

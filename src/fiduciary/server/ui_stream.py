@@ -54,6 +54,7 @@ from ..events import (
     Event,
     GuardFired,
     PendingAction,
+    PostGuardFired,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -186,6 +187,8 @@ class UIMessageStream:
             case ActionResolved():
                 out += _approval_response(event)
             case GuardFired():
+                out.append(_guard(event))
+            case PostGuardFired():  # after the result: the same part, marked "post"
                 out.append(_guard(event))
             case ToolProgress():
                 out.append(_progress(event))
@@ -579,17 +582,16 @@ def _approval_response(event: ActionResolved) -> list[Part]:
     return [response]
 
 
-def _guard(event: GuardFired) -> Part:
-    return {
-        "type": "data-guard",
-        "id": f"guard-{event.seq}",
-        "data": {
-            "toolCallId": event.tool_use_id,
-            "guard": event.guard,
-            "verdict": event.verdict,
-            "message": event.shown,  # the sentence for the person
-        },
+def _guard(event: GuardFired | PostGuardFired) -> Part:
+    data = {
+        "toolCallId": event.tool_use_id,
+        "guard": event.guard,
+        "verdict": event.verdict,
+        "message": event.shown,  # the sentence for the person
     }
+    if type(event) is PostGuardFired:  # after the result: the same part, marked "post"
+        data["phase"] = "post"
+    return {"type": "data-guard", "id": f"guard-{event.seq}", "data": data}
 
 
 def _progress(event: ToolProgress) -> Part:

@@ -3,7 +3,9 @@
 ``SQLiteStore(path)`` opens the file on first use (``await SQLiteStore.open(path)``: now), in
 WAL mode, and applies its migrations (``sql/migrations``). Writes are group-committed on the
 event-loop thread; ``synchronous="NORMAL"`` (the default) or ``"FULL"``, and a batch holding a
-ledger row is always fsynced before the side effect starts. The rules in full are in the
+ledger row is always fsynced before the side effect starts. ``transcripts=DIR`` also copies
+each run's log to ``DIR/<run_id>.jsonl`` after its commits (``stores.transcripts``: a copy,
+never the truth). The rules in full are in the
 docstring of ``fiduciary.stores._sql.sqlite``, where the dialect lives; what it shares with
 PostgreSQL is in ``fiduciary.stores._sql.core``.
 """

@@ -14,7 +14,8 @@ what the agent asks, and ``build_wallet_agent`` puts them together::
 
 Modules: ``assets`` (assets, money), ``ledger`` (postings), ``market`` (prices, pools),
 ``lending`` (interest, loans, health), ``books`` (how each write posts), ``wallet`` (the
-façade), ``reports``, ``capabilities``, ``guards``, ``demo`` and ``console`` (the terminal).
+façade), ``reports``, ``capabilities``, ``guards`` (before a call), ``post_guards`` (after a
+write: ``post_guards``), ``demo`` and ``console`` (the terminal).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .operations import (
     Swap,
     Withdraw,
 )
+from .post_guards import post_guards
 from .wallet import PaperWallet, Preview, WalletConfig
 
 __all__ = [
@@ -61,5 +63,6 @@ __all__ = [
     "Withdraw",
     "build_wallet_agent",
     "finance_guards",
+    "post_guards",
     "wallet_capabilities",
 ]

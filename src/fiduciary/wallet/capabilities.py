@@ -330,6 +330,7 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         amount_usd=amount_of,
         flags={"mutating", "requires_balance", "irreversible"},
         modifiable_fields=["amount"],
+        refresh=["balance_check"],  # the person and the model see the balance it left
         describe=lambda a: f"Send {a.amount} {a.asset.upper()}{about(a.asset, a.amount)} to {a.to}",
     )
     async def send_transfer(

@@ -38,6 +38,7 @@ from ..stores.base import Store
 from .capabilities import wallet_capabilities
 from .guards import FinanceGuardConfig, finance_guards
 from .memory import financial_context, remember_ledger_facts
+from .post_guards import post_guards
 from .scripted import (
     DAVE_GUESS,
     DEMO_CONVERSATION,
@@ -129,7 +130,13 @@ def build_wallet_agent(
         store=store,
         policy=policy or Policy(preset="balanced"),
         guards=(
-            [*default_guards(), *finance_guards(wallet, guard_config)] if guards is None else guards
+            [
+                *default_guards(),
+                *finance_guards(wallet, guard_config),
+                *post_guards(wallet, guard_config),
+            ]
+            if guards is None
+            else guards
         ),
         authorize=authorize or own_wallet_only,
         clock=clock or wallet.clock,

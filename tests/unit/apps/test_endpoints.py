@@ -147,7 +147,7 @@ async def test_redirects_refusals_and_failures(local: Local) -> None:
     assert ("GET", "/moved-here", None) not in local.received
     with pytest.raises(CapabilityError) as refused:
         await call(found["refused"], {})
-    assert refused.value.code == "http_403"
+    assert refused.value.code == "unauthorized"  # a 403
     with pytest.raises(EndpointCallError):  # a write that failed over there: outcome unknown
         await call(found["broken"], {})
 

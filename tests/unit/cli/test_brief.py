@@ -65,5 +65,5 @@ def test_no_value_of_the_demo_is_cut(demo_db: Path) -> None:
         whole = json.dumps(json.loads(end.output.split("\n\n[notes] ")[0]), ensure_ascii=False)
         # every string shown is one of the result's strings, whole (keys too)
         assert all(f'"{v}"' in whole for v in _values(brief(end.output))), end.output
-    assert out.getvalue().count("✓") == 8
+    assert out.getvalue().count("✓") == 9  # the send refreshes the balance
     assert "..." not in out.getvalue()

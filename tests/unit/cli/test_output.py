@@ -52,9 +52,9 @@ def test_export_names_a_file_with_brackets_exactly(demo_db: Path, tmp_path: Path
     result = fiduciary("runs", "export", demo_run(demo_db), "-o", target, "--db", demo_db)
     assert result.returncode == 0, result.stderr
     assert result.stderr.endswith(f"written to {target}\n")  # rich took [server] for markup
-    # 98 events (the text deltas cut where the loop's redaction holds a line's last word), and a
-    # context_layers event for each of the 4 messages
-    assert target.read_text(encoding="utf-8").count("\n") == 102
+    # 98 events (the text deltas cut where the loop's redaction holds a line's last word), a
+    # context_layers event for each of the 4 messages, and the send's balance refresh (2)
+    assert target.read_text(encoding="utf-8").count("\n") == 104
 
 
 def demo_run(db: Path) -> str:

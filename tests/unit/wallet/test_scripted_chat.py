@@ -68,7 +68,7 @@ async def test_what_is_asked_is_done_and_only_that(tmp_path: Path) -> None:
     assert calls(save) == ["balance_check", "save_deposit"]
     assert "Saved 12.50 USDC" in text(save)
     assert calls(rates) == ["rates_info"]
-    assert calls(send) == ["balance_check", "send_transfer"]
+    assert calls(send) == ["balance_check", "send_transfer", "balance_check"]  # its refresh
     assert calls(swap) == ["balance_check", "swap_quote", "swap_execute"]
     assert text(other) == CAN_DO  # says what it can do; no call
     with PaperWallet(db) as wallet, PaperWallet(tmp_path / "new.sqlite3") as untouched:

@@ -552,6 +552,12 @@
         if (tool) tool.node.append(el("div", { class: "small muted", text: `${event.guard}: ${event.for_person || event.message}` }));
         break;
       }
+      case "post_guard_fired": {
+        // after the result: what a post-execution guard found about it, beside it
+        const tool = view.tools.get(event.tool_use_id);
+        if (tool) tool.node.append(el("div", { class: `small post-guard ${event.verdict}`, "data-testid": "post-guard", text: `${event.guard}: ${event.for_person || event.message}` }));
+        break;
+      }
       case "pending_action": {
         closeAssistant();
         const tool = view.tools.get(event.tool_use_id);
@@ -624,7 +630,7 @@
     const node = el(
       "div",
       { class: `tool ${write ? "write" : "read"}`, "data-testid": "tool-call" },
-      el("span", { class: "kind", text: write ? `write · ${event.kind}` : event.kind || "call" }),
+      el("span", { class: "kind", text: write ? `write · ${event.kind}` : `${event.kind || "call"}${event.refresh_of ? " · refreshed after the write" : ""}` }),
       el("span", { class: "mono", text: `${shown(event.name).text}(${short(shownValue(event.input).text, 90)})` }),
       el("span", { class: "state", text: "running…" }),
     );
@@ -906,6 +912,8 @@
         return `${shown(event.name).text}: ${event.reason}`;
       case "guard_fired":
         return `${event.guard} (${event.verdict}): ${event.for_person || event.message}`;
+      case "post_guard_fired":
+        return `${event.guard} (${event.verdict}, after ${shown(event.name).text}): ${event.for_person || event.message}`;
       case "pending_action":
         return `${shown(event.description).text} · ${usd(event.amount_usd)} · ${event.tier}`;
       case "action_resolved":

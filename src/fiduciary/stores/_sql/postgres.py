@@ -114,6 +114,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -128,6 +129,7 @@ from ..._logs import logger
 from ...exceptions import FiduciaryError, StoreError
 from .._rules import copy_error, epoch_refusal
 from ..base import BroadcastSubscription, CancelRequest, LedgerEntry, RunRecord
+from ..transcripts import Transcripts
 from .codec import Params
 from .core import Append, Named, Reservation, SQLStore, WriteMode
 from .migrations import Migration, load_migrations, to_apply
@@ -237,6 +239,7 @@ class PostgresStore(SQLStore):
         idle_in_transaction_timeout: float = 10.0,
         notify: bool = True,
         lock_idle_seconds: float = 10.0,
+        transcripts: str | os.PathLike[str] | None = None,
     ) -> None:
         if synchronous_commit not in ("on", "off"):
             raise ValueError(
@@ -274,6 +277,9 @@ class PostgresStore(SQLStore):
         self._flusher: asyncio.Task[None] | None = None
         self._listener = Listener(instance=self.instance, connect=self._connect, fetch=self._fetch)
         self._locks = PrincipalLocks(self._connect, idle_seconds=lock_idle_seconds)
+        # transcripts=DIR: the log of each run this process commits to, copied to
+        # DIR/<run_id>.jsonl after its commits (other processes' commits are theirs to copy)
+        self.transcripts = None if transcripts is None else Transcripts(transcripts, self)
 
     @classmethod
     async def open(cls, dsn: str, **options: Any) -> PostgresStore:
@@ -437,6 +443,8 @@ class PostgresStore(SQLStore):
                     request.future.set_exception(refusal)
                 continue
             self._listener.fanout.publish(request.append.run_id, request.append.events)
+            if self.transcripts is not None and request.append.events:
+                self.transcripts.committed(request.append.run_id)
             if not request.future.done():
                 request.future.set_result(None)
 
@@ -638,6 +646,8 @@ class PostgresStore(SQLStore):
         if self._pending:
             pending, self._pending = self._pending, []
             await self._write_all(pending)
+        if self.transcripts is not None:  # the files caught up while the pool is open
+            await self.transcripts.close()
         self._closed = True
         if self._opening is not None and not self._opening.done():
             self._opening.cancel()

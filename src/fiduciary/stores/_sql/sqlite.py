@@ -113,6 +113,7 @@ from uuid import UUID
 from ...exceptions import FiduciaryError, StoreError
 from .._rules import copy_error, epoch_refusal
 from ..base import Broadcaster, BroadcastSubscription, LedgerEntry, RunRecord
+from ..transcripts import TranscribingBroadcaster, Transcripts
 from .codec import Params
 from .core import Append, Named, Reservation, SQLStore, WriteMode
 from .migrations import Migration, load_migrations, to_apply
@@ -239,6 +240,7 @@ class SQLiteStore(SQLStore):
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
         batch_size: int = 256,
+        transcripts: str | os.PathLike[str] | None = None,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
@@ -257,7 +259,11 @@ class SQLiteStore(SQLStore):
         self._closed = False
         self._pending: list[Op[Any]] = []
         self._flush_handle: asyncio.Handle | None = None
-        self._broadcaster = Broadcaster()
+        # transcripts=DIR: each run's log copied to DIR/<run_id>.jsonl after its commits
+        self.transcripts = None if transcripts is None else Transcripts(transcripts, self)
+        self._broadcaster = (
+            Broadcaster() if self.transcripts is None else TranscribingBroadcaster(self.transcripts)
+        )
 
     @classmethod
     async def open(
@@ -267,10 +273,15 @@ class SQLiteStore(SQLStore):
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
         batch_size: int = 256,
+        transcripts: str | os.PathLike[str] | None = None,
     ) -> SQLiteStore:
         """Open the file now (create it, migrate it) rather than on first use."""
         store = cls(
-            path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, batch_size=batch_size
+            path,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            batch_size=batch_size,
+            transcripts=transcripts,
         )
         store._connection()
         return store
@@ -492,6 +503,8 @@ class SQLiteStore(SQLStore):
             batch = self._pending[: self.batch_size]
             del self._pending[: self.batch_size]
             self._write_batch(batch)
+        if self.transcripts is not None:  # the files caught up while the file is open
+            await self.transcripts.close()
         self._closed = True
         self._broadcaster.close_all()
         if self._checkpointer is not None:
