@@ -3,7 +3,8 @@
 A hook invocation may make at most 10 tool calls (the agent's ``max_tool_calls``); each call gets
 at most 10 s and its result at most 4 KB (``bounded``). In intent runs a capability records the
 grant use that let a call through (``Watched``). ``app_enable``, ``app_approve_intents`` and
-``app_grant`` are how the engine asks a person: their tier is fixed at ``confirm``.
+``app_grant`` are how the engine asks a person: their tier is fixed at ``confirm``; so is
+``request_grant``'s, which a message run's model calls to ask for a grant (``grant_request``).
 """
 
 from __future__ import annotations
