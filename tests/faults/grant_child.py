@@ -98,10 +98,16 @@ def saves(effects: Path) -> list[int]:
 
 
 def build(
-    store: Store, tables: AppTables, effects: Path, steps: Sequence[Step] = STEPS
+    store: Store,
+    tables: AppTables,
+    effects: Path,
+    steps: Sequence[Step] = STEPS,
+    before: Sequence[Script] = (),
 ) -> AppEngine:
+    """The engine; ``before``: scripts tried first (matched on the message's text)."""
     caps = capabilities(effects)
-    model = ScriptedModel([Script(match="[app sweeper] hook message", steps=list(steps))])
+    default = Script(match="[app sweeper] hook message", steps=list(steps))
+    model = ScriptedModel([*before, default])
     manifest = parse_manifest(APP, capabilities={c.name: c.operation for c in caps})
     return AppEngine(
         model=model,

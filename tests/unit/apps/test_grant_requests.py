@@ -12,7 +12,7 @@ from fiduciary.apps import AppEngine, MemoryAppTables
 from fiduciary.events import PendingAction, ToolCallRejected
 from fiduciary.exceptions import RunError
 from fiduciary.models.scripted import Step
-from fiduciary.testing import Call, MemoryStore, Reply, ToolCalls
+from fiduciary.testing import Call, ManualClock, MemoryStore, Reply, Script, ToolCalls
 from tests.faults.grant_child import GRANT, STEPS, build, enabled, said, saves
 
 
@@ -104,3 +104,31 @@ async def test_resuming_a_run_that_is_not_the_apps_message_is_refused(tmp_path: 
     with pytest.raises(RunError, match="no message run"):
         await engine.resume_message("sweeper", approval.approval_id)
     assert [a.approval_id for a in await engine.pending("sweeper")] == [approval.approval_id]
+
+
+async def test_after_the_grant_expired_the_same_write_goes_back_to_a_person(
+    tmp_path: Path,
+) -> None:
+    # the grant is asked for and approved, the save comes later: after the grant's 120 s
+    save = Script(match="save now", steps=[ToolCalls([Call("save", {"usd": "60"})]), Reply("{}")])
+    effects = tmp_path / "effects.sqlite3"
+    engine = build(MemoryStore(), MemoryAppTables(), effects, [STEPS[0], Reply("{}")], [save])
+    await enabled(engine)
+    sent = await engine.message("sweeper", "ask for a grant")
+    [approval] = await engine.pending("sweeper")
+    await engine.approve(approval.approval_id, by="alice")
+    assert not (await engine.resume_message("sweeper", sent.run_id)).waiting
+    assert len(await engine.tables.grants("sweeper")) == 1
+    assert isinstance(engine.clock, ManualClock)
+    engine.clock.advance(120)
+    late = await engine.message("sweeper", "save now")
+    assert late.waiting
+    assert saves(effects) == []
+    [held] = await engine.pending("sweeper")
+    assert held.capability == "save"
+    shown = [
+        e
+        for e in await engine.store.read_events(late.run_id)
+        if isinstance(e, PendingAction) and e.approval_id == held.approval_id
+    ]
+    assert [c.guard_notes for c in shown] == [[]]  # its tier's card, not a hold
