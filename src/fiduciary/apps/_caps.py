@@ -3,18 +3,19 @@
 A hook invocation may make at most 10 tool calls (the agent's ``max_tool_calls``); each call gets
 at most 10 s and its result at most 4 KB (``bounded``). In intent runs a capability records the
 grant use that let a call through (``Watched``). ``app_enable``, ``app_approve_intents`` and
-``app_grant`` are how the engine asks a person: their tier is fixed at ``confirm``.
+``app_grant`` are how the engine asks a person: their tier is fixed at ``confirm``; so is
+``request_grant``'s, which a message run's model calls to ask for a grant (``grant_request``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..capabilities import CallContext, Capability, Kind, Tier, capability
 
@@ -22,9 +23,12 @@ __all__ = [
     "HOOK_CALL_SECONDS",
     "HOOK_RESULT_CHARS",
     "HOOK_TOOL_CALLS",
+    "MAX_GRANT_TTL",
+    "GrantRequest",
     "Watched",
     "bounded",
     "engine_capabilities",
+    "grant_request",
     "intent_pricer",
     "state_capability",
 ]
@@ -192,3 +196,88 @@ def engine_capabilities(
         return {"grant_id": grant_id}
 
     return [app_enable, app_approve_intents, app_grant]
+
+
+MAX_GRANT_TTL = 3600.0  # seconds: what a model may ask for at most
+
+
+class GrantRequest(BaseModel):
+    """What the model asks for with ``request_grant``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operations: list[str] = Field(
+        min_length=1, description="The operations (the app's permissions) to run without a card."
+    )
+    limit_usd: Decimal = Field(gt=0, description="The USD limit, for each operation.")
+    ttl_seconds: float = Field(
+        gt=0, le=MAX_GRANT_TTL, description="How long the grant lasts once approved, in seconds."
+    )
+    reason: str = Field(
+        min_length=1, max_length=500, description="Why, as the person will read it."
+    )
+
+
+_REQUEST_DESCRIPTION = (
+    "Ask the person for a scoped, temporary grant: for ttl_seconds after their approval, calls "
+    "of the listed operations run without another card, each operation up to limit_usd in "
+    "total. Use it when a write of yours was refused or needs a person's approval each time, "
+    "then call the write again once the grant is approved. The run waits for the person."
+)
+
+
+def grant_request(
+    app_id: str,
+    permissions: Collection[str] | None,
+    granted: Callable[[dict[str, Any], CallContext], Awaitable[str]],
+) -> Capability:
+    """``request_grant``: the model asks for a grant (operations among the app's
+    ``permissions``, a USD limit, a TTL); a person approves it (tier fixed at ``confirm``) and
+    the approval creates it (``granted``). Operations outside the permissions are refused
+    before any card. ``permissions`` None: any (the decider's, which only decides)."""
+    allowed = None if permissions is None else frozenset(permissions)
+
+    class AppGrantRequest(GrantRequest):
+        @field_validator("operations")
+        @classmethod
+        def _permitted(cls, operations: list[str]) -> list[str]:
+            outside = [] if allowed is None else sorted(set(operations) - allowed)
+            if allowed is not None and outside:
+                have = ", ".join(sorted(allowed)) or "none"
+                raise ValueError(
+                    f"the app has no permission for {', '.join(outside)} (it has: {have})"
+                )
+            return sorted(set(operations))
+
+    def describe(args: Any) -> str:
+        return (
+            f"App {app_id} asks to run {', '.join(args.operations)} without asking, up to "
+            f"${args.limit_usd} each, for {args.ttl_seconds:g} s: {args.reason}"
+        )
+
+    async def request_grant(args: Any, ctx: CallContext) -> dict[str, Any]:
+        limit = str(args.limit_usd)
+        spec = {
+            "app_id": app_id,
+            "operations": list(args.operations),
+            "limits_usd": {op: limit for op in args.operations},
+            "resources": [],
+            "ttl_seconds": args.ttl_seconds,
+        }
+        grant_id = await granted(spec, ctx)
+        return {
+            "granted": True,
+            "grant_id": grant_id,
+            "operations": list(args.operations),
+            "limit_usd": limit,
+            "ttl_seconds": args.ttl_seconds,
+        }
+
+    return capability(
+        name="request_grant",
+        description=_REQUEST_DESCRIPTION,
+        kind=Kind.PROPOSE,
+        tier="confirm",
+        input_model=AppGrantRequest,
+        describe=describe,
+    )(request_grant)

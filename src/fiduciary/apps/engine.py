@@ -371,6 +371,28 @@ class AppEngine:
         assert reply.run_id is not None
         return MessageReply(app_id, reply.run_id, reply.reply, waiting=reply.waiting)
 
+    async def resume_message(self, app_id: str, run_id: UUID) -> MessageReply:
+        """Continue a message whose run waited for a person (a write's approval, a grant it
+        asked for), once it is decided — in this process or any other: the run resumes from
+        its log. An app that keeps sessions continues it with its next message instead."""
+        manifest = self.manifest(app_id)
+        if "message" not in manifest.hooks or manifest.session:
+            raise RunError("invalid", f"app {app_id} has no message run to resume by id")
+        record = await self.record(app_id)
+        if not record.enabled:
+            raise RunError("state", f"app {app_id} is not enabled")
+        run = await self.store.get_run(run_id)
+        if run is None or f"[app {app_id}] hook message" not in run.title:
+            raise RunError("unknown", f"no message run {run_id} of app {app_id}")
+        fresh = await self.hooks.unfinished(run_id)
+        answer = await self.hooks.run(manifest, record, "message", run_id, {})
+        if answer is None:
+            return MessageReply(app_id, run_id, None, waiting=True)
+        if fresh:
+            await self.state.apply(manifest, record, answer)
+        said = answer.get("reply")
+        return MessageReply(app_id, run_id, None if said is None else str(said))
+
     def _register(self, app_id: str) -> None:
         """The app as an inbox target (once: a manifest may be replaced)."""
         if app_id in self.inbox:

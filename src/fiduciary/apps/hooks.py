@@ -31,6 +31,7 @@ from ._caps import (
     HOOK_TOOL_CALLS,
     bounded,
     engine_capabilities,
+    grant_request,
     intent_pricer,
     state_capability,
     watched,
@@ -89,6 +90,9 @@ class Hooks:
         self.tracer: RunTracer = NO_TRACER  # the hooks' agents': set where the apps are served
         self.redactor = Redactor()  # one for every agent of the engine (they are many)
         self._hook_agents: dict[tuple[str, str, bool], Agent] = {}
+        # the live grants each app's message agent (cached) decides with, read again from the
+        # tables before each drive and when a grant it asked for is created
+        self._message_grants: dict[str, list[LiveGrant]] = {}
         self.own = engine_capabilities(
             enabled=state.mode_approved,
             granted=state.grant,
@@ -155,26 +159,58 @@ class Hooks:
 
     def hook_agent(self, manifest: Manifest, hook: str, record: AppRecord | None) -> Agent:
         """The agent of one hook invocation: the app's model; reads only, except for the message
-        hook, which may use the app's capabilities directly (through the gates). Kept per
-        app, kind of hook and backend (a hook agent holds no grant)."""
+        hook, which may use the app's capabilities directly (through the gates) and, when the
+        app has permissions, ask for a grant (``request_grant``): its policy sees the app's live
+        grants. Kept per app, kind of hook and backend."""
         pool = self.capabilities(manifest, record)
         kind = "message" if hook == "message" else "fast" if hook in ("init", "shutdown") else ""
         key = (manifest.id, kind, manifest.config.mode == "live")
         cached = self._hook_agents.get(key)
         if cached is not None:
             return cached
+        if hook == "message":
+            grants = self._message_grants.setdefault(manifest.id, [])
+            policy = self.policy_for(manifest, grants=grants)
+        else:
+            policy = self.policy_for(manifest)
         caps = [bounded(c) for c in pool.values()]
         if hook != "message":
             caps = [c for c in caps if not c.is_write]
+        else:
+            caps = [self._watch(manifest, c, policy, count=False) for c in caps]
         fast = hook in ("init", "shutdown") or all(not c.is_write for c in caps)
+        if hook == "message" and manifest.permissions:
+            caps.append(self._grant_request(manifest))
         # app_state marks the run as an app's: an agent without it (a server's own) refuses
         # to resume it after a crash, and leaves it to an apps engine
         caps.append(self._state_cap)
-        policy = self.policy_for(manifest)
         window = self.context_window
         agent = self._agent(self.model, caps, policy, fast=fast, context_window=window)
         self._hook_agents[key] = agent
         return agent
+
+    def _grant_request(self, manifest: Manifest) -> Capability:
+        async def granted(spec: dict[str, Any], ctx: CallContext) -> str:
+            grant_id = await self.state.grant(spec, ctx)
+            await self.refresh_grants(manifest)  # the retried write sees it in this drive
+            return grant_id
+
+        return grant_request(manifest.id, manifest.permissions, granted)
+
+    async def live_grants(self, manifest: Manifest) -> list[LiveGrant]:
+        """The app's grants not yet expired, each with what was spent of it."""
+        tables, now = self.state.tables, self.clock.now()
+        live: list[LiveGrant] = []
+        for grant in await tables.grants(manifest.id):
+            item = LiveGrant(grant, await tables.grant_spent(grant.grant_id))
+            if not item.expired(now):
+                live.append(item)
+        return live
+
+    async def refresh_grants(self, manifest: Manifest) -> None:
+        """Read the app's live grants again for its message agent (in place: it is cached)."""
+        grants = self._message_grants.setdefault(manifest.id, [])
+        grants[:] = await self.live_grants(manifest)
 
     async def plan_agent(
         self,
@@ -188,13 +224,8 @@ class Hooks:
         a person approved the batch), the engine's own, and the app's live grants. Without a
         record (enabling): the engine's own capabilities only."""
         live: list[LiveGrant] = []
-        tables = self.state.tables
         if not per_action and not batch:
-            now = self.clock.now()
-            for grant in await tables.grants(manifest.id):
-                item = LiveGrant(grant, await tables.grant_spent(grant.grant_id))
-                if not item.expired(now):
-                    live.append(item)
+            live = await self.live_grants(manifest)
         policy = self.policy_for(
             manifest,
             grants=tuple(live),
@@ -207,7 +238,11 @@ class Hooks:
                 caps.append(self._watch(manifest, bounded(cap), policy))
         return self._agent(runs.PlannedModel(), [*caps, *self.own], policy)
 
-    def _watch(self, manifest: Manifest, cap: Capability, policy: GrantPolicy) -> Capability:
+    def _watch(
+        self, manifest: Manifest, cap: Capability, policy: GrantPolicy, *, count: bool = True
+    ) -> Capability:
+        """The capability, its arguments noted for the grants and each grant use recorded
+        (``count``: and what it moved added to the app's ``spent_cents`` counters)."""
         state = self.state
 
         def noted(c: Capability, args: Any) -> None:
@@ -218,8 +253,9 @@ class Hooks:
         ) -> None:
             if amount is None or c.operation is None:
                 return
-            key = f"spent_cents:{c.operation}"
-            await state.count(manifest.id, key, int((amount * 100).to_integral_value()))
+            if count:
+                key = f"spent_cents:{c.operation}"
+                await state.count(manifest.id, key, int((amount * 100).to_integral_value()))
             grant = policy.take(c, amount)
             if grant is None:
                 return
@@ -235,7 +271,8 @@ class Hooks:
     def decider(self) -> Agent:
         """An agent that may decide any approval the apps engine asked for."""
         caps = {**self.paper, **(self.live or {})}
-        return self._agent(runs.PlannedModel(), [*caps.values(), *self.own], self.policy)
+        asked = grant_request("", None, _decided_elsewhere)  # the message runs' grant requests
+        return self._agent(runs.PlannedModel(), [*caps.values(), *self.own, asked], self.policy)
 
     async def unfinished(self, run_id: UUID) -> bool:
         """Whether the run has yet to finish: its end, when a drive now reaches it, is news
@@ -290,6 +327,8 @@ class Hooks:
         for a run that failed, ``DrivenElsewhereError`` when another process drives it. In an
         app that keeps sessions, a tick or a message is a turn (``run_id``) of its session."""
         agent = self.hook_agent(manifest, hook, record)
+        if hook == "message":
+            await self.refresh_grants(manifest)
         ctx = context if context is not None else self.state.context(manifest, record)
         prompt = self.prompt(manifest, hook, ctx)
         session = self.run_of(manifest, hook, record, run_id)
@@ -347,6 +386,11 @@ class Hooks:
         if found.status == "failed":
             raise RunError("state", f"the {hook} session's turn {turn} failed")
         return found.text
+
+
+async def _decided_elsewhere(spec: dict[str, Any], ctx: CallContext) -> str:
+    # the decider decides a grant request; the app's message agent, resuming, creates it
+    raise RunError("state", "a grant request is carried out by its app's message run")
 
 
 def _marker(turn: UUID) -> str:

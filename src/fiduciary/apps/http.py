@@ -8,7 +8,9 @@ the caller's principal, or a ``RunError("unauthenticated")`` answered 401; only 
 principal, or a caller with the ``admin`` scope, may use them.
 ``POST /{id}/approvals/{approval_id}/approve | deny`` decides an app's pending action
 (``{"confirm_amount": ...}`` where the amount must be re-typed): through the engine, whose
-agent knows the apps' own capabilities.
+agent knows the apps' own capabilities; a message run that waited for it (a write's card, a
+grant the model asked for with ``request_grant``) then continues, and the answer carries its
+``run_id``, ``reply`` and ``waiting``.
 """
 
 from __future__ import annotations
@@ -154,7 +156,15 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
             record = await engine.deny(found.approval_id, by=by)
         else:
             raise RunError("not_found", "approve or deny")
-        return {"approval_id": approval_id, "status": record.status}
+        decided = {"approval_id": approval_id, "status": record.status}
+        try:
+            answer = await engine.resume_message(app_id, found.run_id)
+        except RunError as exc:
+            if exc.code not in ("unknown", "invalid", "state"):
+                raise
+            return decided  # not a message run (an enabling, a tick's intents: the scheduler's)
+        reply = {"run_id": str(answer.run_id), "reply": answer.reply, "waiting": answer.waiting}
+        return {**decided, **reply}
 
     return [
         Route("/", guarded(list_apps), methods=["GET"]),

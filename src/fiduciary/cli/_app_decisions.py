@@ -2,7 +2,8 @@
 decides any approval. A run the apps engine started (its capabilities include the engine's own:
 ``app_enable``, ``app_approve_intents``, ``app_grant``) is decided by the engine's decider, and
 the engine then continues what waited on it (the approved intents run; a denied one is skipped
-and recorded), as ``fiduciary serve --apps`` would on its next step."""
+and recorded; a message run that asked for a grant with ``request_grant`` goes on with it), as
+``fiduciary serve --apps`` would on its next step."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from ..events import RunStarted
+from ..exceptions import RunError
 from ..stores.base import Store
 from ._common import CliError
 
@@ -22,16 +24,17 @@ if TYPE_CHECKING:
 __all__ = ["ENGINE_OWN", "app_engine", "continue_apps", "is_app_run"]
 
 ENGINE_OWN = frozenset({"app_enable", "app_approve_intents", "app_grant"})
+# an app's message run that may ask for a grant (app_state marks a run as an app's)
+MESSAGE_OWN = frozenset({"request_grant", "app_state"})
 
 
 async def is_app_run(store: Store, run_id: UUID) -> bool:
     """Whether the apps engine started the run (its ``run_started`` lists the engine's own)."""
     first = await store.read_events(run_id, limit=1)
-    return (
-        bool(first)
-        and isinstance(first[0], RunStarted)
-        and set(first[0].capabilities) >= ENGINE_OWN
-    )
+    if not first or not isinstance(first[0], RunStarted):
+        return False
+    caps = set(first[0].capabilities)
+    return caps >= ENGINE_OWN or caps >= MESSAGE_OWN
 
 
 @asynccontextmanager
@@ -48,9 +51,20 @@ async def app_engine(db: Path, principal: str) -> AsyncIterator[AppEngine]:
         yield engine
 
 
-async def continue_apps(engine: AppEngine) -> list[str]:
-    """Continue the enables and ticks that waited for a person; one line per one continued."""
+async def continue_apps(engine: AppEngine, run_id: UUID | None = None) -> list[str]:
+    """Continue the enables and ticks that waited for a person, and the message run
+    ``run_id`` when it is one; one line per one continued."""
     lines = []
+    run = None if run_id is None else await engine.store.get_run(run_id)
+    if run is not None and run.title.startswith("[app ") and "] hook message" in run.title:
+        app_id = run.title[5:].split("]", 1)[0]
+        try:
+            answer = await engine.resume_message(app_id, run.run_id)
+        except RunError as exc:
+            lines.append(f"{app_id} message: not continued ({exc.message})")
+        else:
+            said = "waiting for a person" if answer.waiting else f"replied {answer.reply!r}"
+            lines.append(f"{app_id} message: {said}")
     for record in await engine.tables.list_apps():
         if record.enable_run is not None and record.app_id in engine.manifests:
             enabled = await engine.enable(record.app_id)

@@ -532,7 +532,7 @@ async def _decide(
                 decider = engine.decider()
                 decided = await decided_by(decider)
                 progress = await _progress(store, decider, decided)
-                continued = await continue_apps(engine)
+                continued = await continue_apps(engine, record.run_id)
         else:
             async with _agent(store, spec, check=check) as agent:
                 decided = await decided_by(agent)
