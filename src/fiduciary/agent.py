@@ -36,6 +36,7 @@ from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
 from .guards import Guard, default_guards
+from .text_guards import TextGuard
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier, TurnPlan, plan_turn
@@ -119,6 +120,7 @@ class Agent:
         summarizer: Summarizer | None = None,
         microcompact: bool = True,
         skills: Iterable[Skill] = (),
+        text_guards: Sequence[TextGuard] = (),
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
@@ -172,6 +174,7 @@ class Agent:
         self.compact_at = compact_at
         self.summarizer = summarizer
         self.microcompact = microcompact
+        self.text_guards = tuple(text_guards)  # the message in, the final text out
         self._context_config()  # options are checked now, not at the first run
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -611,6 +614,7 @@ class Agent:
             *(self.system, self.model_settings, self.model_tier, self.thinking_effort),
             *(self.prices, self.context_window, self.compact_at, self.summarizer, self.context),
             *(self.memory, self.microcompact, self.remember_replies, self.remember_after_run),
+            self.text_guards,
         )
         built = self._built
         if built is None or not all(map(operator.is_, parts, built[0])):
@@ -638,6 +642,7 @@ class Agent:
             principal_lock=self.principal_lock,
             context=self._context_config(),
             tracer=self.tracer,
+            text_guards=self.text_guards,
         )
 
     def _context_config(self) -> ContextConfig:

@@ -19,6 +19,7 @@ from .context import remember_reply
 from .dispatch import dispatch_writes
 from .settle import cancel, settle
 from .state import Drive
+from .text_checks import blocked
 from .turn import model_turn
 
 __all__ = ["Driver"]
@@ -96,6 +97,8 @@ class Driver(Drive):
             if pending:
                 self._suspend(pending)
                 return
+        if t.turns_since_user == 0 and await blocked(self, "input", t.user_text):
+            return
         while True:
             if t.turns_since_user >= limits.max_turns:
                 message = f"stopped after {limits.max_turns} model turns"
@@ -106,6 +109,8 @@ class Driver(Drive):
                 return
             called, writes = turn
             if not called:
+                if await blocked(self, "output", t.last_text):
+                    return
                 done = RunCompletedDraft(
                     text=t.last_text,
                     input_tokens=t.input_tokens,

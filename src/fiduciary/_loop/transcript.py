@@ -19,6 +19,7 @@ from ..events import (
     ContextLayers,
     Event,
     GuardFired,
+    TextGuardFired,
     GuardNote,
     Origin,
     PendingAction,
@@ -197,6 +198,7 @@ class Transcript:
                     )
         elif (
             type(event) is GuardFired
+            or type(event) is TextGuardFired
             or type(event) is ToolProgress
             or type(event) is TodoUpdate
             or type(event) is RunCompleted

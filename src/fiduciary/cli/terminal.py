@@ -67,7 +67,7 @@ def describe(event: Event) -> str:
             return f"{event.name} {outcome}{tag}: {brief(event.output, 80)}"
         case ev.ToolCallRejected():
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
-        case ev.GuardFired():
+        case ev.GuardFired() | ev.TextGuardFired():
             return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.shown)}"
         case PendingAction():
             approval = f"approval {_short(event.approval_id)} ({event.tier})"

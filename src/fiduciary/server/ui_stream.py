@@ -53,6 +53,7 @@ from ..events import (
     ContextLayers,
     Event,
     GuardFired,
+    TextGuardFired,
     PendingAction,
     RunCompleted,
     RunFailed,
@@ -223,6 +224,19 @@ class UIMessageStream:
                             "guard": event.guard,
                             "verdict": event.verdict,
                             "message": event.shown,  # the sentence for the person
+                        },
+                    }
+                )
+            case TextGuardFired():
+                out.append(
+                    {
+                        "type": "data-text-guard",
+                        "id": f"text-guard-{event.seq}",
+                        "data": {
+                            "phase": event.phase,
+                            "guard": event.guard,
+                            "verdict": event.verdict,
+                            "message": event.shown,
                         },
                     }
                 )
