@@ -36,7 +36,6 @@ from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
 from .guards import Guard, default_guards
-from .text_guards import TextGuard
 from .models.base import Model, UserTextMessage
 from .models.pricing import PriceTable, parse_budget
 from .models.tiers import Effort, Tier, TurnPlan, plan_turn
@@ -54,6 +53,7 @@ from .stores.base import (
     existing_run,
 )
 from .stores.memory import MemoryStore
+from .text_guards import TextGuard
 from .tracing import NO_TRACER, RunTracer
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from fiduciary.events import (
     SSEMessage,
     TextDelta,
     TextDeltaDraft,
+    TextGuardFired,
     ThinkingDelta,
     ThinkingDone,
     TodoItem,
@@ -168,6 +169,15 @@ ALL_EVENTS: list[Event] = [
         **base(17), text="Paid Carol $140.", input_tokens=500, output_tokens=90, tool_calls=2
     ),
     RunFailed(**base(18), reason="budget", message="the token budget of this run is spent"),
+    TextGuardFired(
+        **base(30),
+        guard="unbacked_amount",
+        tier="financial",
+        phase="output",
+        verdict="warn",
+        message="The answer states amounts no tool returned: 1250.",
+        for_person="Check these figures: no tool of this run returned them.",
+    ),
 ]
 
 
@@ -203,6 +213,7 @@ def test_event_type_names_are_stable() -> None:
         "turn_retracted",
         "run_completed",
         "run_failed",
+        "text_guard_fired",
     ]
 
 
