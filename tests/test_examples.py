@@ -116,3 +116,17 @@ def test_real_provider_refunds_with_a_real_model() -> None:
     assert done.returncode == 0, done.stderr
     assert "  refund: " in done.stdout
     assert "'A-1002': '0'" not in done.stdout.splitlines()[-1]
+
+
+def test_the_eval_file_passes_offline_against_the_wallet_agent() -> None:
+    import json
+
+    done = run("-m", "fiduciary", "eval", "evals/wallet.yaml", "--json")
+    report = json.loads(succeeded(done))
+    assert report["model"] == "scripted"
+    assert [(c["name"], c["passed"]) for c in report["cases"]][:1] == [
+        ("a balance question reads, and writes nothing", True)
+    ]
+    assert report["total"] == {"cases": 6, "passed": 6, "checks": 25, "checks_passed": 25}
+    statuses = [c["status"] for c in report["cases"]]
+    assert statuses.count("awaiting_approval") == 2  # the gated writes were held, not run

@@ -147,6 +147,11 @@ def status(seen: Observed, arg: Any) -> str | None:
     return None
 
 
+def not_failed(seen: Observed, arg: Any) -> str | None:
+    """Implied by every case that names no ``Status``: a run that failed fails its case."""
+    return f"the run failed ({seen.failure})" if seen.status == "failed" else None
+
+
 def contains(seen: Observed, arg: Any) -> str | None:
     spec = _spec(arg, "value")
     value, text = str(spec["value"]), seen.text

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..exceptions import ConfigurationError
-from .checks import Check, make_check
+from .checks import Check, make_check, not_failed
 
 __all__ = ["EvalCase", "EvalDataset", "Evaluator", "load_dataset"]
 
@@ -52,7 +52,8 @@ class EvalDataset(BaseModel):
 
     def checks(self, case: EvalCase) -> list[tuple[str, Check, Any]]:
         """The case's checks, its own then the dataset's, with their labels; an
-        ``expected_output`` is always checked (``EqualsExpected``)."""
+        ``expected_output`` is always checked (``EqualsExpected``), and a case that names no
+        ``Status`` fails when its run fails (``NotFailed``)."""
         specs = [*case.evaluators, *self.evaluators]
         if case.expected_output is not None and "EqualsExpected" not in specs:
             specs.append("EqualsExpected")
@@ -61,6 +62,8 @@ class EvalDataset(BaseModel):
             name, arg = _parse(spec)
             check, value = make_check(name, arg, case.expected_output)
             out.append((_label(name, arg), check, value))
+        if not any(label.startswith("Status") for label, _, _ in out):
+            out.append(("NotFailed", not_failed, None))
         return out
 
 

@@ -113,12 +113,17 @@ async def run_dataset(
     results: list[CaseResult] = []
     used = model.name if model is not None else ""
     for index, case in enumerate(dataset.cases):
-        made = make_agent()
-        agent = await made if inspect.isawaitable(made) else made
-        if model is not None:
-            agent.model = model
-        used = used or agent.model.name
-        result = await _one(dataset, case, index, agent)
+        try:
+            made = make_agent()
+            agent = await made if inspect.isawaitable(made) else made
+        except Exception as exc:  # the host's factory: its failure is this case's
+            name = case.name or f"case {index + 1}"
+            result = CaseResult(name, "error", error=f"{type(exc).__name__}: {exc}")
+        else:
+            if model is not None:
+                agent.model = model
+            used = used or agent.model.name
+            result = await _one(dataset, case, index, agent)
         results.append(result)
         if on_case is not None:
             on_case(result)
