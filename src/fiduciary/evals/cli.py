@@ -32,7 +32,8 @@ __all__ = ["register"]
 
 
 def _model(name: str | None) -> Model | None:
-    if name is None:
+    """The model ``--model`` names; ``scripted`` (or nothing) keeps the agent's own."""
+    if name is None or name.strip() == "scripted":
         return None
     from ..wallet.demo import load_model, require_key
 
@@ -92,7 +93,8 @@ def register(app: typer.Typer) -> None:
         model: Annotated[
             str | None,
             typer.Option(
-                "--model", help="provider:name (or 'scripted'): replaces the agent's model."
+                "--model",
+                help="provider:name: replaces the agent's model ('scripted': keeps its own).",
             ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
