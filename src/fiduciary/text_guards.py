@@ -121,7 +121,12 @@ class PromptInjectionGuard:
         if _INJECTION.search(call.text) is None:
             return Verdict.ok()
         message = "The message tries to override the agent's instructions."
-        return Verdict.block(message) if self.block else Verdict.warn(message)
+        person = "This message reads like an attempt to take over the assistant; it was not sent."
+        if self.block:
+            return Verdict.block(message, for_person=person)
+        return Verdict.warn(
+            message, for_person="This message reads like an attempt to take over the assistant."
+        )
 
 
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b")
@@ -164,7 +169,10 @@ class PiiGuard:
         if not found:
             return Verdict.ok()
         message = f"The message carries personal data ({', '.join(found)})."
-        return Verdict.block(message) if self.block else Verdict.warn(message)
+        person = f"Your message holds {', '.join(found)}: avoid sending personal data."
+        if self.block:
+            return Verdict.block(message, for_person=person)
+        return Verdict.warn(message, for_person=person)
 
 
 class SecretGuard:
@@ -179,7 +187,10 @@ class SecretGuard:
     def check(self, call: TextCall) -> Verdict:
         if REDACTED not in call.text and redact_text(call.text) == call.text:
             return Verdict.ok()
-        return Verdict.block("The answer carries a secret; it was withheld.")
+        return Verdict.block(
+            "The answer carries a secret; it was withheld.",
+            for_person="The answer contained a secret (a key or a token), so it was withheld.",
+        )
 
 
 # an amount: optional currency sign, digits with thousands separators, optional decimals
