@@ -213,3 +213,31 @@ def test_old_logs_load_and_the_new_event_round_trips() -> None:
     assert isinstance(event, TextGuardFired)
     assert event.for_person == ""
     assert EVENT_ADAPTER.validate_json(event.model_dump_json()) == event
+
+
+def test_the_terminal_and_the_ui_stream_show_a_verdict() -> None:
+    from datetime import UTC, datetime
+
+    from fiduciary.cli.terminal import describe
+    from fiduciary.server.ui_stream import UIMessageStream
+
+    event = TextGuardFired(
+        run_id=uuid4(),
+        seq=3,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        guard="pii",
+        tier="safety",
+        phase="input",
+        verdict="warn",
+        message="for the model",
+        for_person="for the person",
+    )
+    assert describe(event) == "pii warn (input): for the person"
+    (part,) = UIMessageStream().feed(event)
+    assert part["type"] == "data-text-guard"
+    assert part["data"] == {
+        "phase": "input",
+        "guard": "pii",
+        "verdict": "warn",
+        "message": "for the person",
+    }

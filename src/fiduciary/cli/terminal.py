@@ -161,6 +161,7 @@ _MARKS = {
     "tool_call_start": "[cyan]→[/]",
     "tool_call_rejected": "[red]⊘[/]",
     "guard_fired": "[yellow]![/]",
+    "text_guard_fired": "[yellow]![/]",
     "action_resolved": "[magenta]◆[/]",
 }
 
