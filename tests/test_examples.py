@@ -153,3 +153,17 @@ completed INV-2041 Acme Tools 1234.50
 
 def test_typed_extraction_corrects_an_invalid_answer_and_returns_an_invoice() -> None:
     assert succeeded(run("typed_extraction.py")) == TYPED_EXTRACTION
+
+
+def test_the_eval_file_passes_offline_against_the_wallet_agent() -> None:
+    import json
+
+    done = run("-m", "fiduciary", "eval", "evals/wallet.yaml", "--json")
+    report = json.loads(succeeded(done))
+    assert report["model"] == "scripted"
+    assert [(c["name"], c["passed"]) for c in report["cases"]][:1] == [
+        ("a balance question reads, and writes nothing", True)
+    ]
+    assert report["total"] == {"cases": 6, "passed": 6, "checks": 25, "checks_passed": 25}
+    statuses = [c["status"] for c in report["cases"]]
+    assert statuses.count("awaiting_approval") == 2  # the gated writes were held, not run

@@ -42,6 +42,7 @@ from .policy import Policy
 from .redaction import Redactor
 from .signed_approvals import SignatureCheck
 from .stores.base import ApprovalRecord, ApprovalStatus, RunRecord, RunStatus, Store, existing_run
+from .text_guards import TextGuard
 from .tracing import RunTracer
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ class Agent(_Readable):
         output_retries: int = DEFAULT_OUTPUT_RETRIES,
         deps_type: Any = None,
         deps_factory: DepsFactory | None = None,
+        text_guards: Sequence[TextGuard] = (),
     ) -> None:
         given = {k: v for k, v in locals().items() if k != "self"}  # the keywords, as given
         for name in ("store", "policy", "clock", "redactor", "model_settings"):

@@ -46,6 +46,8 @@ __all__ = [
     "SSEMessage",
     "TextDelta",
     "TextDeltaDraft",
+    "TextGuardFired",
+    "TextGuardFiredDraft",
     "ThinkingDelta",
     "ThinkingDeltaDraft",
     "ThinkingDone",
@@ -325,6 +327,28 @@ class PostGuardFired(PostGuardFiredDraft, EventBase):
     pass
 
 
+class TextGuardFiredDraft(Draft):
+    """A text guard's verdict on the person's message (``input``) or the final text
+    (``output``); see ``fiduciary.text_guards``."""
+
+    type: Literal["text_guard_fired"] = "text_guard_fired"
+    guard: str
+    tier: Literal["safety", "financial", "ux"]
+    phase: Literal["input", "output"]
+    verdict: Literal["hint", "warn", "block"]
+    message: str
+    for_person: str = ""
+
+    @property
+    def shown(self) -> str:
+        return self.for_person or self.message
+
+
+@final
+class TextGuardFired(TextGuardFiredDraft, EventBase):
+    pass
+
+
 class GuardNote(BaseModel):
     """A guard's hint or warning on a pending action: ``message`` goes to the model with the
     result, ``for_person`` is what the person reads on the card (``shown``)."""
@@ -530,7 +554,7 @@ class RunCompleted(RunCompletedDraft, EventBase):
 
 class RunFailedDraft(Draft):
     type: Literal["run_failed"] = "run_failed"
-    reason: Literal["budget", "max_turns", "aborted", "error", "invalid_output"]
+    reason: Literal["budget", "max_turns", "aborted", "error", "invalid_output", "guard_blocked"]
     message: str
 
 
@@ -550,6 +574,7 @@ Event = Annotated[
     | ToolCallRejected
     | GuardFired
     | PostGuardFired
+    | TextGuardFired
     | PendingAction
     | ActionResolved
     | ToolProgress

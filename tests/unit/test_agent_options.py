@@ -49,6 +49,7 @@ KEYWORDS = [
     "output_retries",
     "deps_type",
     "deps_factory",
+    "text_guards",
 ]
 
 

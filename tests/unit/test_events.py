@@ -30,6 +30,7 @@ from fiduciary.events import (
     SSEMessage,
     TextDelta,
     TextDeltaDraft,
+    TextGuardFired,
     ThinkingDelta,
     ThinkingDone,
     TodoItem,
@@ -179,6 +180,15 @@ ALL_EVENTS: list[Event] = [
         message="the balance after differs from the preview",
         for_person="Your balance after this is not what was shown.",
     ),
+    TextGuardFired(
+        **base(30),
+        guard="unbacked_amount",
+        tier="financial",
+        phase="output",
+        verdict="warn",
+        message="The answer states amounts no tool returned: 1250.",
+        for_person="Check these figures: no tool of this run returned them.",
+    ),
 ]
 
 
@@ -215,6 +225,7 @@ def test_event_type_names_are_stable() -> None:
         "run_completed",
         "run_failed",
         "post_guard_fired",
+        "text_guard_fired",
     ]
 
 

@@ -154,6 +154,7 @@ def build(options: AgentOptions, shared: Shared, previous: Built | None = None) 
         principal_lock=principal_lock(shared, o),
         context=context,
         tracer=o.tracer,
+        text_guards=o.text_guards,
     )
     outputs = OutputTypes(o.output_type, retries=o.output_retries, names=gates.names)
     caps = [c for n in gates.names if (c := gates.get(n)) is not None]

@@ -36,6 +36,7 @@ from ..redaction import Redactor
 from ..signed_approvals import SignatureCheck
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
+from ..text_guards import TextGuard
 from ..tracing import NO_TRACER, RunTracer
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class AgentOptions:
     output_retries: int = DEFAULT_OUTPUT_RETRIES
     deps_type: Any = None  # what its capabilities get as ctx.deps (fiduciary.deps)
     deps_factory: DepsFactory | None = None
+    text_guards: tuple[TextGuard, ...] = ()  # the message in, the final text out
     signatures: SignatureCheck | None = None
     tracer: RunTracer = NO_TRACER
     drives_replays: bool = False
@@ -108,6 +110,7 @@ class AgentOptions:
         put(self, "model_settings", MappingProxyType(dict(self.model_settings or {})))
         put(self, "budget_usd", parse_budget(self.budget_usd))  # (also from a string)
         put(self, "skills", tuple(self.skills))
+        put(self, "text_guards", tuple(self.text_guards))
         if self.max_turns < 1 or self.max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
         if not self.authorize_timeout > 0:

@@ -20,6 +20,7 @@ from .dispatch import dispatch_writes
 from .output import over_retries
 from .settle import cancel, settle
 from .state import Drive
+from .text_checks import blocked
 from .turn import model_turn
 
 __all__ = ["Driver"]
@@ -97,6 +98,8 @@ class Driver(Drive):
             if pending:
                 self._suspend(pending)
                 return
+        if t.turns_since_user == 0 and await blocked(self, "input", t.user_text):
+            return
         while True:
             if t.turns_since_user >= limits.max_turns:
                 message = f"stopped after {limits.max_turns} model turns"
@@ -108,6 +111,8 @@ class Driver(Drive):
             called, writes = turn
             answer = self.answer
             if answer is not None or (not called and self.output is None):
+                if await blocked(self, "output", t.last_text):
+                    return
                 done = RunCompletedDraft(
                     text=t.last_text,
                     input_tokens=t.input_tokens,

@@ -20,6 +20,7 @@ from ..models.pricing import PriceTable
 from ..models.tiers import Effort, Tier
 from ..redaction import Redactor
 from ..stores.base import HeldPrincipalLock, Store
+from ..text_guards import TextGuard
 from ..tracing import NO_TRACER, RunTracer
 
 __all__ = ["Held", "Limits", "Runtime"]
@@ -62,6 +63,7 @@ class Runtime:
     principal_lock: Callable[[str], AbstractAsyncContextManager[Held]]
     context: ContextConfig | None = None  # layers, shaping, compaction, memory (None: none)
     tracer: RunTracer = NO_TRACER  # spans and metrics of each drive (fiduciary.observability)
+    text_guards: tuple[TextGuard, ...] = ()  # on the person's message and the final text
 
 
 class Held:

@@ -29,6 +29,7 @@ from ..events import (
     RunFailed,
     RunStarted,
     TextDelta,
+    TextGuardFired,
     ThinkingDelta,
     ThinkingDone,
     TodoUpdate,
@@ -231,6 +232,7 @@ class Transcript:
             self._amend(event.tool_use_id, f"- [{event.guard}] {event.message}")
         elif (
             type(event) is GuardFired
+            or type(event) is TextGuardFired
             or type(event) is ToolProgress
             or type(event) is TodoUpdate
             or type(event) is RunCompleted

@@ -273,6 +273,16 @@ _register_memory()
 _register_mcp()
 
 
+def _register_evals() -> None:
+    """``eval`` (fiduciary.evals registers its own command)."""
+    from ..evals.cli import register
+
+    register(app)
+
+
+_register_evals()
+
+
 def _one_line_paragraphs(text: str | None) -> str | None:
     """A help text whose paragraphs are one line each: rich then wraps them at the terminal's
     width instead of also breaking them where the docstring's lines end. Lists keep their

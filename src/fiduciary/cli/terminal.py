@@ -68,7 +68,7 @@ def describe(event: Event) -> str:
             return f"{event.name} {outcome}{tag}: {brief(event.output, 80)}"
         case ev.ToolCallRejected():
             return f"{event.name} refused ({event.reason}): {_clip(event.message)}"
-        case ev.GuardFired():
+        case ev.GuardFired() | ev.TextGuardFired():
             return f"{event.guard} {event.verdict} ({event.phase}): {_clip(event.shown)}"
         case ev.PostGuardFired():
             return f"{event.guard} {event.verdict} after {event.name}: {_clip(event.shown)}"
@@ -165,6 +165,7 @@ _MARKS = {
     "tool_call_rejected": "[red]⊘[/]",
     "guard_fired": "[yellow]![/]",
     "post_guard_fired": "[yellow]![/]",
+    "text_guard_fired": "[yellow]![/]",
     "action_resolved": "[magenta]◆[/]",
 }
 

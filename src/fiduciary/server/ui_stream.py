@@ -59,6 +59,7 @@ from ..events import (
     RunFailed,
     RunStarted,
     TextDelta,
+    TextGuardFired,
     ThinkingDelta,
     ThinkingDone,
     TodoUpdate,
@@ -190,6 +191,19 @@ class UIMessageStream:
                 out.append(_guard(event))
             case PostGuardFired():  # after the result: the same part, marked "post"
                 out.append(_guard(event))
+            case TextGuardFired():
+                out.append(
+                    {
+                        "type": "data-text-guard",
+                        "id": f"text-guard-{event.seq}",
+                        "data": {
+                            "phase": event.phase,
+                            "guard": event.guard,
+                            "verdict": event.verdict,
+                            "message": event.shown,
+                        },
+                    }
+                )
             case ToolProgress():
                 out.append(_progress(event))
             case Usage():

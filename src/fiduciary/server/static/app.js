@@ -558,6 +558,9 @@
         if (tool) tool.node.append(el("div", { class: `small post-guard ${event.verdict}`, "data-testid": "post-guard", text: `${event.guard}: ${event.for_person || event.message}` }));
         break;
       }
+      case "text_guard_fired": // a text guard on the person's message or the answer
+        add(el("div", { class: event.verdict === "block" ? "marker failed" : "marker", text: `${event.guard} (${event.phase}, ${event.verdict}): ${event.for_person || event.message}` }), event.seq);
+        break;
       case "pending_action": {
         closeAssistant();
         const tool = view.tools.get(event.tool_use_id);
@@ -914,6 +917,8 @@
         return `${event.guard} (${event.verdict}): ${event.for_person || event.message}`;
       case "post_guard_fired":
         return `${event.guard} (${event.verdict}, after ${shown(event.name).text}): ${event.for_person || event.message}`;
+      case "text_guard_fired":
+        return `${event.guard} (${event.phase}, ${event.verdict}): ${event.for_person || event.message}`;
       case "pending_action":
         return `${shown(event.description).text} · ${usd(event.amount_usd)} · ${event.tier}`;
       case "action_resolved":
