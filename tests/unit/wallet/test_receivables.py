@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 
-from fiduciary import ManualClock, Policy, SQLiteStore
+from fiduciary import ManualClock, SQLiteStore
 from fiduciary.agent import Agent
 from fiduciary.events import PendingAction, ToolCallEnd
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect
-from fiduciary.wallet import PaperWallet, WalletError
-from fiduciary.wallet.demo import own_wallet_only
+from fiduciary.wallet import PaperWallet, WalletError, build_wallet_agent
 from fiduciary.wallet.invoicing import PAYMENT_READS, PAYMENT_WRITES, payment_capabilities
 from fiduciary.wallet.receivables import LineItem, Receivables
 
@@ -130,14 +129,8 @@ def scripted(*steps: Any) -> ScriptedModel:
 
 
 def agent_for(wallet: PaperWallet, store: SQLiteStore, *steps: Any) -> Agent:
-    return Agent(
-        model=scripted(*steps),
-        capabilities=payment_capabilities(wallet),
-        store=store,
-        policy=Policy(preset="balanced"),
-        clock=wallet.clock,
-        authorize=own_wallet_only,
-    )
+    """The wallet agent (its guards and the balanced policy), on a script."""
+    return build_wallet_agent(store, wallet, model=scripted(*steps))
 
 
 async def approve_and_finish(agent: Agent, events: list[Any]) -> tuple[PendingAction, ToolCallEnd]:
