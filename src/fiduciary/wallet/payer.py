@@ -14,10 +14,12 @@ import sys
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
+from ..clock import SystemClock
 from .addresses import normalize_address
 from .errors import WalletError
+from .ledger import Ledger
 from .receivables import Receivables
-from .wallet import PaperWallet
+from .wallet import sign_rule
 
 __all__ = ["main"]
 
@@ -34,10 +36,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         amount = None if args.amount is None else Decimal(args.amount)
         payer = normalize_address(args.payer)
-        with PaperWallet(args.wallet) as wallet:
-            paid = Receivables(wallet.ledger).pay(
-                args.reference, payer=payer, amount=amount, at=wallet.clock.now()
+        # the ledger alone: a PaperWallet would post the genesis of its own configuration's
+        # pools into a file another configuration made
+        ledger = Ledger(args.wallet, sign_rule=sign_rule)
+        try:
+            paid = Receivables(ledger).pay(
+                args.reference, payer=payer, amount=amount, at=SystemClock().now()
             )
+        finally:
+            ledger.close()
     except WalletError as exc:
         print(f"refused ({exc.code}): {exc}", file=sys.stderr)
         return 1
