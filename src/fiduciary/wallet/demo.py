@@ -37,6 +37,7 @@ from ..policy import Policy
 from ..stores.base import Store
 from .capabilities import wallet_capabilities
 from .guards import FinanceGuardConfig, finance_guards
+from .invoicing import payment_capabilities
 from .memory import financial_context, remember_ledger_facts
 from .post_guards import post_guards
 from .scripted import (
@@ -126,7 +127,7 @@ def build_wallet_agent(
 
     return Agent(
         model=model or WalletScriptedModel(),
-        capabilities=[*wallet_capabilities(wallet), update_todo],
+        capabilities=[*wallet_capabilities(wallet), *payment_capabilities(wallet), update_todo],
         store=store,
         policy=policy or Policy(preset="balanced"),
         guards=(

@@ -89,3 +89,25 @@ CREATE TABLE IF NOT EXISTS wallet_quotes (
     created_at TEXT NOT NULL,
     expires_at TEXT NOT NULL
 );
+
+-- Payment links and invoices: payments the principal expects to receive. `reference` is what a
+-- payer quotes; `idempotency_key` is the call that created it (a replay finds it). A row moves
+-- open → paid (with the transaction that paid it) or open → cancelled, never back.
+CREATE TABLE IF NOT EXISTS wallet_receivables (
+    reference TEXT PRIMARY KEY,
+    principal TEXT NOT NULL,
+    kind TEXT NOT NULL,        -- link | invoice
+    asset TEXT NOT NULL,
+    amount TEXT NOT NULL,
+    memo TEXT NOT NULL,
+    due TEXT,                  -- ISO-8601 UTC, or NULL
+    items TEXT NOT NULL,       -- JSON: the invoice's line items ([] for a link)
+    status TEXT NOT NULL,      -- open | paid | cancelled
+    created_at TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    paid_digest TEXT,
+    paid_by TEXT,
+    closed_at TEXT
+);
+CREATE INDEX IF NOT EXISTS wallet_receivables_by_principal
+    ON wallet_receivables (principal, kind, created_at);
