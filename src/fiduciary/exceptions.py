@@ -95,6 +95,14 @@ ErrorCode = Literal[
     "unknown_intent",
     "unknown_invoice",
     "already_paid",
+    "already_cancelled",
+    "invalid_invoice",
+    "invalid_link",
+    "invalid_due_date",
+    "asset_mismatch",  # a payment in another asset than the link or invoice asks
+    "amount_mismatch",  # a payment of another amount than the link or invoice asks
+    "bad_payment_request",  # an HTTP 402 answer that is not x402 (version 2)
+    "price_changed",  # the API asks another price than the one approved: nothing is paid
     "idempotency_conflict",
     # the chain
     "reverted",

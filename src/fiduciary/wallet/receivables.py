@@ -218,7 +218,9 @@ class Receivables:
             _, principal, kind, wanted_asset, wanted, memo = row[:6]
             status = row[8]
             if status != "open":
-                raise WalletError(f"already_{status}", f"{reference} is {status}")
+                if status == "paid":
+                    raise WalletError("already_paid", f"{reference} is paid")
+                raise WalletError("already_cancelled", f"{reference} is {status}")
             if asset is not None and get_asset(asset).symbol != wanted_asset:
                 raise WalletError("asset_mismatch", f"{reference} asks for {wanted_asset}")
             due_amount = Decimal(str(wanted))
