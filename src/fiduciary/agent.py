@@ -32,6 +32,7 @@ from .context.compaction import Summarizer
 from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
 from .context.skills import Skill, chosen_skill, skill_table, with_skills
+from .delegation import Delegation, with_delegates
 from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
@@ -83,7 +84,9 @@ class Agent:
     ``authorize`` is required for propose / approve / execute capabilities: without it those
     calls are refused (fail closed). An async ``authorize`` that has not answered within
     ``authorize_timeout`` seconds (10 by default) refuses the call (``unauthorized``); a
-    synchronous one runs on the event loop and must not block. With a ``memory``,
+    synchronous one runs on the event loop and must not block. ``delegates``: the agents this
+    one may hand a task to, by name (the ``delegate`` capability, fiduciary.delegation; the
+    mapping is read at each call). With a ``memory``,
     ``remember_after_run(principal_id)`` runs in the background after each completed run
     (``agent.memory.drain()`` waits for it and for the remembered replies).
     """
@@ -119,6 +122,7 @@ class Agent:
         summarizer: Summarizer | None = None,
         microcompact: bool = True,
         skills: Iterable[Skill] = (),
+        delegates: Mapping[str, Agent] | None = None,
     ) -> None:
         if max_turns < 1 or max_tool_calls < 1:
             raise ConfigurationError("max_turns and max_tool_calls must be at least 1")
@@ -146,7 +150,7 @@ class Agent:
         self.tracer: RunTracer = NO_TRACER
         self.skills = skill_table(skills)  # playbooks: use_skill, and the prompt's skill layer
         self.gates = Gates(
-            with_skills(capabilities, self.skills),
+            with_skills(with_delegates(capabilities, self, delegates), self.skills),
             store=self.store,
             policy=self.policy,
             guards=default_guards() if guards is None else list(guards),
@@ -194,6 +198,7 @@ class Agent:
         plan_first: bool = False,
         skill: str | None = None,
         origin: Origin | None = None,
+        delegation: Delegation | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
 
@@ -208,7 +213,11 @@ class Agent:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
         return self._stream(
-            partial(self._open, message, principal, run_id, capabilities, plan_first, skill, origin)
+            partial(
+                self._open,
+                *(message, principal, run_id, capabilities, plan_first, skill, origin),
+                delegation=delegation,
+            )
         )
 
     async def _open(
@@ -220,6 +229,8 @@ class Agent:
         plan_first: bool,
         skill: str | None,
         origin: Origin | None = None,
+        *,
+        delegation: Delegation | None = None,
     ) -> tuple[Driver, list[Event]]:
         """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
         commit, with its first events), the events to yield before the drive's."""
@@ -229,7 +240,9 @@ class Agent:
         existing = await self.store.get_run(run_id) if run_id is not None else None
         if existing is None:  # created by the drive's first commit, with its first events
             run, transcript, first, plan = await self._create(
-                message, who, run_id, capabilities, plan_first, skill, origin, record=False
+                *(message, who, run_id, capabilities, plan_first, skill, origin),
+                record=False,
+                delegation=delegation,
             )
             driver = Driver(self._runtime(), run, transcript, unrecorded=first)
             if transcript.user_text == message:  # the first turn's plan is the run_started's
@@ -251,6 +264,7 @@ class Agent:
         *,
         leased: bool = True,
         record: bool = True,
+        delegation: Delegation | None = None,
     ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
         """A new run (leased by this process unless ``leased`` is false), recorded unless
         ``record`` is false; and the plan its ``run_started`` records."""
@@ -296,6 +310,7 @@ class Agent:
                 tier=plan.tier,
                 effort=plan.effort,
                 origin=origin,
+                **(delegation.recorded() if delegation is not None else {}),
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill, origin=origin),
         ]

@@ -160,6 +160,13 @@ class RunStartedDraft(Draft):
     fork_at: int | None = None
     # the run was started by an outside event (None: by its principal in person)
     origin: Origin | None = None
+    # delegation (fiduciary.delegation): the run a parent started through its delegate
+    # capability, under the name the parent called it by, with its share of the parent's
+    # remaining budget and turns (None: a run of its own)
+    parent_run_id: UUID | None = None
+    delegate: str | None = None
+    budget_usd: Decimal | None = None
+    max_turns: int | None = None
 
 
 @final

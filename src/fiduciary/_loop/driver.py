@@ -17,6 +17,7 @@ from ..exceptions import StaleEpochError, StoreError
 from ..stores.base import ApprovalRecord, RunStatus
 from .context import remember_reply
 from .dispatch import dispatch_writes
+from .runtime import run_limits
 from .settle import cancel, settle
 from .state import Drive
 from .turn import model_turn
@@ -97,8 +98,9 @@ class Driver(Drive):
                 self._suspend(pending)
                 return
         while True:
-            if t.turns_since_user >= limits.max_turns:
-                message = f"stopped after {limits.max_turns} model turns"
+            max_turns = run_limits(limits, t.started)[0]
+            if t.turns_since_user >= max_turns:
+                message = f"stopped after {max_turns} model turns"
                 self.emit(RunFailedDraft(reason="max_turns", message=message), status="failed")
                 return
             turn = await model_turn(self)

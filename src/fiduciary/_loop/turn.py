@@ -38,6 +38,7 @@ from ..models.pricing import budget_refusal, cost_usd, estimate_call_usd
 from ..models.tiers import plan_turn
 from .context import prepare
 from .dispatch import reject, run_read, start
+from .runtime import run_limits
 from .state import Drive
 from .stream_redaction import StreamRedactor
 
@@ -89,7 +90,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     # the model that will answer (a tiered model routes by the plan's tier), and its price
     route = getattr(rt.model, "model_for", None)
     answering = route(request) if callable(route) else rt.model
-    budget = rt.limits.budget_usd
+    budget = run_limits(rt.limits, t.started)[1]
     if budget is not None:
         refusal = budget_refusal(
             budget_usd=budget,
