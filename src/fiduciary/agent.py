@@ -32,7 +32,7 @@ from .context.compaction import Summarizer
 from .context.config import ContextConfig, DomainContext, context_config
 from .context.recall import MemoryLayer
 from .context.skills import Skill, chosen_skill, skill_table, with_skills
-from .delegation import Delegation, with_delegates
+from .delegation import Delegation, resumed_by_parent, with_delegates
 from .events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from .exceptions import ConfigurationError, RunError, StoreError
 from .gates import DEFAULT_AUTHORIZE_TIMEOUT, PLAN_FIRST_KINDS, Authorize, Gates
@@ -543,6 +543,12 @@ class Agent:
             )
         if started.replay_of is not None and not self.drives_replays:
             raise RunError("agent_mismatch", _REPLAY_ONLY.format(run_id=run_id))
+        if started.parent_run_id is not None and not resumed_by_parent(run_id):
+            raise RunError(
+                "agent_mismatch",
+                f"run {run_id} was delegated by run {started.parent_run_id}: its parent's "
+                "delegate call resumes it, with the agent it delegated to",
+            )
         if not any_model and started.model != self.model.name:
             raise RunError(
                 "agent_mismatch",

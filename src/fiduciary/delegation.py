@@ -52,6 +52,7 @@ __all__ = [
     "Delegation",
     "child_run_id",
     "delegate_capability",
+    "resumed_by_parent",
     "with_delegates",
 ]
 
@@ -135,6 +136,17 @@ def child_run_id(parent_run_id: UUID, tool_use_id: str) -> UUID:
 # the agents of the delegations this task is inside of: a delegation back to one is a cycle
 # (names are no identity: each parent names its delegates in its own table)
 _CHAIN: ContextVar[tuple[object, ...]] = ContextVar("fiduciary_delegation_chain", default=())
+
+
+# the child run its parent's delegate call is resuming in this task: a delegated run is driven
+# only so, with the agent the parent's table names (any other agent whose capabilities cover
+# the child's whitelist would otherwise take it up from a sweep, with the wrong model script)
+_RESUMING: ContextVar[UUID | None] = ContextVar("fiduciary_delegation_resuming", default=None)
+
+
+def resumed_by_parent(run_id: UUID) -> bool:
+    """Whether the delegated run ``run_id`` is being resumed by its parent's delegate call."""
+    return _RESUMING.get() == run_id
 
 
 def with_delegates(
@@ -280,12 +292,15 @@ async def _outcome(
         if run.status in IDLE:
             return await _result(store, name, child_id, run.status)
         if await _drivable(store, child_id, clock):
+            token = _RESUMING.set(child_id)
             try:
                 async for _ in child.resume(child_id):
                     pass
             except RunError as exc:
                 if exc.code != "busy":
                     raise CapabilityError("delegation_failed", exc.message) from None
+            finally:
+                _RESUMING.reset(token)
             continue
         await asyncio.sleep(POLL_SECONDS)  # a person or another process moves it: look again
 

@@ -32,7 +32,6 @@ from fiduciary.testing import (
     ScriptedModel,
     ToolCalls,
     allow_all,
-    approve_all,
     collect,
 )
 
@@ -110,13 +109,17 @@ async def test_the_child_is_a_linked_run_of_the_parents_principal() -> None:
     assert events[-1].text == "the worker said: it is $42.00"
     child_id = child_run_id(parent.run_id, "toolu_000_0")
     child = await store.get_run(child_id)
-    assert child is not None and child.principal == "alice" and child.status == "completed"
+    assert child is not None
+    assert child.principal == "alice"
+    assert child.status == "completed"
     child_log = await log(store, child_id)
     first = started_of(child_log)
-    assert first.parent_run_id == parent.run_id and first.delegate == "worker"
+    assert first.parent_run_id == parent.run_id
+    assert first.delegate == "worker"
     assert first.capabilities == ["get_balance"]
     ends = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "delegate"]
-    assert len(ends) == 1 and not ends[0].is_error
+    assert len(ends) == 1
+    assert not ends[0].is_error
     assert str(child_id) in str(ends[0].output)
     assert len(await store.list_runs()) == 2
     # an old log's run_started (no delegation fields) still loads
@@ -129,7 +132,7 @@ async def test_the_child_is_a_linked_run_of_the_parents_principal() -> None:
 
 
 async def test_the_child_may_not_do_what_the_parent_may_not() -> None:
-    store, done = MemoryStore(), []
+    store, done = MemoryStore(), list[str]()
     worker = agent(
         store,
         [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("could not pay")])],
@@ -151,7 +154,7 @@ async def test_the_child_may_not_do_what_the_parent_may_not() -> None:
 
 
 async def test_the_childs_writes_wait_for_a_person_and_the_parent_gets_the_answer() -> None:
-    store, done = MemoryStore(), []
+    store, done = MemoryStore(), list[str]()
     worker = agent(
         store,
         [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid $5")])],
@@ -169,7 +172,8 @@ async def test_the_childs_writes_wait_for_a_person_and_the_parent_gets_the_answe
     rest = asyncio_task(collect(run))
     pending = await wait_for_pending(manager, child_id)
     assert pending.principal == "alice"
-    await approve_all(worker, child_id, by="alice")
+    # the decision only: the parent's waiting delegate call resumes the child
+    await worker.approve(pending.approval_id, by="alice", confirm_amount=pending.amount_usd)
     events = await rest
     assert isinstance(events[-1], RunCompleted)
     assert events[-1].text == "the worker said: paid $5"
@@ -188,7 +192,8 @@ async def test_a_share_beyond_the_parents_remaining_budget_is_refused() -> None:
     )
     events = await collect(manager.run("how much do I have?", principal="alice"))
     ends = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "delegate"]
-    assert len(ends) == 1 and ends[0].is_error
+    assert len(ends) == 1
+    assert ends[0].is_error
     assert "over_budget" in str(ends[0].output)
     assert len(await store.list_runs()) == 1  # no child was started
 
@@ -208,7 +213,8 @@ async def test_the_child_gets_the_parents_remaining_budget_and_turns() -> None:
     child_id = child_run_id(started_of(events).run_id, "toolu_000_0")
     first = started_of(await log(store, child_id))
     assert first.budget_usd == Decimal("1.00")  # the scripted model is free: nothing spent
-    assert first.max_turns is not None and 1 <= first.max_turns <= 5
+    assert first.max_turns is not None
+    assert 1 <= first.max_turns <= 5
 
 
 async def test_a_cycle_is_refused() -> None:
@@ -258,7 +264,7 @@ async def test_a_fourth_level_is_refused() -> None:
     # level 0 is the person's run; levels 1-3 are delegations; level 4 would be one too many
     below = agent(store, [Script("level 4", [Reply("bottom")])], [get_balance])
     for level in reversed(range(DEPTH_LIMIT + 1)):
-        steps = [
+        steps: list[ToolCalls | Reply] = [
             ToolCalls([Call("delegate", {"agent": "next", "task": f"level {level + 1}"})]),
             Reply(passing_up),
         ]
