@@ -116,3 +116,20 @@ def test_real_provider_refunds_with_a_real_model() -> None:
     assert done.returncode == 0, done.stderr
     assert "  refund: " in done.stdout
     assert "'A-1002': '0'" not in done.stdout.splitlines()[-1]
+
+
+MANAGER_WORKER = """\
+> Please pay my electricity invoice, INV-7.
+  billing waits for a person: pay_invoice $120.00
+    delegated for: Please pay my electricity invoice, INV-7.
+  approved by alice
+Billing says: Paid $120.00 for INV-7.
+  billing was refused close_account: not_allowed
+  billing: look_up_invoice {"invoice_id": "INV-7", "payee": "electricity", "usd": "120.00"}
+  billing: pay_invoice {"invoice_id": "INV-7", "paid": "120.00"}
+paid: ['INV-7']
+"""
+
+
+def test_manager_worker_delegates_a_payment_that_waits_for_the_person() -> None:
+    assert succeeded(run("manager_worker.py")) == MANAGER_WORKER

@@ -50,8 +50,11 @@ __all__ = [
     "DelegateInput",
     "DelegateResult",
     "Delegation",
+    "Link",
     "child_run_id",
+    "children",
     "delegate_capability",
+    "lineage",
     "resumed_by_parent",
     "with_delegates",
 ]
@@ -373,3 +376,39 @@ async def _remaining_turns(store: Store, owner: DelegatingAgent, parent: RunStar
     for event in await store.read_events(parent.run_id):
         transcript.apply(event)
     return limit - transcript.turns_since_user
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One run of a delegation tree: its id, the name its parent called it by (None: a run a
+    person started), its parent, and its title (the task it was given)."""
+
+    run_id: UUID
+    delegate: str | None
+    parent_run_id: UUID | None
+    title: str
+
+
+async def lineage(store: Store, run_id: UUID) -> list[Link]:
+    """The run and the runs that delegated to it, up to the one a person started: what a card
+    shows of a child's pending approval (the parent's task it serves)."""
+    links: list[Link] = []
+    current: UUID | None = run_id
+    while current is not None and len(links) <= DEPTH_LIMIT:
+        started = await _started(store, current)
+        record = await store.get_run(current)
+        title = record.title if record is not None else ""
+        links.append(Link(current, started.delegate, started.parent_run_id, title))
+        current = started.parent_run_id
+    return links
+
+
+async def children(store: Store, run_id: UUID) -> list[UUID]:
+    """The runs a run delegated to, in the order of its calls."""
+    found = []
+    for event in await store.read_events(run_id):
+        if isinstance(event, ToolCallStart) and event.name == DELEGATE:
+            child = child_run_id(run_id, event.tool_use_id)
+            if await store.get_run(child) is not None:
+                found.append(child)
+    return found
