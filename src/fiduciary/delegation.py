@@ -54,6 +54,7 @@ __all__ = [
     "child_run_id",
     "children",
     "delegate_capability",
+    "delegating_run",
     "lineage",
     "resumed_by_parent",
     "with_delegates",
@@ -147,6 +148,16 @@ _CHAIN: ContextVar[tuple[object, ...]] = ContextVar("fiduciary_delegation_chain"
 _RESUMING: ContextVar[UUID | None] = ContextVar("fiduciary_delegation_resuming", default=None)
 
 
+# the parent run whose delegate call is driving a child in this task: a tracer links the
+# child's drive to the parent's trace (each run has a trace of its own: fiduciary.observability)
+_DELEGATING: ContextVar[UUID | None] = ContextVar("fiduciary_delegating_run", default=None)
+
+
+def delegating_run() -> UUID | None:
+    """The parent run whose delegate call drives the run being driven in this task, if any."""
+    return _DELEGATING.get()
+
+
 def resumed_by_parent(run_id: UUID) -> bool:
     """Whether the delegated run ``run_id`` is being resumed by its parent's delegate call."""
     return _RESUMING.get() == run_id
@@ -189,10 +200,14 @@ def delegate_capability(
         if child.store is not owner.store:
             raise CapabilityError("misconfigured", "the delegate does not share this store")
         child_id = child_run_id(ctx.run_id, ctx.tool_use_id)
-        if await owner.store.get_run(child_id) is None:
-            await _committed(owner.store, ctx.run_id, ctx.tool_use_id)
-            await _start(owner, child, call, ctx, child_id)
-        return await _outcome(child, call.agent, child_id, ctx.clock)
+        token = _DELEGATING.set(ctx.run_id)
+        try:
+            if await owner.store.get_run(child_id) is None:
+                await _committed(owner.store, ctx.run_id, ctx.tool_use_id)
+                await _start(owner, child, call, ctx, child_id)
+            return await _outcome(child, call.agent, child_id, ctx.clock)
+        finally:
+            _DELEGATING.reset(token)
 
     return capability(
         name=DELEGATE,
