@@ -365,15 +365,15 @@ async def _spent(store: Store, run_id: UUID, events: list[Event] | None = None) 
     """What a run's model calls cost, with those of the children it delegated to."""
     if events is None:
         events = await store.read_events(run_id)
-    total = Decimal(0)
+    own, delegated = Decimal(0), Decimal(0)
     for event in events:
         if isinstance(event, Usage) and event.total_cost_usd is not None:
-            total = event.total_cost_usd
+            own = event.total_cost_usd  # the run's total so far
         elif isinstance(event, ToolCallStart) and event.name == DELEGATE:
             child = child_run_id(run_id, event.tool_use_id)
             if await store.get_run(child) is not None:
-                total += await _spent(store, child)
-    return total
+                delegated += await _spent(store, child)
+    return own + delegated
 
 
 async def _remaining_budget(
