@@ -25,7 +25,7 @@ ordinary pending approval of the same principal.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
@@ -34,11 +34,20 @@ from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._loop.transcript import Transcript
 from .capabilities import CallContext, Capability, Kind, capability
 from .clock import Clock
-from .events import Event, RunCompleted, RunFailed, RunStarted, ToolCallStart, Usage
+from .events import (
+    Event,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    ToolCallStart,
+    TurnComplete,
+    Usage,
+    UserMessage,
+)
 from .exceptions import CapabilityError, ConfigurationError, RunError
+from .models.base import AssistantMessage, Message, ToolResultsMessage
 from .stores.base import IDLE, Store
 
 if TYPE_CHECKING:
@@ -55,6 +64,7 @@ __all__ = [
     "children",
     "delegate_capability",
     "delegating_run",
+    "handoff_answer",
     "lineage",
     "resumed_by_parent",
     "with_delegates",
@@ -122,6 +132,10 @@ class DelegateInput(BaseModel):
     max_turns: int | None = Field(
         default=None, ge=1, description="its model turns (default: all that are left)"
     )
+    handoff: bool = Field(
+        default=False,
+        description="its answer goes to the person as yours, ending your turn (no reply of yours)",
+    )
 
 
 class DelegateResult(BaseModel):
@@ -130,6 +144,7 @@ class DelegateResult(BaseModel):
     status: str  # completed | failed | cancelled
     text: str  # the child's final answer, or why it failed
     cost_usd: str  # what the child's model calls cost (its own children's included)
+    handoff: bool = False  # its answer is the parent's final answer (the loop ends the run)
 
 
 def child_run_id(parent_run_id: UUID, tool_use_id: str) -> UUID:
@@ -205,7 +220,8 @@ def delegate_capability(
             if await owner.store.get_run(child_id) is None:
                 await _committed(owner.store, ctx.run_id, ctx.tool_use_id)
                 await _start(owner, child, call, ctx, child_id)
-            return await _outcome(child, call.agent, child_id, ctx.clock)
+            result = await _outcome(child, call.agent, child_id, ctx.clock)
+            return result.model_copy(update={"handoff": call.handoff})
         finally:
             _DELEGATING.reset(token)
 
@@ -386,11 +402,15 @@ async def _remaining_budget(
 
 
 async def _remaining_turns(store: Store, owner: DelegatingAgent, parent: RunStarted) -> int:
+    """The parent's turns left for its current message (the loop counts them the same way)."""
     limit = min(t for t in (owner.max_turns, parent.max_turns) if t is not None)
-    transcript = Transcript()
+    used = 0
     for event in await store.read_events(parent.run_id):
-        transcript.apply(event)
-    return limit - transcript.turns_since_user
+        if isinstance(event, UserMessage):
+            used = 0
+        elif isinstance(event, TurnComplete):
+            used += 1
+    return limit - used
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,3 +447,24 @@ async def children(store: Store, run_id: UUID) -> list[UUID]:
             if await store.get_run(child) is not None:
                 found.append(child)
     return found
+
+
+def handoff_answer(messages: Sequence[Message]) -> str | None:
+    """The child's answer when the model's last turn handed off to it (``handoff``) and every
+    call of that turn has its result: the parent's final answer, with no turn of its own."""
+    if len(messages) < 2:
+        return None
+    results, turn = messages[-1], messages[-2]
+    if not isinstance(results, ToolResultsMessage) or not isinstance(turn, AssistantMessage):
+        return None
+    handed = {u.id for u in turn.tool_uses if u.name == DELEGATE}
+    for result in results.results:
+        if result.tool_use_id not in handed or result.is_error:
+            continue
+        try:
+            answer = DelegateResult.model_validate_json(result.content)
+        except ValueError:
+            continue
+        if answer.handoff and answer.status == "completed":
+            return answer.text
+    return None

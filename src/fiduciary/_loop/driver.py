@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 
 from .._logs import logger
+from ..delegation import handoff_answer
 from ..events import RunCompletedDraft, RunFailedDraft, TurnRetractedDraft
 from ..exceptions import StaleEpochError, StoreError
 from ..stores.base import ApprovalRecord, RunStatus
@@ -103,20 +104,26 @@ class Driver(Drive):
                 message = f"stopped after {max_turns} model turns"
                 self.emit(RunFailedDraft(reason="max_turns", message=message), status="failed")
                 return
-            turn = await model_turn(self)
-            if turn is None:
-                return
-            called, writes = turn
+            # a handoff: the delegated agent's answer is the run's (fiduciary.delegation)
+            handed = handoff_answer(t.messages)
+            if handed is None:
+                turn = await model_turn(self)
+                if turn is None:
+                    return
+                called, writes = turn
+            else:
+                called, writes = False, []
             if not called:
+                text = t.last_text if handed is None else handed
                 done = RunCompletedDraft(
-                    text=t.last_text,
+                    text=text,
                     input_tokens=t.input_tokens,
                     output_tokens=t.output_tokens,
                     tool_calls=t.tool_calls,
                     cost_usd=t.cost_usd,
                 )
                 self.emit(done, status="completed")
-                remember_reply(self, t.last_text)
+                remember_reply(self, text)
                 return
             pending = await dispatch_writes(self, writes)
             if pending:
