@@ -63,6 +63,7 @@ __all__ = [
     "child_run_id",
     "children",
     "delegate_capability",
+    "delegated_spend",
     "delegating_run",
     "handoff_answer",
     "lineage",
@@ -468,3 +469,23 @@ def handoff_answer(messages: Sequence[Message]) -> str | None:
         if answer.handoff and answer.status == "completed":
             return answer.text
     return None
+
+
+def delegated_spend(messages: Sequence[Message]) -> Decimal:
+    """What the children this run delegated to spent, as their results report it: the loop
+    prices the parent's own model turns against its budget with it."""
+    ids: set[str] = set()
+    total = Decimal(0)
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            ids.update(u.id for u in message.tool_uses if u.name == DELEGATE)
+        elif isinstance(message, ToolResultsMessage) and ids:
+            for result in message.results:
+                if result.tool_use_id in ids and not result.is_error:
+                    try:
+                        total += Decimal(
+                            DelegateResult.model_validate_json(result.content).cost_usd
+                        )
+                    except (ValueError, ArithmeticError):
+                        continue
+    return total

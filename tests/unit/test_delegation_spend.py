@@ -6,8 +6,9 @@ from decimal import Decimal
 from typing import Any
 
 from fiduciary import Agent, ManualClock, capability
-from fiduciary.delegation import child_run_id
+from fiduciary.delegation import child_run_id, delegated_spend
 from fiduciary.events import RunCompleted, RunFailed, RunStarted, ToolCallEnd
+from fiduciary.models.base import AssistantMessage, ToolResult, ToolResultsMessage, ToolUsePart
 from fiduciary.models.pricing import Price
 from fiduciary.testing import (
     Call,
@@ -91,3 +92,15 @@ async def test_a_child_stops_at_its_share() -> None:
     final = events[-1]
     assert isinstance(final, RunCompleted)
     assert final.text.startswith("failed (budget)")
+
+
+def test_the_childrens_spend_is_read_from_the_parents_log() -> None:
+    uses = (ToolUsePart("t1", "delegate", {}), ToolUsePart("t2", "get_balance", {}))
+    child = '{"agent": "w", "run_id": "x", "status": "completed", "text": "", "cost_usd": "0.25"}'
+    results = ToolResultsMessage((ToolResult("t1", child), ToolResult("t2", '{"cost_usd": "9"}')))
+    assert delegated_spend([AssistantMessage(uses), results]) == Decimal("0.25")
+    again = ToolResultsMessage((ToolResult("t3", child.replace("0.25", "1")),))
+    turn = AssistantMessage((ToolUsePart("t3", "delegate", {}),))
+    assert delegated_spend([AssistantMessage(uses), results, turn, again]) == Decimal("1.25")
+    refused = ToolResultsMessage((ToolResult("t1", child, is_error=True),))
+    assert delegated_spend([AssistantMessage(uses), refused]) == 0

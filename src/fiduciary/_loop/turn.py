@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from .._logs import logger
 from ..context.tokens import LastRequest
+from ..delegation import delegated_spend
 from ..events import (
     Draft,
     RunFailedDraft,
@@ -94,7 +95,7 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     if budget is not None:
         refusal = budget_refusal(
             budget_usd=budget,
-            spent_usd=t.cost_usd,
+            spent_usd=t.cost_usd + delegated_spend(t.messages),  # its children's count too
             next_call_usd=estimate_call_usd(
                 d.price(answering), request, input_tokens=prepared.tokens
             ),
