@@ -176,6 +176,14 @@ class DualControlOut(BaseModel):
     progress: str
 
 
+class DelegatedByOut(BaseModel):
+    """A run above a delegated run's approval: whose task the action serves."""
+
+    run_id: UUID
+    delegate: str | None = Field(description="the name its parent called it by; null: a person's")
+    title: str
+
+
 class ApprovalOut(BaseModel):
     """A pending (or decided) action. ``args`` are redacted for display; ``args_digest`` binds
     the decision to the exact arguments."""
@@ -203,6 +211,11 @@ class ApprovalOut(BaseModel):
         default=False,
         description="Whether approving it, unedited, needs a passkey's signature (the policy's "
         "SignatureRule); an edit can change the tier and amount, and so this.",
+    )
+    delegated_by: list[DelegatedByOut] = Field(
+        default_factory=list,
+        description="For an action of a delegated run: the runs that delegated it, its parent "
+        "first, up to the run a person started (fiduciary.delegation). Empty otherwise.",
     )
 
     @classmethod
