@@ -21,7 +21,7 @@ from fiduciary.events import (
     ToolCallEnd,
     ToolCallRejected,
 )
-from fiduciary.exceptions import ConfigurationError
+from fiduciary.exceptions import ConfigurationError, RunError
 from fiduciary.stores.base import ApprovalRecord, Store
 from fiduciary.testing import (
     Call,
@@ -294,3 +294,20 @@ async def wait_for_pending(owner: Agent, run_id: UUID) -> ApprovalRecord:
             if pending:
                 return pending[0]
             await asyncio.sleep(0.01)  # the child's drive suspends in another task
+
+
+async def test_only_the_parents_call_resumes_a_delegated_run() -> None:
+    store = MemoryStore()
+    worker = agent(store, [Script("balance", [Reply("it is $42.00")])], [get_balance])
+    manager = agent(
+        store,
+        [Script("how much", [asking("look up the balance"), Reply(relaying)])],
+        [get_balance],
+        {"worker": worker},
+    )
+    events = await collect(manager.run("how much do I have?", principal="alice"))
+    child_id = child_run_id(started_of(events).run_id, "toolu_000_0")
+    for other in (worker, manager):  # either agent's capabilities cover the child's whitelist
+        with pytest.raises(RunError) as refused:
+            await other.check_resumable(child_id)
+        assert refused.value.code == "agent_mismatch"
