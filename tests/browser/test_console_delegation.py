@@ -3,12 +3,16 @@ it started, and the child's header says whose delegate it is, with a link back."
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fiduciary import Agent, capability
+from fiduciary.capabilities import Capability
 from fiduciary.delegation import child_run_id
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.stores.sqlite import SQLiteStore
@@ -64,4 +68,51 @@ async def test_a_delegation_links_parent_and_child(tmp_path: Path) -> None:
             await meta.get_by_text(f"run {parent}").wait_for()
             assert await meta.get_by_test_id("delegated").count() == 0  # a person started it
     finally:
+        await store.close()
+
+
+def paying() -> Capability:
+    @capability(kind="execute", operation="pay", amount_usd=lambda args, ctx: Decimal(args.usd))
+    def pay(usd: str) -> dict[str, str]:
+        """Pay an invoice."""
+        return {"paid": usd}
+
+    return pay
+
+
+async def test_a_childs_pending_action_says_whose_task_it_serves(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "console.sqlite3")
+    options: dict[str, Any] = {"store": store, "authorize": allow_all}
+    worker = Agent(
+        model=ScriptedModel(
+            [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid")])]
+        ),
+        capabilities=[paying()],
+        **options,
+    )
+    task = {"agent": "billing", "task": "pay the invoice"}
+    manager = Agent(
+        model=ScriptedModel(
+            [Script("settle", [ToolCalls([Call("delegate", task)]), Reply("done")])]
+        ),
+        capabilities=[paying()],
+        delegates={"billing": worker},
+        **options,
+    )
+    run = manager.run("settle my invoice", principal="alice")
+    await anext(run)
+    waiting = asyncio.ensure_future(collect(run))  # the parent waits for its child's decision
+    keys = MemoryKeyStore()
+    key, _ = await keys.create("alice", ["runs:write", "runs:read", "approvals:decide"])
+    app = create_app(manager, keys=keys, heartbeat_seconds=5)
+    try:
+        async with signed_in(app, key) as shown:
+            item = shown.page.get_by_test_id("pending-item")
+            await item.get_by_test_id("delegated-for").wait_for()
+            said = await item.get_by_test_id("delegated-for").inner_text()
+            assert said == "delegated for: settle my invoice"
+    finally:
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
         await store.close()

@@ -1057,7 +1057,11 @@
           el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.dual_control.members.includes(state.principal)
             ? window.fiduciaryDual.openVote(a) : openRun(a.run_id)) },
             shown(a.description || a.capability).text,
-            el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
+            el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }),
+            // an action of a delegated run: whose task it serves (the person's run, last)
+            (a.delegated_by || []).length
+              ? el("span", { class: "sub", "data-testid": "delegated-for", text: `delegated for: ${shown(a.delegated_by[a.delegated_by.length - 1].title).text}` })
+              : null)),
       );
       highlightRun();
     } catch (_) {
