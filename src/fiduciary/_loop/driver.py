@@ -99,13 +99,13 @@ class Driver(Drive):
                 self._suspend(pending)
                 return
         while True:
+            # a handoff: the delegated agent's answer is the run's (fiduciary.delegation)
+            handed = handoff_answer(t.messages)
             max_turns = run_limits(limits, t.started)[0]
-            if t.turns_since_user >= max_turns:
+            if handed is None and t.turns_since_user >= max_turns:
                 message = f"stopped after {max_turns} model turns"
                 self.emit(RunFailedDraft(reason="max_turns", message=message), status="failed")
                 return
-            # a handoff: the delegated agent's answer is the run's (fiduciary.delegation)
-            handed = handoff_answer(t.messages)
             if handed is None:
                 turn = await model_turn(self)
                 if turn is None:
