@@ -167,3 +167,20 @@ def test_the_eval_file_passes_offline_against_the_wallet_agent() -> None:
     assert report["total"] == {"cases": 6, "passed": 6, "checks": 25, "checks_passed": 25}
     statuses = [c["status"] for c in report["cases"]]
     assert statuses.count("awaiting_approval") == 2  # the gated writes were held, not run
+
+
+MANAGER_WORKER = """\
+> Please pay my electricity invoice, INV-7.
+  billing waits for a person: pay_invoice $120.00
+    delegated for: Please pay my electricity invoice, INV-7.
+  approved by alice
+Billing says: Paid $120.00 for INV-7.
+  billing was refused close_account: not_allowed
+  billing: look_up_invoice {"invoice_id": "INV-7", "payee": "electricity", "usd": "120.00"}
+  billing: pay_invoice {"invoice_id": "INV-7", "paid": "120.00"}
+paid: ['INV-7']
+"""
+
+
+def test_manager_worker_delegates_a_payment_that_waits_for_the_person() -> None:
+    assert succeeded(run("manager_worker.py")) == MANAGER_WORKER

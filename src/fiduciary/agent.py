@@ -29,6 +29,7 @@ from .context.compaction import Summarizer
 from .context.config import DomainContext
 from .context.recall import MemoryLayer
 from .context.skills import Skill
+from .delegation import Delegation
 from .deps import Dependencies, DepsFactory
 from .events import Event, Origin
 from .exceptions import ConfigurationError
@@ -189,6 +190,7 @@ class Agent(_Readable):
         deps_type: Any = None,
         deps_factory: DepsFactory | None = None,
         text_guards: Sequence[TextGuard] = (),
+        delegates: Mapping[str, Agent] | None = None,
     ) -> None:
         given = {k: v for k, v in locals().items() if k != "self"}  # the keywords, as given
         for name in ("store", "policy", "clock", "redactor", "model_settings"):
@@ -232,6 +234,7 @@ class Agent(_Readable):
         output_type: Any = None,
         output_retries: int | None = None,
         deps: Any = None,
+        delegation: Delegation | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Start a run (or continue the conversation of an idle one) and stream its events.
 
@@ -262,6 +265,7 @@ class Agent(_Readable):
                 output_type=output_type,
                 output_retries=output_retries,
                 deps=deps,
+                delegation=delegation,
             )
         )
 

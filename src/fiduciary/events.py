@@ -175,12 +175,17 @@ class RunStartedDraft(Draft):
     fork_at: int | None = None
     # the run was started by an outside event (None: by its principal in person)
     origin: Origin | None = None
-    # typed output (fiduciary.outputs): the name of the type its answer is validated against,
-    # and how many invalid answers the model may correct; the name of the type of the
-    # dependencies it needs (fiduciary.deps; never their value). Absent: none.
+    # typed output (fiduciary.outputs): its answer's type (by name), the invalid answers the
+    # model may correct; its dependencies' type (fiduciary.deps; never their value). Absent: none
     output_type: str | None = Field(default=None, exclude_if=_unset)
     output_retries: int | None = Field(default=None, ge=0, exclude_if=_unset)
     deps: str | None = Field(default=None, exclude_if=_unset)
+    # delegation (fiduciary.delegation): the parent run, the name it called this one by, this
+    # one's share of the parent's remaining budget and turns (absent: a run of its own)
+    parent_run_id: UUID | None = Field(default=None, exclude_if=_unset)
+    delegate: str | None = Field(default=None, exclude_if=_unset)
+    budget_usd: Decimal | None = Field(default=None, exclude_if=_unset)
+    max_turns: int | None = Field(default=None, exclude_if=_unset)
 
 
 @final

@@ -117,6 +117,14 @@ ErrorCode = Literal[
     "does_not_match",  # the reported transaction is not the approved call
     "already_reported",  # the transaction was reported for another approval
     "no_receipt",  # the reported transaction has no receipt (not mined, or dropped)
+    # delegation (fiduciary.delegation)
+    "unknown_delegate",  # the agent named is not one this agent may delegate to
+    "misconfigured",  # the delegate does not share the delegating agent's store
+    "delegation_too_deep",  # a fourth level of delegation
+    "delegation_cycle",  # the agent asked is already working on this task further up
+    "over_budget",  # the child asks more USD than the parent has left
+    "over_turns",  # the child asks more model turns than the parent has left
+    "delegation_failed",  # the child run failed, was cancelled or could not be driven
     # HTTP endpoints (apps) and MCP servers
     "host_not_allowed",
     "unsafe_url",

@@ -50,6 +50,7 @@ KEYWORDS = [
     "deps_type",
     "deps_factory",
     "text_guards",
+    "delegates",
 ]
 
 

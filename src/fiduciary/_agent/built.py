@@ -18,6 +18,7 @@ from .._loop import Held, Limits, Runtime, Transcript
 from ..context.config import context_config
 from ..context.recall import MemoryLayer
 from ..context.skills import Skill, skill_table, with_skills
+from ..delegation import with_delegates
 from ..deps import Dependencies
 from ..gates import Gates
 from ..guards import default_guards
@@ -33,8 +34,9 @@ __all__ = ["Built", "Parts", "assemble", "build"]
 # what the gates are made of, and the memory layer (compared once, when an agent is derived)
 _GATES = (
     *("capabilities", "skills", "store", "policy", "guards", "authorize", "clock", "redactor"),
-    "authorize_timeout",
+    *("authorize_timeout", "delegates"),
 )
+_DELEGATING = ("budget_usd", "max_turns")  # what the delegate capability reads of the options
 _MEMORY = ("memory", "redactor", "recall_days", "clock")
 
 
@@ -99,12 +101,16 @@ def assemble(options: AgentOptions, shared: Shared, previous: Built | None) -> P
 def build(options: AgentOptions, shared: Shared, previous: Built | None = None) -> Built:
     """What ``options`` make; ``previous``: the agent's this one is derived from."""
     o = options
-    if previous is not None and _same(o, previous.options, _GATES):
+    if (
+        previous is not None
+        and _same(o, previous.options, _GATES)
+        and (o.delegates is None or _same(o, previous.options, _DELEGATING))
+    ):
         skills, gates = previous.skills, previous.gates
     else:
         skills = skill_table(o.skills)
         gates = Gates(
-            with_skills(o.capabilities, skills),
+            with_skills(with_delegates(o.capabilities, o, o.delegates), skills),
             store=o.store,
             policy=o.policy,
             guards=default_guards() if o.guards is None else list(o.guards),

@@ -96,6 +96,9 @@ class AgentOptions:
     deps_type: Any = None  # what its capabilities get as ctx.deps (fiduciary.deps)
     deps_factory: DepsFactory | None = None
     text_guards: tuple[TextGuard, ...] = ()  # the message in, the final text out
+    # the agents this one may hand a task to, by name (the delegate capability,
+    # fiduciary.delegation; the mapping is read at each call)
+    delegates: Mapping[str, Any] | None = None
     signatures: SignatureCheck | None = None
     tracer: RunTracer = NO_TRACER
     drives_replays: bool = False

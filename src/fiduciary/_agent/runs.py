@@ -27,6 +27,7 @@ from .._loop.folds import KeptFolds
 from .._loop.relay import Relay
 from ..capabilities import Kind, Principal, principal_of
 from ..context.skills import Skill, chosen_skill
+from ..delegation import Delegation, resumed_by_parent
 from ..deps import Dependencies, started_fields, typed_drive
 from ..events import Event, Origin, RunStarted, UserMessage, UserMessageDraft
 from ..exceptions import RunError, StoreError
@@ -117,6 +118,7 @@ class Runs:
         output_type: Any = None,
         output_retries: int | None = None,
         deps: Any = None,
+        delegation: Delegation | None = None,
     ) -> tuple[Driver, list[Event]]:
         """``run`` up to its drive: the run leased (a new one is recorded by the drive's first
         commit, with its first events), the events to yield before the drive's."""
@@ -130,6 +132,7 @@ class Runs:
                 *(message, who, run_id, capabilities, plan_first, skill, origin),
                 record=False,
                 started=started_fields(self.outputs, self.deps, spec, deps),
+                delegation=delegation,
             )
             driver = Driver(self.runtime, run, transcript, unrecorded=first, output=spec, deps=deps)
             if transcript.user_text == message:  # the first turn's plan is the run_started's
@@ -155,6 +158,7 @@ class Runs:
         leased: bool = True,
         record: bool = True,
         started: Mapping[str, Any] | None = None,
+        delegation: Delegation | None = None,
     ) -> tuple[RunRecord, Transcript, list[Event], TurnPlan]:
         """A new run (leased by this process unless ``leased`` is false), recorded unless
         ``record`` is false; and the plan its ``run_started`` records."""
@@ -202,6 +206,7 @@ class Runs:
                 effort=plan.effort,
                 origin=origin,
                 **(started or {}),
+                **(delegation.recorded() if delegation is not None else {}),
             ),
             UserMessage(run_id=rid, seq=2, at=now, text=text, skill=skill, origin=origin),
         ]
@@ -331,6 +336,12 @@ class Runs:
             )
         if started.replay_of is not None and not self.options.drives_replays:
             raise RunError("agent_mismatch", _REPLAY_ONLY.format(run_id=run_id))
+        if started.parent_run_id is not None and not resumed_by_parent(run_id):
+            raise RunError(
+                "agent_mismatch",
+                f"run {run_id} was delegated by run {started.parent_run_id}: its parent's "
+                "delegate call resumes it, with the agent it delegated to",
+            )
         model = self.options.model.name
         if not any_model and started.model != model:
             raise RunError(

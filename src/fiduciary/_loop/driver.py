@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 
 from .._logs import logger
+from ..delegation import handoff_answer
 from ..events import RunCompletedDraft, RunFailedDraft, TurnRetractedDraft
 from ..exceptions import StaleEpochError, StoreError
 from ..stores.base import ApprovalRecord, RunStatus
 from .context import remember_reply
 from .dispatch import dispatch_writes
 from .output import over_retries
+from .runtime import run_limits
 from .settle import cancel, settle
 from .state import Drive
 from .text_checks import blocked
@@ -101,20 +103,27 @@ class Driver(Drive):
         if t.turns_since_user == 0 and await blocked(self, "input", t.user_text):
             return
         while True:
-            if t.turns_since_user >= limits.max_turns:
-                message = f"stopped after {limits.max_turns} model turns"
+            # a handoff: the delegated agent's answer is the run's (fiduciary.delegation)
+            handed = handoff_answer(t.messages)
+            max_turns = run_limits(limits, t.started)[0]
+            if handed is None and t.turns_since_user >= max_turns:
+                message = f"stopped after {max_turns} model turns"
                 self.emit(RunFailedDraft(reason="max_turns", message=message), status="failed")
                 return
-            turn = await model_turn(self)
-            if turn is None:
-                return
-            called, writes = turn
+            if handed is None:
+                turn = await model_turn(self)
+                if turn is None:
+                    return
+                called, writes = turn
+            else:
+                called, writes = False, []
             answer = self.answer
-            if answer is not None or (not called and self.output is None):
-                if await blocked(self, "output", t.last_text):
+            if handed is not None or answer is not None or (not called and self.output is None):
+                text = t.last_text if handed is None else handed
+                if await blocked(self, "output", text):
                     return
                 done = RunCompletedDraft(
-                    text=t.last_text,
+                    text=text,
                     input_tokens=t.input_tokens,
                     output_tokens=t.output_tokens,
                     tool_calls=t.tool_calls,
@@ -123,7 +132,7 @@ class Driver(Drive):
                     output=None if answer is None else self.rt.redactor.redact(answer.record),
                 )
                 self.emit(done, status="completed")
-                remember_reply(self, t.last_text)
+                remember_reply(self, text)
                 return
             pending = await dispatch_writes(self, writes)
             if pending:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..context.config import ContextConfig
+from ..events import RunStarted
 from ..gates import Gates
 from ..models.base import Model
 from ..models.pricing import PriceTable
@@ -23,7 +24,7 @@ from ..stores.base import HeldPrincipalLock, Store
 from ..text_guards import TextGuard
 from ..tracing import NO_TRACER, RunTracer
 
-__all__ = ["Held", "Limits", "Runtime"]
+__all__ = ["Held", "Limits", "Runtime", "run_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,18 @@ class Limits:
     budget_usd: Decimal | None
     lease_seconds: float
     commit_delay: float = 0.005
+
+
+def run_limits(limits: Limits, started: RunStarted | None) -> tuple[int, Decimal | None]:
+    """A run's max turns and budget: the agent's, or less where its ``run_started`` sets a
+    share (a delegated run gets a share of its parent's remaining turns and budget)."""
+    turns, budget = limits.max_turns, limits.budget_usd
+    if started is not None:
+        if started.max_turns is not None:
+            turns = min(turns, started.max_turns)
+        if started.budget_usd is not None:
+            budget = started.budget_usd if budget is None else min(budget, started.budget_usd)
+    return turns, budget
 
 
 @dataclass(frozen=True, slots=True)

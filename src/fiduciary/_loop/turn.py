@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from .._logs import logger
 from ..context.tokens import LastRequest
+from ..delegation import delegated_spend
 from ..events import (
     Draft,
     ModelFallback,
@@ -41,6 +42,7 @@ from ..models.tiers import plan_turn
 from .context import prepare
 from .dispatch import reject, run_read, start
 from .output import close_answers, wants
+from .runtime import run_limits
 from .state import Drive
 from .stream_redaction import StreamRedactor
 
@@ -94,11 +96,11 @@ async def model_turn(d: Drive) -> tuple[bool, list[ParsedCall]] | None:
     # the model that will answer (a tiered model routes by the plan's tier), and its price
     route = getattr(rt.model, "model_for", None)
     answering = route(request) if callable(route) else rt.model
-    budget = rt.limits.budget_usd
+    budget = run_limits(rt.limits, t.started)[1]
     if budget is not None:
         refusal = budget_refusal(
             budget_usd=budget,
-            spent_usd=t.cost_usd,
+            spent_usd=t.cost_usd + delegated_spend(t.messages),  # its children's count too
             next_call_usd=estimate_call_usd(
                 d.price(answering), request, input_tokens=prepared.tokens
             ),

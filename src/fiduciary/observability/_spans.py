@@ -28,6 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
+from ..delegation import delegating_run
 from ..events import (
     ActionResolved,
     Event,
@@ -139,6 +140,10 @@ class DriveSpans:
         caller = trace.get_current_span().get_span_context()
         if caller.is_valid:  # an HTTP request, a scheduler tick: linked, the run's trace is its own
             self._links.append(Link(caller, {"fiduciary.link": "caller"}))
+        parent_run = delegating_run()
+        if parent_run is not None and parent_run != run_id:  # a child run: its parent's trace
+            self._links.append(Link(root_context(parent_run), {"fiduciary.link": "delegated_by"}))
+            self._root_attributes["fiduciary.run.parent_id"] = str(parent_run)
         self._root: _Record | None = None  # recorded at the drive's first report (``_agent``)
         self._span: Span | None = None  # the SDK's root span, started by the first hand-over
         self._ctx = otel_context.Context()

@@ -11,8 +11,9 @@ from uuid import UUID
 
 from starlette.responses import Response
 
+from ..delegation import lineage
 from ..dual_control import as_voted, progress, rule_for
-from ..events import GuardNote, PendingAction
+from ..events import GuardNote, PendingAction, RunStarted
 from ..exceptions import ApprovalError
 from ..stores.base import ApprovalRecord
 from .pipeline import Call, json_response
@@ -20,6 +21,7 @@ from .schemas import (
     ApprovalList,
     ApprovalOut,
     ApproveBody,
+    DelegatedByOut,
     DenyBody,
     ListApprovalsQuery,
     ResultBody,
@@ -32,10 +34,17 @@ __all__ = ["approve", "deny", "get_approval", "list_approvals", "submit_result"]
 async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[ApprovalOut]:
     """Approvals with the description and guard notes their pending_action showed."""
     shown: dict[UUID, PendingAction] = {}
+    above: dict[UUID, list[DelegatedByOut]] = {}
+    store = server.agent.store
     for run_id in dict.fromkeys(r.run_id for r in records):
-        for logged in await server.agent.store.read_events(run_id):
+        for logged in await store.read_events(run_id):
             if isinstance(logged, PendingAction):
                 shown[logged.approval_id] = logged
+            elif isinstance(logged, RunStarted) and logged.parent_run_id is not None:
+                above[run_id] = [
+                    DelegatedByOut(run_id=link.run_id, delegate=link.delegate, title=link.title)
+                    for link in (await lineage(store, run_id))[1:]
+                ]
     out: list[ApprovalOut] = []
     rules = server.agent.gates.policy.dual_control
     sign = server.agent.gates.policy.signatures
@@ -59,7 +68,7 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
                 dual=dual,
                 signature_required=sign is not None
                 and sign.requires(record.tier, record.amount_usd),
-            )
+            ).model_copy(update={"delegated_by": above.get(record.run_id, [])})
         )
     return out
 

@@ -185,6 +185,14 @@ class DualControlOut(BaseModel):
     )
 
 
+class DelegatedByOut(BaseModel):
+    """A run above a delegated run's approval: whose task the action serves."""
+
+    run_id: UUID
+    delegate: str | None = Field(description="the name its parent called it by; null: a person's")
+    title: str
+
+
 class ApprovalOut(BaseModel):
     """A pending (or decided) action. ``args`` are redacted for display; ``args_digest`` binds
     the decision to the exact arguments."""
@@ -221,6 +229,11 @@ class ApprovalOut(BaseModel):
         "(proposed_args_digest: the digest of the arguments the run proposed).",
     )
     proposed_args_digest: str = ""
+    delegated_by: list[DelegatedByOut] = Field(
+        default_factory=list,
+        description="For an action of a delegated run: the runs that delegated it, its parent "
+        "first, up to the run a person started (fiduciary.delegation). Empty otherwise.",
+    )
 
     @classmethod
     def of(

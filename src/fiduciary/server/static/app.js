@@ -500,6 +500,25 @@
     return [" · ", el("span", { class: event.replay_of ? "badge" : "badge hot", "data-testid": "origin", text: label }), " of ", link];
   }
 
+  // a delegated run links to the run whose delegate call started it (fiduciary.delegation)
+  function delegatedBy(event) {
+    const parent = event.parent_run_id;
+    if (!parent) return [];
+    const link = el("a", { href: "#", "data-testid": "parent-link", onclick: (e) => { e.preventDefault(); openRun(parent); } }, `run ${parent}`);
+    return [" · ", el("span", { class: "badge", "data-testid": "delegated", text: `delegate ${event.delegate || ""}` }), " of ", link];
+  }
+
+  // a delegate call links to the child run it started (its result names it)
+  function childLink(event) {
+    const tool = state.view.tools.get(event.tool_use_id);
+    if (event.name !== "delegate" || event.is_error || !tool) return;
+    let child = null;
+    try { child = JSON.parse(event.output).run_id; } catch { return; }
+    if (!child) return;
+    const link = el("a", { href: "#", "data-testid": "child-link", onclick: (e) => { e.preventDefault(); openRun(child); } }, `run ${child}`);
+    tool.node.append(el("div", { class: "small" }, "delegated to ", link));
+  }
+
   // the run list's label of a replay or a fork (its title begins with what it came from)
   function originLabel(title) {
     if (/^replay of [0-9a-f]{8}/.test(title || "")) return el("span", { class: "badge", "data-testid": "origin", text: "replay" });
@@ -512,7 +531,7 @@
     switch (event.type) {
       case "run_started":
         $("run-title").textContent = "Run";
-        $("run-meta").replaceChildren(`${event.principal} · ${event.model} · started `, when(event.at), ` · run ${event.run_id}`, ...origin(event));
+        $("run-meta").replaceChildren(`${event.principal} · ${event.model} · started `, when(event.at), ` · run ${event.run_id}`, ...origin(event), ...delegatedBy(event));
         setStatus("running");
         break;
       case "user_message":
@@ -542,6 +561,7 @@
       case "tool_call_end":
         toolEnd(event.tool_use_id, event.is_error ? "error" : "ok", event.recovery, event.output);
         cardAfter(event.tool_use_id, event.is_error ? "error" : "ok", event.at, event.output);
+        childLink(event);
         break;
       case "tool_call_rejected":
         toolEnd(event.tool_use_id, "refused", event.reason, event.message);
@@ -1074,7 +1094,11 @@
           el("li", { "data-testid": "pending-item", onclick: () => (a.dual_control && a.principal !== state.principal && a.dual_control.members.includes(state.principal)
             ? window.fiduciaryDual.openVote(a) : openRun(a.run_id)) },
             shown(a.description || a.capability).text,
-            el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }))),
+            el("span", { class: "sub", text: `${usd(a.amount_usd)} · ${a.tier}` }),
+            // an action of a delegated run: whose task it serves (the person's run, last)
+            (a.delegated_by || []).length
+              ? el("span", { class: "sub", "data-testid": "delegated-for", text: `delegated for: ${shown(a.delegated_by[a.delegated_by.length - 1].title).text}` })
+              : null)),
       );
       highlightRun();
     } catch (_) {

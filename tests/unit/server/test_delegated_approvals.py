@@ -1,0 +1,88 @@
+"""A delegated run's pending action, from the HTTP API: the card names the runs that delegated
+it, up to the person's own (the parent's context), and deciding it lets the parent finish."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from fiduciary import Agent, ManualClock, capability
+from fiduciary.capabilities import Capability
+from fiduciary.delegation import child_run_id
+from fiduciary.events import RunCompleted
+from fiduciary.testing import (
+    Call,
+    MemoryStore,
+    Reply,
+    Script,
+    ScriptedModel,
+    ToolCalls,
+    allow_all,
+    collect,
+)
+
+from .conftest import AppFactory, bearer, client_for
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def paying() -> Capability:
+    @capability(kind="execute", operation="pay", amount_usd=lambda args, ctx: Decimal(args.usd))
+    def pay(usd: str) -> dict[str, str]:
+        """Pay an invoice."""
+        return {"paid": usd}
+
+    return pay
+
+
+async def test_a_childs_card_names_its_parent(make_app: AppFactory) -> None:
+    store = MemoryStore()
+    options: dict[str, Any] = {"store": store, "clock": ManualClock(), "authorize": allow_all}
+    worker = Agent(
+        model=ScriptedModel(
+            [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid $5")])]
+        ),
+        capabilities=[paying()],
+        **options,
+    )
+    task = {"agent": "billing", "task": "pay the invoice"}
+    manager = Agent(
+        model=ScriptedModel(
+            [Script("settle", [ToolCalls([Call("delegate", task)]), Reply("done")])]
+        ),
+        capabilities=[paying()],
+        delegates={"billing": worker},
+        **options,
+    )
+    run = manager.run("settle my invoice", principal="alice")
+    parent = (await anext(run)).run_id
+    rest = asyncio.ensure_future(collect(run))
+    child = child_run_id(parent, "toolu_000_0")
+    app = make_app(agent=manager)
+    key = (await app.state.server.keys.create("alice", ["runs:read", "approvals:decide"]))[0]
+    async with client_for(app) as client, asyncio.timeout(10):
+        while True:
+            response = await client.get("/approvals?status=pending", headers=bearer(key))
+            assert response.status_code == 200, response.text
+            cards = response.json()["approvals"]
+            if cards:
+                break
+            await asyncio.sleep(0.01)  # the child's drive suspends in another task
+        (card,) = cards
+        assert card["run_id"] == str(child)
+        assert card["delegated_by"] == [
+            {"run_id": str(parent), "delegate": None, "title": "settle my invoice"}
+        ]
+        decided = await client.post(
+            f"/approvals/{card['approval_id']}/approve",
+            json={"args_digest": card["args_digest"]},
+            headers=bearer(key),
+        )
+        assert decided.status_code == 200, decided.text
+    events = await rest
+    final = events[-1]
+    assert isinstance(final, RunCompleted)
+    assert final.text == "done"
