@@ -309,9 +309,8 @@ class GuardFired(GuardFiredDraft, EventBase):
 
 
 class PostGuardFiredDraft(Draft):
-    """A post-execution guard's note on a call that ran: recorded after its ``tool_call_end``
-    (a hint or a warning: nothing can be blocked once it happened). ``message`` goes to the
-    model with the call's result, ``for_person`` is shown beside the result."""
+    """A post-execution guard's hint or warning on a call that ran, after its ``tool_call_end``:
+    ``message`` goes to the model with the result, ``for_person`` is shown beside it."""
 
     type: Literal["post_guard_fired"] = "post_guard_fired"
     tool_use_id: str
