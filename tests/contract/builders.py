@@ -20,6 +20,7 @@ from fiduciary.events import (
     RunFailed,
     RunStarted,
     TextDelta,
+    TextGuardFired,
     ThinkingDelta,
     ThinkingDone,
     TodoUpdate,
@@ -296,6 +297,15 @@ def every_event(run_id: UUID) -> list[Event]:
             "message": "the balance after is 880, not 980",
             "for_person": "Your balance is now 880 € — not the 980 € shown.",
         },
+        {
+            "type": "text_guard_fired",
+            "guard": "unbacked_amount",
+            "tier": "financial",
+            "phase": "output",
+            "verdict": "warn",
+            "message": "The answer states amounts no tool returned: 1250.",
+            "for_person": "Check these figures: no tool of this run returned them.",
+        },
     ]
     classes: dict[str, type[Any]] = {
         cls.model_fields["type"].default: cls
@@ -321,6 +331,7 @@ def every_event(run_id: UUID) -> list[Event]:
             RunCompleted,
             RunFailed,
             PostGuardFired,
+            TextGuardFired,
         )
     }
     # A non-UTC offset and microseconds: the store must keep the instant and the precision.
