@@ -31,14 +31,7 @@ TABLES: dict[tuple[str, str], str] = {
     ("wallet/machine_payments.py", "pay_api_capabilities"): "api_price and pay_api, declared",
 }
 # in modules other branches of issue 26 split now; cleared after they merge
-PENDING: dict[tuple[str, str], str] = {
-    ("apps/http.py", "apps_routes"): "the apps branch (live channels and sessions) reshapes it",
-    ("_loop/transcript.py", "Transcript.apply"): "the loop, reshaped with the Agent's options",
-    ("_loop/turn.py", "model_turn"): "the loop, reshaped with the Agent's options",
-    ("mcp/server.py", "build_server"): "the MCP skills branch adds to it",
-    ("stores/_sql/postgres.py", "PostgresStore"): "the store seam split (stores/base.py)",
-    ("wallet/wallet.py", "PaperWallet"): "step 3: wallet books and wallet without the circle",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def sized() -> Iterator[tuple[str, str, str, int]]:

@@ -158,17 +158,7 @@ class Transcript:
             if event.total_cost_usd is not None:
                 self.cost_usd = event.total_cost_usd
         elif type(event) is TurnComplete:
-            message = AssistantMessage(tuple(self.parts))
-            self._append(message)
-            self.last_text = message.text
-            self.open_uses = message.tool_uses
-            self.parts = []
-            self.partial_from = None
-            self.turns_since_user += 1
-            self._close_turn()
-            if event.output_error is not None:  # a text answer that is not the typed output
-                self.invalid_outputs += 1
-                self._append(UserTextMessage(event.output_error))
+            self._turn_complete(event)
         elif type(event) is ToolCallRejected:
             content = error_content(event.reason, event.message)
             refreshed = self._refreshes.get(event.tool_use_id)
@@ -179,16 +169,7 @@ class Transcript:
                 self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
             self._outcome(event.tool_use_id, False, content)
         elif type(event) is UserMessage:
-            self._append(UserTextMessage(event.text))
-            self.history.add_user_message(event.text)
-            self.turns_since_user = 0
-            self.calls_since_user = 0
-            self.invalid_outputs = 0
-            self.user_text = event.text
-            self.layers = None
-            self.origin = event.origin
-            if event.skill is not None:
-                self.skill, self.skill_since = event.skill, len(self.history.calls)
+            self._user_message(event)
         elif type(event) is RunStarted:
             self.started = event
         elif type(event) is PendingAction:
@@ -218,16 +199,7 @@ class Transcript:
         elif type(event) is ContextLayers:
             self.layers = event
         elif type(event) is Compaction:
-            if event.phase == "start":
-                self.compacting = event.tokens_before or 0
-            else:
-                self.compacting = None
-                if event.method is not None:
-                    self.shape = Shape(
-                        kept_from=event.kept_from or 0,
-                        stubbed_before=event.stubbed_before or 0,
-                        summary=event.summary,
-                    )
+            self._compaction(event)
         elif type(event) is PostGuardFired:
             self._amend(event.tool_use_id, f"- [{event.guard}] {event.message}")
         elif (
@@ -241,6 +213,46 @@ class Transcript:
             pass  # nothing the model or the guards are told
         else:
             assert_never(event)
+
+    def _turn_complete(self, event: TurnComplete) -> None:
+        """The model's turn, whole: one assistant message; a wrong typed output is answered."""
+        message = AssistantMessage(tuple(self.parts))
+        self._append(message)
+        self.last_text = message.text
+        self.open_uses = message.tool_uses
+        self.parts = []
+        self.partial_from = None
+        self.turns_since_user += 1
+        self._close_turn()
+        if event.output_error is not None:  # a text answer that is not the typed output
+            self.invalid_outputs += 1
+            self._append(UserTextMessage(event.output_error))
+
+    def _user_message(self, event: UserMessage) -> None:
+        """The person speaks: a new user turn, its counters back to zero."""
+        self._append(UserTextMessage(event.text))
+        self.history.add_user_message(event.text)
+        self.turns_since_user = 0
+        self.calls_since_user = 0
+        self.invalid_outputs = 0
+        self.user_text = event.text
+        self.layers = None
+        self.origin = event.origin
+        if event.skill is not None:
+            self.skill, self.skill_since = event.skill, len(self.history.calls)
+
+    def _compaction(self, event: Compaction) -> None:
+        """Compaction under way (its tokens before), or done (the history's new shape)."""
+        if event.phase == "start":
+            self.compacting = event.tokens_before or 0
+        else:
+            self.compacting = None
+            if event.method is not None:
+                self.shape = Shape(
+                    kept_from=event.kept_from or 0,
+                    stubbed_before=event.stubbed_before or 0,
+                    summary=event.summary,
+                )
 
     def new_call_id(self, proposed: str | None) -> str:
         """The id a call the model just made is recorded under: the provider's when no call of

@@ -15,7 +15,7 @@ grant the model asked for with ``request_grant``) then continues, and the answer
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +30,10 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from ..capabilities import Principal
 from ..exceptions import ApprovalError, RunError
+from ..stores.base import ApprovalRecord
 from .engine import AppEngine
+from .manifest import Manifest
+from .tables import AppRecord, TickRecord
 
 __all__ = ["apps_routes"]
 
@@ -45,8 +48,14 @@ _STATUS = {
 }
 
 
-def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
-    """The routes of the apps of ``engine``; every one checks the caller first."""
+Handle = Callable[[Request], Awaitable[Any]]
+
+
+def _guard(
+    engine: AppEngine, authenticate: Authenticate
+) -> Callable[[Handle], Callable[[Request], Awaitable[Response]]]:
+    """An endpoint of ``handle``: the caller checked first (the engine's principal, or an
+    admin), put in ``request.state.principal``; the answer JSON, a refusal an error body."""
 
     async def caller(request: Request) -> Principal:
         who = await authenticate(request)
@@ -54,9 +63,7 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
             raise RunError("forbidden", "these apps act for another principal")
         return who
 
-    def guarded(
-        handle: Callable[[Request], Awaitable[Any]],
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(handle: Handle) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
                 request.state.principal = await caller(request)
@@ -68,20 +75,19 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
 
         return endpoint
 
+    return guarded
+
+
+def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
+    """The routes of the apps of ``engine``; every one checks the caller first."""
+
+    guarded = _guard(engine, authenticate)
+
     async def list_apps(request: Request) -> Any:
         out = []
         for app_id, manifest in sorted(engine.manifests.items()):
             record = await engine.record(app_id)
-            out.append(
-                {
-                    "id": app_id,
-                    "name": manifest.name,
-                    "tier": manifest.tier,
-                    "enabled": record.enabled,
-                    "paused_until": record.paused_until,
-                    "counters": record.counters,
-                }
-            )
+            out.append(_summary(app_id, manifest, record))
         return out
 
     async def show(request: Request) -> Any:
@@ -89,27 +95,7 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
         manifest = engine.manifest(app_id)
         record = await engine.record(app_id)
         ticks = await engine.tables.ticks(app_id, limit=20)
-        pending = await engine.pending(app_id)
-        return {
-            "id": app_id,
-            "name": manifest.name,
-            "hooks": sorted(manifest.hooks),
-            "tier": manifest.tier,
-            "mode": manifest.config.mode,
-            "permissions": list(manifest.permissions),
-            "limits": {k: str(v) for k, v in manifest.limits.items()},
-            "enabled": record.enabled,
-            "state": record.state,
-            "counters": record.counters,
-            "ticks": [
-                {"slot": t.slot, "status": t.status, "outcome": t.outcome, "detail": t.detail}
-                for t in ticks
-            ],
-            "pending": [
-                {"approval_id": str(a.approval_id), "capability": a.capability, "args": a.args}
-                for a in pending
-            ],
-        }
+        return _detail(app_id, manifest, record, ticks, await engine.pending(app_id))
 
     async def enable(request: Request) -> Any:
         record = await engine.enable(request.path_params["app_id"])
@@ -175,3 +161,44 @@ def apps_routes(engine: AppEngine, authenticate: Authenticate) -> list[Route]:
         Route("/{app_id}/tick", guarded(tick), methods=["POST"]),
         Route("/{app_id}/messages", guarded(message), methods=["POST"]),
     ]
+
+
+# --- what an app looks like over HTTP -----------------------------------------------------------
+def _summary(app_id: str, manifest: Manifest, record: AppRecord) -> dict[str, Any]:
+    return {
+        "id": app_id,
+        "name": manifest.name,
+        "tier": manifest.tier,
+        "enabled": record.enabled,
+        "paused_until": record.paused_until,
+        "counters": record.counters,
+    }
+
+
+def _detail(
+    app_id: str,
+    manifest: Manifest,
+    record: AppRecord,
+    ticks: Sequence[TickRecord],
+    pending: Sequence[ApprovalRecord],
+) -> dict[str, Any]:
+    return {
+        "id": app_id,
+        "name": manifest.name,
+        "hooks": sorted(manifest.hooks),
+        "tier": manifest.tier,
+        "mode": manifest.config.mode,
+        "permissions": list(manifest.permissions),
+        "limits": {k: str(v) for k, v in manifest.limits.items()},
+        "enabled": record.enabled,
+        "state": record.state,
+        "counters": record.counters,
+        "ticks": [
+            {"slot": t.slot, "status": t.status, "outcome": t.outcome, "detail": t.detail}
+            for t in ticks
+        ],
+        "pending": [
+            {"approval_id": str(a.approval_id), "capability": a.capability, "args": a.args}
+            for a in pending
+        ],
+    }

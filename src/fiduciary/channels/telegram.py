@@ -38,27 +38,21 @@ per choice (``c<n>:<token>``, checked as an approval's buttons are), or, with no
 person's next message in that chat is the answer. The answer is ``Agent.answer``'s; the run
 is then driven on and its reply sent.
 
-The bot token: it is in every Bot API URL, so it is registered as a known secret with
-fiduciary's log redaction, which is also installed on python-telegram-bot's, httpx's and
-httpcore's loggers before the client exists; errors from the client are re-raised as
-``TelegramError`` with their text scrubbed and no chained cause; text going to a target or to
-the chat is scrubbed too.
+The bot token: the client (``telegram_bot.TelegramBot``) keeps it out of logs, errors and
+every text sent; text going to a target is scrubbed too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import timedelta
 from decimal import Decimal, InvalidOperation
-from typing import TypeVar
 from uuid import UUID
 
-from .._logs import REDACT_LOGS, logger
+from .._logs import logger
 from ..agent import Agent
 from ..clock import Clock, SystemClock
 from ..events import GuardNote, PendingAction
@@ -70,18 +64,16 @@ from ..exceptions import (
     StoreError,
 )
 from ..questions import PendingQuestion, is_question
-from ..redaction import Redactor
 from ..stores.base import ApprovalRecord
 from .agent_chat import collect
 from .inbox import ChannelError, Inbox, RateLimitError, Reply
 from .links import LinkRefused, PersonLinks
 from .records import Card, ChannelRecords
-from .split import split_message
+from .telegram_bot import TelegramBot, TelegramError, guard_library_logs
 
 try:
     import telegram
     from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
-    from telegram.request import HTTPXRequest
 except ImportError as exc:  # pragma: no cover - the extra is in dev
     raise ImportError(
         "the Telegram channel needs the 'telegram' extra: pip install 'fiduciary[telegram]'"
@@ -98,7 +90,6 @@ __all__ = [
 log = logger("fiduciary.channels.telegram")
 
 DEFAULT_API = "https://api.telegram.org"
-T = TypeVar("T")
 
 NOT_VALID = "This button is not valid."
 DECIDED = "This action was already decided or has expired."
@@ -129,16 +120,6 @@ LINK_REFUSED = {
 }
 
 RETRY_SECONDS = 1.0
-_LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore")
-
-
-class TelegramError(FiduciaryError):
-    """The Bot API could not be reached or refused a call (the text holds no token).
-    ``retry_after``: the seconds Telegram asked to wait (flood control), if it did."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 def channel_name(token: str) -> str:
@@ -147,18 +128,6 @@ def channel_name(token: str) -> str:
     if not sep or not bot_id.isdigit() or not secret:
         raise ConfigurationError("a Telegram bot token looks like 123456:ABC-DEF...")
     return f"telegram:{bot_id}"
-
-
-def guard_library_logs() -> None:
-    """Install fiduciary's log redaction on the Bot API client's loggers (and their
-    children that exist now): the token is in every request URL they may log."""
-    names = [
-        n
-        for n in logging.root.manager.loggerDict
-        if any(n == p or n.startswith(p + ".") for p in _LIBRARY_LOGGERS)
-    ]
-    for name in {*names, *_LIBRARY_LOGGERS, "telegram.Bot"}:
-        logger(name)  # gets it with fiduciary's redaction installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +160,9 @@ class TelegramChannel:
             raise ConfigurationError("the records are another bot's")
         if target not in inbox:
             raise ConfigurationError(f"no target {target!r} in the inbox")
-        self.redactor = Redactor(known_secrets=[token, token.partition(":")[2]])
-        REDACT_LOGS.register(self.redactor)  # held here: the registry keeps weak references
-        guard_library_logs()
+        self.client = TelegramBot(token, api=api, poll_timeout=poll_timeout)
+        self.redactor = self.client.redactor
+        self.bot = self.client.bot
         self.agent = agent
         self.inbox = inbox
         self.target = target
@@ -211,36 +180,18 @@ class TelegramChannel:
         self.clock: Clock = clock or SystemClock()
         # a test's crash point: after an update is handled, before the offset is committed
         self._after_handled = after_handled
-        self.bot = telegram.Bot(
-            token,
-            base_url=f"{api.rstrip('/')}/bot",
-            request=HTTPXRequest(connection_pool_size=4),
-            get_updates_request=HTTPXRequest(read_timeout=poll_timeout + 10.0),
-        )
-        guard_library_logs()
 
-    # --- the client, with its errors scrubbed --------------------------------------------------
+    # --- the client, with the token scrubbed --------------------------------------------------
     def scrub(self, text: str) -> str:
-        return self.redactor.redact_text(text)
-
-    async def _call(self, what: Awaitable[T]) -> T:
-        try:
-            return await what
-        except telegram.error.TelegramError as exc:
-            wait = exc.retry_after if isinstance(exc, telegram.error.RetryAfter) else None
-            seconds = wait.total_seconds() if isinstance(wait, timedelta) else wait
-            raise TelegramError(
-                self.scrub(f"{type(exc).__name__}: {exc}"), retry_after=seconds
-            ) from None
+        return self.client.scrub(text)
 
     async def start(self) -> None:
         """Check the token (``getMe``)."""
-        await self._call(self.bot.initialize())
-        guard_library_logs()
+        await self.client.start()
 
     async def close(self) -> None:
         try:
-            await self._call(self.bot.shutdown())
+            await self.client.shutdown()
         finally:
             await self.records.close()
 
@@ -264,7 +215,7 @@ class TelegramChannel:
         chats concurrently), then commit the offset past them; then send cards for actions
         waiting. Returns how many updates were handled now."""
         offset = await self.records.next_offset()
-        updates = await self._call(
+        updates = await self.client.call(
             self.bot.get_updates(
                 offset=offset,
                 timeout=self.poll_timeout if wait_seconds is None else wait_seconds,
@@ -327,7 +278,7 @@ class TelegramChannel:
                 _user_id(update),
             )
             if update.callback_query is not None:
-                await self._call(update.callback_query.answer())
+                await self.client.call(update.callback_query.answer())
             return
         chat = _Chat(chat_id, principal)
         if not await self._from_the_person(chat, update):
@@ -357,7 +308,7 @@ class TelegramChannel:
             return True
         await self._refuse(chat, what, f"{detail} for {chat.principal}")
         if update.callback_query is not None:
-            await self._call(update.callback_query.answer(text, show_alert=True))
+            await self.client.call(update.callback_query.answer(text, show_alert=True))
         else:
             await self.say(chat.chat_id, text)
         return False
@@ -412,8 +363,7 @@ class TelegramChannel:
 
     async def say(self, chat_id: int, text: str) -> None:
         """Send ``text`` to the chat, split at Telegram's limit."""
-        for piece in split_message(self.scrub(text)):
-            await self._call(self.bot.send_message(chat_id=chat_id, text=piece))
+        await self.client.say(chat_id, text)
 
     # --- cards ----------------------------------------------------------------------------------
     async def announce_pending(self) -> None:
@@ -437,26 +387,18 @@ class TelegramChannel:
                 elif card.message_id is not None:
                     continue
                 if is_question(approval):
-                    sent = await self._call(
-                        self.bot.send_message(
-                            chat_id=chat_id,
-                            text=self.scrub(question_text(approval)),
-                            reply_markup=_choices(card.token, approval),
-                        )
+                    sent = await self.client.send(
+                        chat_id, question_text(approval), _choices(card.token, approval)
                     )
                     if not approval.args.get("choices"):  # the next message answers it
                         await self.records.await_amount(chat_id, card.token)
-                    await self.records.card_sent(card.token, sent.message_id)
+                    await self.records.card_sent(card.token, sent)
                     continue
                 notes = await self._notes(approval)
-                sent = await self._call(
-                    self.bot.send_message(
-                        chat_id=chat_id,
-                        text=self.scrub(card_text(approval, notes)),
-                        reply_markup=_buttons(card.token),
-                    )
+                sent = await self.client.send(
+                    chat_id, card_text(approval, notes), _buttons(card.token)
                 )
-                await self.records.card_sent(card.token, sent.message_id)
+                await self.records.card_sent(card.token, sent)
 
     async def _notes(self, approval: ApprovalRecord) -> list[GuardNote]:
         """The guards' notes its pending action recorded (their sentences for the person)."""
@@ -472,21 +414,21 @@ class TelegramChannel:
         card = await self.records.card(token) if known and token else None
         if card is None or card.chat_id != chat.chat_id or card.principal != chat.principal:
             await self._refuse(chat, "forged", f"button {query.data!r} is not this chat's")
-            await self._call(query.answer(NOT_VALID, show_alert=True))
+            await self.client.call(query.answer(NOT_VALID, show_alert=True))
             return
         approval = await self._pending(card)
         if approval is None:
-            await self._call(query.answer(DECIDED, show_alert=True))
-            await self._drop_buttons(card)
+            await self.client.call(query.answer(DECIDED, show_alert=True))
+            await self.client.drop_buttons(card)
             return
         if approval.args_digest != card.args_digest or approval.principal != chat.principal:
             await self._refuse(chat, "stale", f"approval {approval.approval_id}: digest changed")
-            await self._call(query.answer(STALE, show_alert=True))
-            await self._drop_buttons(card)
+            await self.client.call(query.answer(STALE, show_alert=True))
+            await self.client.drop_buttons(card)
             return
         if (choice is not None) != is_question(approval):  # a choice is a question's only
             await self._refuse(chat, "forged", f"button {query.data!r} is not this card's")
-            await self._call(query.answer(NOT_VALID, show_alert=True))
+            await self.client.call(query.answer(NOT_VALID, show_alert=True))
             return
         if choice is not None:
             await self._answer(chat, card, query, str(int(choice) + 1))  # a choice's number
@@ -495,7 +437,7 @@ class TelegramChannel:
             await self._decide(chat, card, query, approve=False)
         elif approval.tier == "explicit" and approval.amount_usd is not None:
             await self.records.await_amount(chat.chat_id, card.token)
-            await self._call(query.answer())
+            await self.client.call(query.answer())
             await self.say(chat.chat_id, TYPE_AMOUNT)
         else:
             await self._decide(chat, card, query, approve=True)
@@ -537,13 +479,13 @@ class TelegramChannel:
         except (ApprovalError, RunError) as exc:  # RunError: e.g. another agent's run
             await self._refuse(chat, f"refused:{exc.code}", exc.message)
             if query is not None:
-                await self._call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
+                await self.client.call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
             else:
                 await self.say(chat.chat_id, f"Not approved: {exc.message}")
             return
         if query is not None:
-            await self._call(query.answer("Approved." if approve else "Denied."))
-        await self._drop_buttons(card)
+            await self.client.call(query.answer("Approved." if approve else "Denied."))
+        await self.client.drop_buttons(card)
         await self.say(chat.chat_id, "Approved." if approve else "Denied.")
         await self._continue(chat, record.run_id)
 
@@ -560,14 +502,14 @@ class TelegramChannel:
         except (ApprovalError, RunError) as exc:
             await self._refuse(chat, f"refused:{exc.code}", exc.message)
             if query is not None:
-                await self._call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
+                await self.client.call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
             else:
                 await self.say(chat.chat_id, f"Not answered: {exc.message}")
             return
         answer = PendingQuestion.of(record).answer or ""
         if query is not None:
-            await self._call(query.answer("Answered."))
-        await self._drop_buttons(card)
+            await self.client.call(query.answer("Answered."))
+        await self.client.drop_buttons(card)
         await self.say(chat.chat_id, f"Answered: {answer}")
         await self._continue(chat, record.run_id)
 
@@ -585,18 +527,6 @@ class TelegramChannel:
             if approval.approval_id == card.approval_id:
                 return approval
         return None
-
-    async def _drop_buttons(self, card: Card) -> None:
-        if card.message_id is None:
-            return
-        try:
-            await self._call(
-                self.bot.edit_message_reply_markup(
-                    chat_id=card.chat_id, message_id=card.message_id, reply_markup=None
-                )
-            )
-        except TelegramError as exc:  # an old message may not be editable any more
-            log.info("telegram: buttons left on message %s: %s", card.message_id, exc)
 
     async def _refuse(self, chat: _Chat, what: str, detail: str) -> None:
         await self.records.audit(self.clock.now(), chat.chat_id, what, self.scrub(detail))

@@ -205,25 +205,7 @@ def build_server(
         assert gateway is not None
         who = caller(ctx)
         who.require(RUNS_READ)
-        actor = who.principal.actor_id
-        resources = [
-            mcp_types.Resource(
-                uri=f"{_APPROVAL}{a.approval_id}",
-                name=f"approval {a.approval_id}",
-                description=f"pending: {a.capability}",
-                mime_type="application/json",
-            )
-            for a in await gateway.agent.pending_approvals(principal=actor)
-        ]
-        resources += [
-            mcp_types.Resource(
-                uri=f"{_RUN}{r.run_id}",
-                name=f"run {r.run_id}",
-                description=f"{r.status}: {r.title}",
-                mime_type="application/json",
-            )
-            for r in await gateway.agent.list_runs(principal=actor, limit=50)
-        ]
+        resources = await _resources(gateway, who.principal.actor_id)
         return mcp_types.ListResourcesResult(resources=resources)
 
     async def list_resource_templates(
@@ -288,6 +270,29 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_error(text: str) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], is_error=True)
+
+
+async def _resources(gateway: McpGateway, actor: str) -> list[mcp_types.Resource]:
+    """The caller's pending approvals and latest runs, as resources."""
+    resources = [
+        mcp_types.Resource(
+            uri=f"{_APPROVAL}{a.approval_id}",
+            name=f"approval {a.approval_id}",
+            description=f"pending: {a.capability}",
+            mime_type="application/json",
+        )
+        for a in await gateway.agent.pending_approvals(principal=actor)
+    ]
+    resources += [
+        mcp_types.Resource(
+            uri=f"{_RUN}{r.run_id}",
+            name=f"run {r.run_id}",
+            description=f"{r.status}: {r.title}",
+            mime_type="application/json",
+        )
+        for r in await gateway.agent.list_runs(principal=actor, limit=50)
+    ]
+    return resources
 
 
 async def _resource(gateway: McpGateway, actor: str, uri: str) -> str:

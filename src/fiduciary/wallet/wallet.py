@@ -14,7 +14,6 @@ deterministic address (``0x`` + 40 hex of sha256 of the principal's id).
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,9 +27,11 @@ from .addresses import address_of, normalize_address
 from .assets import ASSETS, get_asset, money, usd
 from .books import book, pct
 from .config import WalletConfig
+from .contacts import ContactBook
 from .errors import WalletError
 from .ledger import Batch, Ledger, Sign, Transaction, Verification, timestamp
 from .lending import LENDING, Health, Lending, Positions
+from .lending_reports import LendingReports
 from .market import GENESIS, Market, PricePath
 from .operations import KIND, Operation, fingerprint
 from .views import (
@@ -44,7 +45,6 @@ from .views import (
     PriceView,
     Receipt,
     RewardsReport,
-    SavingsPosition,
     SavingsReport,
     SwapQuote,
 )
@@ -52,7 +52,6 @@ from .views import (
 __all__ = ["PaperWallet", "Preview", "WalletConfig", "address_of", "normalize_address"]
 
 FAUCET = "@faucet"
-_CONTACT_NAME = re.compile(r"[\w][\w .'-]{0,39}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +96,8 @@ class PaperWallet:
             self.lending = Lending(
                 self.market, self.config.markets, reward_asset=self.config.reward_asset
             )
+            self.contact_book = ContactBook(self.ledger)
+            self.lending_reports = LendingReports(self.market, self.lending, self.ledger)
             self._genesis(self.clock.now())
         except BaseException:
             self.ledger.close()
@@ -296,49 +297,16 @@ class PaperWallet:
         self, principal: str, name: str, address: str, *, key: str, at: datetime | None = None
     ) -> Contact:
         """Save a name for an address (once per key; a name keeps its first address)."""
-        when = self._now(at)
-        clean = " ".join(name.split())
-        if not _CONTACT_NAME.fullmatch(clean) or clean.lower().startswith("0x"):
-            raise WalletError(
-                "invalid_contact", "a contact name is 1-40 letters, digits, spaces, . ' or -"
-            )
-        to = normalize_address(address)
-        with self.ledger.batch() as batch:
-            row = batch.one(
-                "SELECT name, address, saved_at, idempotency_key FROM wallet_contacts "
-                "WHERE principal = ? AND (name_key = ? OR idempotency_key = ?)",
-                (principal, clean.casefold(), key),
-            )
-            if row is not None:
-                if row[1] != to or (row[3] == key and row[0].casefold() != clean.casefold()):
-                    raise WalletError(
-                        "contact_exists",
-                        f"{row[0]} is already saved with the address {row[1]}",
-                    )
-                return Contact(name=row[0], address=row[1], saved_at=datetime.fromisoformat(row[2]))
-            batch.execute(
-                "INSERT INTO wallet_contacts (principal, name_key, name, address, saved_at, "
-                "idempotency_key) VALUES (?, ?, ?, ?, ?, ?)",
-                (principal, clean.casefold(), clean, to, timestamp(when), key),
-            )
-        return Contact(name=clean, address=to, saved_at=when)
+        return self.contact_book.save(principal, name, address, key=key, when=self._now(at))
 
     def contacts(self, principal: str) -> list[Contact]:
-        rows = self.ledger.read().query(
-            "SELECT name, address, saved_at FROM wallet_contacts WHERE principal = ? "
-            "ORDER BY name_key",
-            (principal,),
-        )
-        return [Contact(name=n, address=a, saved_at=datetime.fromisoformat(s)) for n, a, s in rows]
+        return self.contact_book.of(principal)
 
     def contact(self, principal: str, name: str) -> Contact | None:
-        wanted = " ".join(name.split()).casefold()
-        return next((c for c in self.contacts(principal) if c.name.casefold() == wanted), None)
+        return self.contact_book.named(principal, name)
 
     def contact_name(self, principal: str, address: str) -> str | None:
-        return next(
-            (c.name for c in self.contacts(principal) if c.address == address.lower()), None
-        )
+        return self.contact_book.name_at(principal, address)
 
     def has_paid(self, principal: str, address: str) -> bool:
         """Whether the principal ever sent anything to ``address``, by the wallet's own books
@@ -417,71 +385,14 @@ class PaperWallet:
 
     def health(self, principal: str, at: datetime | None = None) -> HealthReport:
         when = self._now(at)
-        pos = self.positions(principal, when)
-        h = self.lending.health(pos, when)
-        return HealthReport(
-            health_factor=h.health_factor,
-            risk=h.risk,
-            collateral_usd=usd(h.collateral_usd),
-            debt_usd=usd(h.debt_usd),
-            borrow_limit_usd=usd(h.borrow_limit_usd),
-            available_to_borrow_usd=usd(h.available_to_borrow_usd),
-            debt=[
-                Holding(asset=a, amount=v, usd=self.usd_value(a, v, when))
-                for a, v in sorted(pos.debt.items())
-            ],
-            as_of=when,
-        )
+        return self.lending_reports.health(self.positions(principal, when), when)
 
     def rates(self, at: datetime | None = None) -> list[MarketRates]:
-        when = self._now(at)
-        out = []
-        for m in self.lending.markets.values():
-            reward_usd = m.reward_rate * self.market.price(self.lending.reward_asset, when)
-            reward_apr = reward_usd / self.market.price(m.asset, when)
-            out.append(
-                MarketRates(
-                    asset=m.asset,
-                    supply_apy_pct=pct(m.supply_apy),
-                    borrow_apy_pct=None if m.borrow_apy is None else pct(m.borrow_apy),
-                    reward_apr_pct=pct(reward_apr),
-                    ltv_pct=pct(m.ltv),
-                    liquidation_threshold_pct=pct(m.liquidation_threshold),
-                )
-            )
-        return out
+        return self.lending_reports.rates(self._now(at))
 
     def savings(self, principal: str, at: datetime | None = None) -> SavingsReport:
         when = self._now(at)
-        pos = self.positions(principal, when)
-        view = self.ledger.read()
-        rows: list[SavingsPosition] = []
-        total = yearly = Decimal(0)
-        for asset, amount in sorted(pos.savings.items()):
-            m = self.lending.markets[asset]
-            accrued = pos.accrual.interest.get(asset, Decimal(0))
-            posted = view.total(principal, "savings", asset, memo="supply interest")
-            value = self.usd_value(asset, amount, when)
-            total += value
-            yearly += value * m.supply_apy
-            rows.append(
-                SavingsPosition(
-                    asset=asset,
-                    amount=amount,
-                    usd=value,
-                    accrued_interest=accrued,
-                    interest_earned=posted + accrued,
-                    supply_apy_pct=pct(m.supply_apy),
-                )
-            )
-        blended = pct(yearly / total) if total else Decimal("0.00")
-        return SavingsReport(
-            positions=rows,
-            total_usd=usd(total),
-            blended_apy_pct=blended,
-            projected_yearly_usd=usd(yearly),
-            as_of=when,
-        )
+        return self.lending_reports.savings(principal, self.positions(principal, when), when)
 
     def prices(
         self, symbols: list[str] | None = None, at: datetime | None = None
@@ -499,19 +410,7 @@ class PaperWallet:
 
     def rewards(self, principal: str, at: datetime | None = None) -> RewardsReport:
         when = self._now(at)
-        pos = self.positions(principal, when)
-        symbol = self.lending.reward_asset
-        per_day = sum(
-            (v * self.lending.markets[a].reward_rate / 365 for a, v in pos.savings.items()),
-            Decimal(0),
-        )
-        return RewardsReport(
-            asset=symbol,
-            claimable=pos.rewards,
-            usd=self.usd_value(symbol, pos.rewards, when),
-            accruing_per_day=get_asset(symbol).quantize(per_day),
-            as_of=when,
-        )
+        return self.lending_reports.rewards(self.positions(principal, when), when)
 
     def history(
         self, principal: str, *, limit: int = 20, kind: str | None = None

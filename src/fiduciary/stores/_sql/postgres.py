@@ -116,7 +116,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, LiteralString
@@ -126,13 +126,14 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ..._logs import logger
-from ...exceptions import FiduciaryError, StoreError
-from .._rules import copy_error, epoch_refusal
+from ...exceptions import StoreError
+from .._rules import epoch_refusal
 from ..base import BroadcastSubscription, CancelRequest, LedgerEntry, RunRecord
 from ..transcripts import Transcripts
 from .codec import Params
 from .core import Append, Named, Reservation, SQLStore, WriteMode
 from .migrations import Migration, load_migrations, to_apply
+from .postgres_group import GroupCommit
 from .postgres_listen import Listener
 from .postgres_locks import HeldLock, PrincipalLocks
 from .postgres_writer import (
@@ -141,14 +142,10 @@ from .postgres_writer import (
     Conn,
     Request,
     SynchronousCommit,
-    as_store_error,
     configure_types,
-    notifications,
-    plan,
     spend_lock_key,
     translate,
     utc,
-    write_plan,
 )
 
 if TYPE_CHECKING:
@@ -264,8 +261,6 @@ class PostgresStore(SQLStore):
             f"-c idle_in_transaction_session_timeout={idle_ms}"
         )
         self.notify = notify
-        self.transactions = 0
-        """Group-commit transactions committed by this store (a batch counts once)."""
         self.instance = uuid.uuid4().hex[:16]
         """Names this store's notifications, so that it skips its own."""
         self._min = min_connections
@@ -273,13 +268,30 @@ class PostgresStore(SQLStore):
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._opening: asyncio.Task[None] | None = None
         self._closed = False
-        self._pending: list[Request] = []
-        self._flusher: asyncio.Task[None] | None = None
         self._listener = Listener(instance=self.instance, connect=self._connect, fetch=self._fetch)
+        self._group = GroupCommit(
+            pool=lambda: self._pool,
+            listener=self._listener,
+            instance=self.instance,
+            batch_size=batch_size,
+            synchronous_commit=synchronous_commit,
+            notify=notify,
+            committed=self._committed,
+        )
         self._locks = PrincipalLocks(self._connect, idle_seconds=lock_idle_seconds)
         # transcripts=DIR: the log of each run this process commits to, copied to
         # DIR/<run_id>.jsonl after its commits (other processes' commits are theirs to copy)
         self.transcripts = None if transcripts is None else Transcripts(transcripts, self)
+
+    def _committed(self, run_id: uuid.UUID) -> None:
+        """After a commit of ``run_id``'s events (the group commit's callback)."""
+        if self.transcripts is not None:
+            self.transcripts.committed(run_id)
+
+    @property
+    def transactions(self) -> int:
+        """Group-commit transactions committed by this store (a batch counts once)."""
+        return self._group.transactions
 
     @classmethod
     async def open(cls, dsn: str, **options: Any) -> PostgresStore:
@@ -384,7 +396,8 @@ class PostgresStore(SQLStore):
     async def _append(self, append: Append) -> LedgerEntry | None:
         if self._closed:
             raise StoreError("the store is closed")
-        await self._submit(Request(append, asyncio.get_running_loop().create_future()))
+        await self._ready()
+        await self._group.submit(Request(append, asyncio.get_running_loop().create_future()))
         if append.release:  # after the batch committed it (its rows are planned per kind)
             await self.release(append.run_id, epoch=append.epoch)
         if append.ledger is not None:  # after the events that led to it (its own statement)
@@ -394,88 +407,6 @@ class PostgresStore(SQLStore):
     async def _lease(self, params: dict[str, Any]) -> Sequence[Any] | None:
         rows = await self._fetch(QUERIES.acquire, params)
         return rows[0] if rows else None
-
-    # --- group commit ---------------------------------------------------------------------
-    async def _submit(self, request: Request) -> None:
-        await self._ready()
-        self._pending.append(request)
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush())
-        await request.future
-
-    async def _flush(self) -> None:
-        try:
-            while self._pending:
-                batch = self._pending[: self.batch_size]
-                del self._pending[: self.batch_size]
-                live = [r for r in batch if not r.future.done()]  # a cancelled caller's skipped
-                if live:
-                    await self._write_all(live)
-        finally:
-            self._flusher = None
-
-    async def _write_all(self, batch: list[Request]) -> None:
-        try:
-            plan = await self._write_batch(batch)
-        except psycopg.OperationalError as exc:
-            # the connection is gone: whether the COMMIT happened is unknown, so nothing is
-            # retried; the runs resume from whatever the database holds
-            self._fail(batch, translate(exc, "group commit"))
-            return
-        except psycopg.Error as exc:
-            if len(batch) == 1:
-                self._fail(batch, translate(exc, "group commit"))
-                return
-            log.info("group commit of %d refused (%s); writing one by one", len(batch), exc)
-            for request in batch:
-                await self._write_all([request])
-            return
-        except BaseException as exc:
-            self._fail(batch, as_store_error(exc))
-            if not isinstance(exc, Exception):
-                raise
-            return
-        self.transactions += 1
-        for request in batch:
-            refusal = plan.refused.get(id(request))
-            if refusal is not None:
-                if not request.future.done():
-                    request.future.set_exception(refusal)
-                continue
-            self._listener.fanout.publish(request.append.run_id, request.append.events)
-            if self.transcripts is not None and request.append.events:
-                self.transcripts.committed(request.append.run_id)
-            if not request.future.done():
-                request.future.set_result(None)
-
-    @staticmethod
-    def _fail(batch: Iterable[Request], error: FiduciaryError) -> None:
-        for request in batch:
-            if not request.future.done():
-                request.future.set_exception(copy_error(error))
-
-    async def _write_batch(self, batch: list[Request]) -> Any:
-        pool = self._pool
-        if pool is None:
-            raise StoreError("the store is closed")
-        run_ids = list({r.append.run_id for r in batch})
-        approval_ids = [a[0] for r in batch for a in r.append.approvals]
-        async with pool.connection() as conn, conn.transaction():
-            if self.synchronous_commit == "off":
-                await conn.execute("SET LOCAL synchronous_commit = off")
-            # No pipeline mode here: until its sync, a pipeline keeps the session "active",
-            # holding the row locks, beyond idle_in_transaction_session_timeout's reach, if
-            # this process freezes. Statement by statement, the session is idle in transaction.
-            locked = await conn.execute(QUERIES.lock_runs, (run_ids,), binary=True)
-            rows = await locked.fetchall()
-            used: set[UUID] = set()
-            if approval_ids:
-                taken = await conn.execute(QUERIES.approvals_taken, (approval_ids,), binary=True)
-                used = {row[0] for row in await taken.fetchall()}
-            checked = plan(batch, {row[0]: (int(row[1]), int(row[2])) for row in rows}, used)
-            notified = notifications(self.instance, checked.ranges) if self.notify else []
-            await write_plan(conn, checked, notified)
-        return checked
 
     # --- workers --------------------------------------------------------------------------
     async def claim_runnable(
@@ -640,12 +571,7 @@ class PostgresStore(SQLStore):
         """Write the queued commits, end the subscriptions, close the connections. Idempotent."""
         if self._closed:
             return
-        if self._flusher is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(self._flusher)
-        if self._pending:
-            pending, self._pending = self._pending, []
-            await self._write_all(pending)
+        await self._group.drain()
         if self.transcripts is not None:  # the files caught up while the pool is open
             await self.transcripts.close()
         self._closed = True
