@@ -140,16 +140,8 @@ class Transcript:
                 )
             )
         elif type(event) is ToolCallEnd:
-            refreshed = self._refreshes.get(event.tool_use_id)
-            if refreshed is not None:
-                self.refreshing.pop(event.tool_use_id, None)
-                state = "failed" if event.is_error else "now"
-                self._amend(refreshed, f"{event.name} after this call ({state}): {event.output}")
-            else:
-                self._result(
-                    event.tool_use_id, ToolResult(event.tool_use_id, event.output, event.is_error)
-                )
-            self._outcome(event.tool_use_id, not event.is_error, event.output)
+            state = "failed" if event.is_error else "now"
+            self._ended(event.tool_use_id, event.name, event.output, event.is_error, state)
             if event.error_code == INVALID_ANSWER and event.name == OUTPUT_TOOL:
                 self.invalid_outputs += 1
         elif type(event) is Usage:
@@ -161,13 +153,7 @@ class Transcript:
             self._turn_complete(event)
         elif type(event) is ToolCallRejected:
             content = error_content(event.reason, event.message)
-            refreshed = self._refreshes.get(event.tool_use_id)
-            if refreshed is not None:
-                self.refreshing.pop(event.tool_use_id, None)
-                self._amend(refreshed, f"{event.name} after this call (refused): {content}")
-            else:
-                self._result(event.tool_use_id, ToolResult(event.tool_use_id, content, True))
-            self._outcome(event.tool_use_id, False, content)
+            self._ended(event.tool_use_id, event.name, content, True, "refused")
         elif type(event) is UserMessage:
             self._user_message(event)
         elif type(event) is RunStarted:
@@ -213,6 +199,17 @@ class Transcript:
             pass  # nothing the model or the guards are told
         else:
             assert_never(event)
+
+    def _ended(self, use_id: str, name: str, content: str, is_error: bool, state: str) -> None:
+        """A call's end (its result, or its refusal): a refreshing read's goes to the write
+        it refreshes (``state``: now, failed or refused), any other's is its own result."""
+        refreshed = self._refreshes.get(use_id)
+        if refreshed is not None:
+            self.refreshing.pop(use_id, None)
+            self._amend(refreshed, f"{name} after this call ({state}): {content}")
+        else:
+            self._result(use_id, ToolResult(use_id, content, is_error))
+        self._outcome(use_id, not is_error, content)
 
     def _turn_complete(self, event: TurnComplete) -> None:
         """The model's turn, whole: one assistant message; a wrong typed output is answered."""
