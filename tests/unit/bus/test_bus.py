@@ -54,6 +54,7 @@ def test_every_run_event_maps_to_at_most_one_bus_event_named_by_its_position() -
         "thinking_done",
         "guard_fired",
         "post_guard_fired",
+        "text_guard_fired",
         "tool_progress",
         "compaction",
         "context_layers",
