@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
 from .capabilities import Amount, AssetName
-from .receivables import LineItem, Receivable, Receivables
+from .receivables import Kind, LineItem, Receivable, Receivables
 from .wallet import PaperWallet
 
 __all__ = ["PAYMENT_READS", "PAYMENT_WRITES", "payment_capabilities"]
@@ -42,6 +42,34 @@ Reference = Annotated[
 
 def _who(ctx: CallContext) -> str:
     return ctx.principal.actor_id
+
+
+def _create(
+    books: Receivables,
+    ctx: CallContext,
+    kind: Kind,
+    asset: str,
+    due_in_days: int | None,
+    memo: str,
+    *,
+    amount: Decimal | None = None,
+    line_items: list[LineItem] | None = None,
+) -> Receivable:
+    """The link or invoice ``ctx``'s call makes, due ``due_in_days`` from now (None: no due
+    date), once per idempotency key."""
+    now = ctx.clock.now()
+    due = None if due_in_days is None else now + timedelta(days=due_in_days)
+    return books.create(
+        _who(ctx),
+        kind,
+        asset,
+        amount=amount,
+        memo=memo,
+        due=due,
+        line_items=line_items,
+        key=ctx.idempotency_key,
+        at=now,
+    )
 
 
 def payment_capabilities(wallet: PaperWallet) -> list[Capability]:
@@ -97,17 +125,7 @@ def payment_capabilities(wallet: PaperWallet) -> list[Capability]:
     ) -> Receivable:
         """Create a link asking a payer for an amount of an asset; it is marked paid when the
         payment quoting its reference arrives. Give the reference to the payer."""
-        now = ctx.clock.now()
-        return books.create(
-            _who(ctx),
-            "link",
-            asset,
-            amount=amount,
-            memo=memo,
-            due=None if due_in_days is None else now + timedelta(days=due_in_days),
-            key=ctx.idempotency_key,
-            at=now,
-        )
+        return _create(books, ctx, "link", asset, due_in_days, memo, amount=amount)
 
     @capability(
         kind="execute",
@@ -131,17 +149,7 @@ def payment_capabilities(wallet: PaperWallet) -> list[Capability]:
     ) -> Receivable:
         """Create an invoice: line items (description, quantity, unit_price in the asset), their
         total as the amount due, a memo and a due date (30 days unless stated)."""
-        now = ctx.clock.now()
-        return books.create(
-            _who(ctx),
-            "invoice",
-            asset,
-            line_items=line_items,
-            memo=memo,
-            due=None if due_in_days is None else now + timedelta(days=due_in_days),
-            key=ctx.idempotency_key,
-            at=now,
-        )
+        return _create(books, ctx, "invoice", asset, due_in_days, memo, line_items=line_items)
 
     @capability(
         kind="execute",
