@@ -63,6 +63,22 @@ def rpc(url: str, method: str, *params: Any) -> Any:
     return reply["result"]
 
 
+def mined_receipt(url: str, tx_hash: str) -> dict[str, Any]:
+    """The receipt of ``tx_hash`` once mined: anvil's automine mines a sent transaction in a
+    task of its own, so a receipt read right after ``eth_sendRawTransaction`` may be null."""
+    found: list[dict[str, Any]] = []
+
+    def mined() -> bool:
+        receipt = rpc(url, "eth_getTransactionReceipt", tx_hash)
+        if receipt is not None:
+            found.append(receipt)
+        return receipt is not None
+
+    if not holds_within(mined, STARTUP_TIMEOUT, interval=0.02):
+        pytest.fail(f"{tx_hash} was not mined within {STARTUP_TIMEOUT:g}s")
+    return found[0]
+
+
 @contextmanager
 def running_anvil(*args: str) -> Iterator[str]:
     """An anvil on a free port; its RPC URL. Stopped (and waited for) on exit."""

@@ -28,7 +28,7 @@ from fiduciary.server import MemoryKeyStore, RateLimit, Server, create_app
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all
 
-from .anvil import rpc
+from .anvil import mined_receipt, rpc
 from .conftest import FUNDING_WEI, ChainSetup
 from .onchain import token_balance, transfers
 
@@ -147,7 +147,7 @@ async def test_a_reported_hash_is_accepted_only_when_the_chain_shows_the_approve
     good = device_sends(url, person, approved)
     # a server that died after recording the hash as this approval's, before deciding it: the
     # device reports the same hash again, and it is accepted (the row is this approval's)
-    block = int(rpc(url, "eth_getTransactionReceipt", good)["blockNumber"], 16)
+    block = int(mined_receipt(url, good)["blockNumber"], 16)
     nonce = int(rpc(url, "eth_getTransactionByHash", good)["nonce"], 16)
     assert await SQLiteIntentBook(chain.db).claim(
         f"client:{card['approval_id']}",
