@@ -28,7 +28,6 @@ TABLES: dict[tuple[str, str], str] = {
     ("chain/capabilities.py", "chain_capabilities"): "the chain's tools, one declaration each",
     ("cli/records.py", "register"): "the ledger and audit commands with their options",
     ("wallet/invoicing.py", "payment_capabilities"): "the links' and invoices' tools, one each",
-    ("wallet/machine_payments.py", "pay_api_capabilities"): "api_price and pay_api, declared",
 }
 # in modules other branches of issue 26 split now; cleared after they merge
 PENDING: dict[tuple[str, str], str] = {}
