@@ -42,6 +42,29 @@ class Signer:
         signed = self._account.sign_transaction(dict(tx))
         return SignedTx(bytes(signed.raw_transaction), "0x" + bytes(signed.hash).hex())
 
+    def sign_typed_data(
+        self, domain: Any, types: Mapping[str, Any], primary_type: str, message: Mapping[str, Any]
+    ) -> bytes:
+        """An EIP-712 signature (65 bytes): x402's ``ClientEvmSigner`` protocol, so an x402 EVM
+        client signs with this key without holding it. ``domain``: x402's ``TypedDataDomain``
+        or a dict; ``types``: lists of x402 ``TypedDataField`` or of dicts."""
+        if not isinstance(domain, Mapping):
+            domain = {
+                "name": domain.name,
+                "version": domain.version,
+                "chainId": domain.chain_id,
+                "verifyingContract": domain.verifying_contract,
+            }
+        fields = {
+            name: [f if isinstance(f, Mapping) else {"name": f.name, "type": f.type} for f in kind]
+            for name, kind in types.items()
+            if name != "EIP712Domain"
+        }
+        signed = self._account.sign_typed_data(
+            domain_data=dict(domain), message_types=fields, message_data=dict(message)
+        )
+        return bytes(signed.signature)
+
     def secrets(self) -> tuple[str, ...]:
         """What a ``Redactor`` must never let through (``known_secrets``)."""
         return self._secrets
