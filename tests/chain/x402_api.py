@@ -10,8 +10,8 @@ serves the app on a free port in a thread for the length of a test.
 
 Switches a test turns: ``price_units`` (read at each request), ``lose_answers`` (this many
 paid answers are replaced by a 402 after they settled: the answer lost on the way back), and
-``hold`` (while set, a paid request waits in its handler, verified and not yet settled:
-the buyer can be killed there).
+``hold`` (set: the next paid request waits in its handler, verified and not yet settled,
+until ``release``; the buyer can be killed there; ``fail_held``: it then fails, unsettled).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class PaidApi:
     lose_answers: int = 0
     hold: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    fail_held: bool = False  # a held request, released, fails (500): x402 does not settle it
     url: str = ""
     payments_seen: int = 0  # requests that carried a payment the facilitator verified
     served: int = 0  # paid answers the handler gave
@@ -84,12 +85,15 @@ def _app(api: PaidApi, facilitator: x402Facilitator) -> FastAPI:
     app = FastAPI()
 
     @app.get("/forecast")
-    async def forecast() -> dict[str, str]:
+    async def forecast() -> Response:
         api.payments_seen += 1
         if api.hold.is_set():  # the buyer is killed while it waits for this answer
+            api.hold.clear()
             await anyio.to_thread.run_sync(api.release.wait)
+            if api.fail_held:
+                return JSONResponse({"error": "the forecast failed"}, status_code=500)
         api.served += 1
-        return {"forecast": "sunny"}
+        return JSONResponse({"forecast": "sunny"})
 
     @app.middleware("http")
     async def x402(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Any:
