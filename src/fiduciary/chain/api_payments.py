@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
+from web3.exceptions import Web3Exception
 
 from ..wallet.machine_payments import Authorization, Payment
 from .errors import ChainError
@@ -131,12 +132,11 @@ class ChainApiPayer:
 
     async def _settled_by(self, payer: str, nonce: str) -> str | None:
         """The transaction whose ``AuthorizationUsed`` log used ``nonce`` of ``payer``."""
-        logs = await self.wallet.w3.eth.get_logs(
-            {
-                "address": self.contract,
-                "fromBlock": 0,
-                "toBlock": "latest",
-                "topics": [AUTHORIZATION_USED, "0x" + payer.lower()[2:].rjust(64, "0"), nonce],
-            }
-        )
+        topics = [AUTHORIZATION_USED, "0x" + payer.lower()[2:].rjust(64, "0"), nonce]
+        try:
+            logs = await self.wallet.w3.eth.get_logs(
+                {"address": self.contract, "fromBlock": 0, "toBlock": "latest", "topics": topics}
+            )
+        except (Web3Exception, ValueError):  # a node that limits the range: unknown, not wrong
+            return None
         return None if not logs else "0x" + bytes(logs[0]["transactionHash"]).hex()
