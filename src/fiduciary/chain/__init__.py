@@ -13,7 +13,8 @@ and ``intents_postgres`` (the intent table and nonce reservations: one core, two
 ``wallet`` (the façade), ``binding`` (what an approval binds: chain, account, contract),
 ``cards`` (what a card says, the gas in USD), ``capabilities``, ``client_signed`` (sends the
 person's device signs, checked on chain), ``swaps``, ``reconcile``, ``deploy`` (contracts on a
-dev chain), ``demo`` (``fiduciary demo --chain``) and ``cli``.
+dev chain), ``api_payments`` (``ChainApiPayer``: ``pay_api`` over x402's EVM ``exact`` scheme,
+EIP-3009), ``demo`` (``fiduciary demo --chain``) and ``cli``.
 Needs the ``chain`` extra (web3.py, eth-account).
 """
 
@@ -23,6 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .api_payments import ChainApiPayer
     from .capabilities import chain_capabilities
     from .client_signed import ClientTxRefused, client_signed_capabilities, connect_watching
     from .config import (
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 
 # loaded when first asked for: web3 takes seconds to import, and the CLI registers `chain`
 _WHERE = {
+    "ChainApiPayer": "api_payments",
     "ChainConfig": "config",
     "ChainError": "errors",
     "ChainOutcomeUnknown": "errors",
@@ -71,6 +74,7 @@ _WHERE = {
 _EXTRA = ("web3", "eth_account", "eth_utils", "eth_typing", "psycopg")
 
 __all__ = [
+    "ChainApiPayer",
     "ChainConfig",
     "ChainError",
     "ChainOutcomeUnknown",

@@ -17,7 +17,7 @@ between the signature and the answer) can never move the money twice. Before sig
 the chain: a nonce already used means the request was paid; nothing is signed and the answer
 names the transaction that settled it (its ``AuthorizationUsed`` log). The validity window is
 the chain's: from the latest block's time to that plus the requirement's
-``maxTimeoutSeconds``.
+``maxTimeoutSeconds`` (at most an hour).
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["ChainApiPayer", "authorization_nonce"]
 
 AUTHORIZATION_USED = "0x" + keccak(text="AuthorizationUsed(address,bytes32)").hex()
-DEFAULT_TIMEOUT = 3600  # seconds an authorization is valid when the API names none
+# seconds an authorization is valid: the API's maxTimeoutSeconds, at most an hour (an API that
+# never settles cannot hold a signed payment open for longer)
+MAX_VALIDITY = 3600
 
 
 def authorization_nonce(key: str) -> str:
@@ -119,7 +121,9 @@ class ChainApiPayer:
             to=paid.pay_to,
             value=requirement.amount,
             valid_after="0",
-            valid_before=str(now + (requirement.max_timeout_seconds or DEFAULT_TIMEOUT)),
+            valid_before=str(
+                now + min(requirement.max_timeout_seconds or MAX_VALIDITY, MAX_VALIDITY)
+            ),
             nonce=nonce,
         )
         domain, types, primary, message = build_typed_data_for_signing(
