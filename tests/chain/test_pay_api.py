@@ -106,6 +106,8 @@ async def test_the_agent_prices_pays_and_the_chain_moves_the_price_once(
     (used,) = authorizations_used(chain.url, chain.config.token, owner)
     assert used["topics"][2] == paid["nonce"]
     assert api.served == 1
+    shown = "".join(e.model_dump_json() for e in events)
+    assert all(secret not in shown for secret in wallet.signer.secrets())
 
 
 async def test_a_402_replayed_after_the_payment_settled_never_moves_money_twice(
@@ -130,6 +132,8 @@ async def test_a_402_replayed_after_the_payment_settled_never_moves_money_twice(
     assert second["status"] == 402
     assert second["paid"]["replayed"] is True
     assert second["paid"]["nonce"] == first["paid"]["nonce"]
+    assert "already paid for this request" in second["note"]
+    assert "nothing more was signed or paid" in second["note"]
     (moved,) = transfers(chain.url, chain.config.token, owner, to=api.pay_to)
     assert second["paid"]["transaction"] == moved["transactionHash"]
     assert len(authorizations_used(chain.url, chain.config.token, owner)) == 1
@@ -198,5 +202,20 @@ async def test_the_nonce_is_the_ledger_key_s_and_an_approval_binds_the_network(
     finally:
         await store.close()
     assert (end.is_error, end.error_code) == (True, "not_this_chain")
+    assert api.payments_seen == 0
+    assert authorizations_used(chain.url, chain.config.token, wallet.address) == []
+
+
+async def test_an_api_that_asks_to_be_paid_to_the_token_itself_is_refused_before_signing(
+    chain: ChainSetup, api: PaidApi, wallet: ChainWallet
+) -> None:
+    api.pay_to = chain.config.token  # tokens sent to the token's own contract are lost
+    store = await SQLiteStore.open(chain.db)
+    try:
+        agent = buyer(wallet, store, pay_call(api, "2"))
+        end, _ = answer_of(await collect(agent.run("go", principal="alice")))
+    finally:
+        await store.close()
+    assert (end.is_error, end.error_code) == (True, "token_contract_recipient")
     assert api.payments_seen == 0
     assert authorizations_used(chain.url, chain.config.token, wallet.address) == []

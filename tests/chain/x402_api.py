@@ -8,10 +8,11 @@ facilitator is x402's ``x402Facilitator`` with the EVM ``exact`` facilitator sch
 (signature, amount, payee, a simulation) and settles it on chain, paying the gas. uvicorn
 serves the app on a free port in a thread for the length of a test.
 
-Switches a test turns: ``price_units`` (read at each request), ``lose_answers`` (this many
-paid answers are replaced by a 402 after they settled: the answer lost on the way back), and
-``hold`` (set: the next paid request waits in its handler, verified and not yet settled,
-until ``release``; the buyer can be killed there; ``fail_held``: it then fails, unsettled).
+Switches a test turns: ``price_units`` and ``pay_to`` (read at each request),
+``lose_answers`` (this many paid answers are replaced by a 402 after they settled: the answer
+lost on the way back), and ``hold`` (set: the next paid request waits in its handler,
+verified and not yet settled, until ``release``; the buyer can be killed there;
+``fail_held``: it then fails, unsettled).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _app(api: PaidApi, facilitator: x402Facilitator) -> FastAPI:
     route = RouteConfig(
         accepts=PaymentOption(
             scheme="exact",
-            pay_to=api.pay_to,
+            pay_to=lambda context: api.pay_to,
             price=api.price,
             network=NETWORK,
             max_timeout_seconds=300,

@@ -32,6 +32,7 @@ from eth_utils.crypto import keccak
 from web3.exceptions import Web3Exception
 
 from ..wallet.machine_payments import Authorization, Payment
+from .addresses import checked_recipient
 from .errors import ChainError
 from .wallet import ChainWallet, _amount, _units
 
@@ -100,6 +101,11 @@ class ChainApiPayer:
                 "bad_payment_request",
                 "the API's requirement names no EIP-712 domain (extra.name and extra.version)",
             )
+        cfg = self.wallet.config
+        # never the zero address nor the token itself (funds lost), as a send is checked
+        pay_to = checked_recipient(
+            requirement.pay_to, token=cfg.token, token_symbol=cfg.token_symbol
+        )
         nonce = authorization_nonce(key)
         me = to_checksum_address(self.wallet.address)
         paid = Authorization(
@@ -108,7 +114,7 @@ class ChainApiPayer:
             symbol=self.wallet.config.token_symbol.upper(),
             amount=_amount(int(requirement.amount), self.wallet.config.token_decimals),
             payer=me,
-            pay_to=to_checksum_address(requirement.pay_to),
+            pay_to=pay_to,
             nonce=nonce,
         )
         used = await self.wallet.token.functions.authorizationState(me, nonce).call()

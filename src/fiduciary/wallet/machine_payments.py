@@ -109,6 +109,7 @@ class ApiAnswer(BaseModel):
     body: str
     paid: Receipt | Authorization | None = None
     settlement: dict[str, Any] | None = None  # the PAYMENT-RESPONSE header, decoded
+    note: str | None = None  # what the status alone would not say
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +270,14 @@ def _chosen(
     return None
 
 
+def _paid_before(paid: Receipt | Authorization, url: str) -> str:
+    settled = getattr(paid, "transaction", None) or "a transaction not found in the logs read"
+    return (
+        f"{url} was already paid for this request (settled by {settled}) and asks again: "
+        "nothing more was signed or paid. Tell the person; do not pay it again."
+    )
+
+
 def _check_bound(payer: ApiPayer, network: str, contract: str) -> None:
     if network != payer.network or contract.lower() != payer.contract.lower():
         raise WalletError(
@@ -361,8 +370,12 @@ def pay_api_capabilities(
                 ctx.principal.actor_id, key, chosen, memo=memo, at=ctx.clock.now()
             )
             if payment.payload is None:  # paid before: the API asks again, nothing new is sent
-                body = first.text[:BODY_CHARS]
-                return ApiAnswer(status=first.status_code, body=body, paid=payment.paid)
+                return ApiAnswer(
+                    status=first.status_code,
+                    body=first.text[:BODY_CHARS],
+                    paid=payment.paid,
+                    note=_paid_before(payment.paid, url),
+                )
             proof = PaymentPayload(
                 payload=payment.payload, accepted=chosen, resource=required.resource
             )
