@@ -270,6 +270,13 @@ def _chosen(
     return None
 
 
+def _card(a: Any) -> str:
+    """What the person approves: the amount, the asset, the payee, the request, and off the
+    paper wallet the network and the token."""
+    where = "" if a.network == PAPER_NETWORK else f" on {a.network}, token {a.contract}"
+    return f"Pay {a.amount} {a.asset.upper()} to {a.pay_to} for {a.method} {a.url} (x402{where})"
+
+
 def _paid_before(paid: Receipt | Authorization, url: str) -> str:
     settled = getattr(paid, "transaction", None) or "a transaction not found in the logs read"
     return (
@@ -305,12 +312,6 @@ def pay_api_capabilities(
         except CapabilityError:  # an asset the payer does not pay: the handler refuses it
             return None
 
-    def card(a: Any) -> str:
-        where = "" if a.network == PAPER_NETWORK else f" on {a.network}, token {a.contract}"
-        return (
-            f"Pay {a.amount} {a.asset.upper()} to {a.pay_to} for {a.method} {a.url} (x402{where})"
-        )
-
     @capability(kind="preview")
     async def api_price(ctx: CallContext, url: Url, method: Method = "GET") -> ApiPrice:
         """Ask an API what it charges: request the URL and report the ways to pay a 402
@@ -328,7 +329,7 @@ def pay_api_capabilities(
         operation="pay",
         amount_usd=usd,
         flags={"mutating", "requires_balance", "irreversible"},
-        describe=card,
+        describe=_card,
     )
     async def pay_api(
         ctx: CallContext,
