@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..canvas import CANVAS_FLAG, CanvasInput
 from ..context.todos import TODO_FLAG, TodoList
-from ..events import RejectReason, TodoUpdateDraft, ToolCallStartDraft
+from ..events import CanvasDraft, RejectReason, TodoUpdateDraft, ToolCallStartDraft
 from ..gates import Outcome, ParsedCall
 from ..stores.base import ApprovalRecord
 from .after import conclude
@@ -41,14 +42,19 @@ def reject(d: Drive, call: ParsedCall, reason: RejectReason, message: str) -> No
 async def run_read(d: Drive, call: ParsedCall) -> None:
     verdict = await d.rt.gates.run(d.attempt(call, concurrent=True))
     await conclude(d, verdict)
-    if (
-        isinstance(verdict, Outcome)
-        and not verdict.is_error
-        and call.cap is not None
-        and TODO_FLAG in call.cap.flags
-        and isinstance(call.args, TodoList)
-    ):
+    if not isinstance(verdict, Outcome) or verdict.is_error or call.cap is None:
+        return
+    if TODO_FLAG in call.cap.flags and isinstance(call.args, TodoList):
         d.emit(TodoUpdateDraft(tool_use_id=call.tool_use_id, todos=list(call.args.todos)))
+    if CANVAS_FLAG in call.cap.flags and isinstance(call.args, CanvasInput):
+        d.emit(_canvas(d, call.tool_use_id, call.args))
+
+
+def _canvas(d: Drive, tool_use_id: str, args: CanvasInput) -> CanvasDraft:
+    """The canvas's document as the person sees it: redacted like every text of the run."""
+    redact = d.rt.redactor.redact_text
+    title, html = redact(args.title), redact(args.document())
+    return CanvasDraft(tool_use_id=tool_use_id, title=title, kind=args.canvas_kind, html=html)
 
 
 async def dispatch(
