@@ -4,15 +4,26 @@ a ``canvas`` event; the model gets a short line, never the document."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from fiduciary.canvas import HtmlCanvas, TemplateCanvas, render_canvas, render_html_canvas
+from fiduciary import Agent, capability
+from fiduciary.canvas import (
+    CANVAS_FLAG,
+    HtmlCanvas,
+    TemplateCanvas,
+    render_canvas,
+    render_html_canvas,
+)
+from fiduciary.capabilities import Capability
+from fiduciary.clock import ManualClock
 from fiduciary.events import Canvas, ToolCallEnd, ToolCallRejected
 from fiduciary.redaction import Redactor
+from fiduciary.stores.base import Store
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, collect
 from tests.agent_support import make_agent
 
@@ -125,3 +136,40 @@ async def test_the_models_own_document_is_recorded_as_is_but_redacted() -> None:
 def test_a_document_too_long_is_refused() -> None:
     with pytest.raises(ValidationError, match="at most 100000 characters"):
         HtmlCanvas(title="big", html="x" * 100_001)
+
+
+class Crash(BaseException):
+    """The process dies inside the handler (nothing after it runs)."""
+
+
+def crashing_canvas(crash: bool) -> Capability:
+    """A canvas capability of the host's own (the flag and an input of fiduciary.canvas)."""
+
+    @capability(name="chart", kind="read", flags=[CANVAS_FLAG], input_model=TemplateCanvas)
+    async def chart(args: TemplateCanvas) -> dict[str, str]:
+        """Show a chart."""
+        if crash:
+            raise Crash
+        return {"shown": args.title}
+
+    return chart
+
+
+async def test_a_canvas_cut_off_by_a_crash_is_shown_when_its_read_is_run_again(
+    store: Store, clock: ManualClock
+) -> None:
+    script = Script("show", [ToolCalls([Call("chart", CHART)]), Reply("shown")])
+
+    def agent(crash: bool) -> Agent:
+        chart = crashing_canvas(crash)
+        return make_agent(None, store, clock, script, capabilities=[chart], lease_seconds=5)
+
+    with pytest.raises(Crash):
+        await collect(agent(True).run("show", principal="ann"))
+    [run] = await store.list_runs(limit=10)
+    clock.advance(timedelta(seconds=6))  # the dead process's lease lapses
+    events = await collect(agent(False).resume(run.run_id))
+    (end,) = [e for e in events if isinstance(e, ToolCallEnd)]
+    assert end.recovery == "replayed"
+    (canvas,) = [e for e in events if isinstance(e, Canvas)]
+    assert (canvas.tool_use_id, canvas.title) == (end.tool_use_id, "Spending <by> month")

@@ -14,7 +14,7 @@ from typing import Literal
 from ..canvas import CANVAS_FLAG, CanvasInput
 from ..context.todos import TODO_FLAG, TodoList
 from ..events import CanvasDraft, RejectReason, TodoUpdateDraft, ToolCallStartDraft
-from ..gates import Outcome, ParsedCall
+from ..gates import Outcome, ParsedCall, Verdict
 from ..stores.base import ApprovalRecord
 from .after import conclude
 from .state import Drive
@@ -42,6 +42,11 @@ def reject(d: Drive, call: ParsedCall, reason: RejectReason, message: str) -> No
 async def run_read(d: Drive, call: ParsedCall) -> None:
     verdict = await d.rt.gates.run(d.attempt(call, concurrent=True))
     await conclude(d, verdict)
+    _shown(d, call, verdict)
+
+
+def _shown(d: Drive, call: ParsedCall, verdict: Verdict) -> None:
+    """What a call that ran shows the person besides its result: a to-do list, a canvas."""
     if not isinstance(verdict, Outcome) or verdict.is_error or call.cap is None:
         return
     if TODO_FLAG in call.cap.flags and isinstance(call.args, TodoList):
@@ -64,7 +69,10 @@ async def dispatch(
     # earlier writes' audit rows count toward the daily limit: commit them first
     if d.writer.spending:
         await d.barrier()
-    return await conclude(d, await d.rt.gates.run(d.attempt(call, recovery=recovery)))
+    verdict = await d.rt.gates.run(d.attempt(call, recovery=recovery))
+    record = await conclude(d, verdict)
+    _shown(d, call, verdict)  # a read re-run after a crash shows what it would have
+    return record
 
 
 async def dispatch_writes(d: Drive, calls: list[ParsedCall]) -> list[ApprovalRecord]:
