@@ -89,8 +89,9 @@ class TemplateCanvas(CanvasInput):
                 raise ValueError(f"a table needs rows of exactly {width} cells (one per label)")
         elif not self.series or any(len(s.values) != width for s in self.series):
             raise ValueError(f"a chart needs series of exactly {width} values (one per label)")
-        if any(not v.is_finite() for s in self.series for v in s.values):
-            raise ValueError("values must be finite numbers")
+        for value in (v for s in self.series for v in s.values):
+            if not value.is_finite() or len(_plain(value)) > 40:
+                raise ValueError("values must be finite numbers of at most 40 digits")
         return self
 
     @property
@@ -117,6 +118,11 @@ class HtmlCanvas(CanvasInput):
 
     def document(self) -> str:
         return self.html
+
+
+def _plain(value: Decimal) -> str:
+    """A number written in full, as the person reads amounts (never 1.5E+3)."""
+    return format(value, "f")
 
 
 def _page(title: str, body: str) -> str:
@@ -167,7 +173,7 @@ def _chart(spec: TemplateCanvas) -> str:
                 parts.append(
                     f'<rect x="{x}" y="{top}" width="{round(bar, 1)}" '
                     f'height="{round(bottom - top, 1)}" fill="{colour}"><title>{name}, '
-                    f"{escape(spec.labels[i])}: {value}</title></rect>"
+                    f"{escape(spec.labels[i])}: {_plain(value)}</title></rect>"
                 )
         else:
             points = " ".join(
@@ -178,7 +184,8 @@ def _chart(spec: TemplateCanvas) -> str:
                 f'stroke-width="2"><title>{name}</title></polyline>'
             )
         parts.append(f'<text x="{_PAD + 120 * n}" y="14" fill="{colour}">■ {name}</text>')
-    parts.append(f'<text x="4" y="{_PAD}">{high}</text><text x="4" y="{_H - _PAD}">{low}</text>')
+    most, least = _plain(high), _plain(low)
+    parts.append(f'<text x="4" y="{_PAD}">{most}</text><text x="4" y="{_H - _PAD}">{least}</text>')
     return (
         f'<svg viewBox="0 0 {_W} {_H}" width="100%" role="img" '
         f'aria-label="{escape(spec.title)}">{"".join(parts)}</svg>'

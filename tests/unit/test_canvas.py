@@ -82,6 +82,10 @@ async def test_a_chart_is_recorded_as_a_canvas_and_the_model_gets_a_short_line()
     assert "svg" in drawn.tags
     assert drawn.tags.count("rect") == 3
     assert "Rent, Jan: 1250.10" in drawn.texts  # the amount exactly, in the bar's tooltip
+    big = TemplateCanvas.model_validate(
+        CHART | {"series": [{"name": "Rent", "values": ["1.5E+3"] * 3}]}
+    )
+    assert "Rent, Jan: 1500" in parsed(big.document()).texts  # in full, never 1.5E+3
 
 
 async def test_a_table_and_a_line_chart_are_drawn() -> None:
@@ -99,6 +103,7 @@ async def test_a_table_and_a_line_chart_are_drawn() -> None:
         ({"series": [{"name": "Rent", "values": ["1"]}]}, "exactly 3 values"),
         ({"kind": "table"}, "rows of exactly 3 cells"),
         ({"series": [{"name": "Rent", "values": ["1", "NaN", "2"]}]}, "finite"),
+        ({"series": [{"name": "Rent", "values": ["1", "1E+100000", "2"]}]}, "40 digits"),
         ({"script": "x"}, "Extra inputs"),
     ],
 )
