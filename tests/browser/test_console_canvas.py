@@ -20,7 +20,7 @@ from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import allow_all
 from tests.contract.builders import every_event, make_run
 
-from .served_page import signed_in
+from .served_page import PHONE, overflow, signed_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -155,6 +155,8 @@ async def test_a_chart_shows_and_a_hostile_canvas_reaches_nothing(tmp_path: Path
             assert [s for s in seen if "pwned" in s] == []
             assert [s for s in seen if s.startswith("POST /runs?")] == ["POST /runs?"]  # ours
             assert [s for s in seen if "canvas-frame" in s] == ["GET /canvas-frame?"] * 3
+            await page.set_viewport_size({"width": PHONE[0], "height": PHONE[1]})
+            assert await overflow(page) == []  # a canvas fits a phone's width
     finally:
         await store.close()
 
