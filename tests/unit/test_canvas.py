@@ -178,3 +178,10 @@ async def test_a_canvas_cut_off_by_a_crash_is_shown_when_its_read_is_run_again(
     assert end.recovery == "replayed"
     (canvas,) = [e for e in events if isinstance(e, Canvas)]
     assert (canvas.tool_use_id, canvas.title) == (end.tool_use_id, "Spending <by> month")
+
+
+def test_neither_canvas_capability_looks_like_a_shell_a_file_sql_or_a_url() -> None:
+    from tests.unit.test_no_dangerous_tools import powers
+
+    assert powers(render_canvas) == []
+    assert powers(render_html_canvas) == []
