@@ -8,7 +8,7 @@ union of all of them and ``EVENT_ADAPTER`` (de)serialises it. Types are extended
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import partial
@@ -17,10 +17,14 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
 
+from ._sse import SSEMessage, parse_sse  # the wire's parser, beside its encoder here
+
 __all__ = [
     "EVENT_ADAPTER",
     "ActionResolved",
     "ActionResolvedDraft",
+    "Canvas",
+    "CanvasDraft",
     "Compaction",
     "CompactionDraft",
     "ContextLayers",
@@ -35,6 +39,8 @@ __all__ = [
     "Origin",
     "PendingAction",
     "PendingActionDraft",
+    "PendingInput",
+    "PendingInputDraft",
     "PostGuardFired",
     "PostGuardFiredDraft",
     "RunCompleted",
@@ -482,6 +488,37 @@ class TodoUpdate(TodoUpdateDraft, EventBase):
     pass
 
 
+class CanvasDraft(Draft):
+    """A canvas the model showed the person (``render_canvas``, fiduciary.canvas): ``html`` is a
+    whole document, which clients show only in a sandboxed frame; the model is not sent it."""
+
+    type: Literal["canvas"] = "canvas"
+    tool_use_id: str
+    title: str
+    kind: str  # the template that made it ("bar_chart", "table" ...) or "html"
+    html: str
+
+
+@final
+class Canvas(CanvasDraft, EventBase):
+    pass
+
+
+class PendingInputDraft(Draft):
+    """Reserved: the run waits for the person to fill a form (``input_schema``, a JSON Schema).
+    The engine never emits it yet; every client must show or skip it without failing."""
+
+    type: Literal["pending_input"] = "pending_input"
+    input_id: str
+    input_schema: dict[str, JsonValue]
+    prompt: str | None = Field(default=None, exclude_if=_unset)
+
+
+@final
+class PendingInput(PendingInputDraft, EventBase):
+    pass
+
+
 class UsageDraft(Draft):
     type: Literal["usage"] = "usage"
     model: str
@@ -585,6 +622,8 @@ Event = Annotated[
     | Compaction
     | ContextLayers
     | TodoUpdate
+    | Canvas
+    | PendingInput
     | Usage
     | TurnComplete
     | TurnRetracted
@@ -654,47 +693,6 @@ def decode_event(data: str | bytes) -> Event:
 # --- Server-sent events -------------------------------------------------------------------
 
 
-class SSEMessage(BaseModel):
-    """One parsed SSE message: ``id`` is the event's seq when it carries one."""
-
-    model_config = ConfigDict(frozen=True)
-
-    event: str = "message"
-    data: str = ""
-    id: str | None = None
-    retry: int | None = None
-
-
 def encode_sse(event: Event) -> str:
     """The event as an SSE message with ``id: <seq>`` so a client can resume after it."""
     return f"id: {event.seq}\nevent: {event.type}\ndata: {encode_event(event)}\n\n"
-
-
-def parse_sse(stream: str) -> Iterator[SSEMessage]:
-    """Parse SSE text (per the WHATWG rules: fields, comments, multi-line data, CRLF)."""
-    event = "message"
-    data: list[str] = []
-    msg_id: str | None = None
-    retry: int | None = None
-    seen = False
-    lines = stream.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    for raw in lines[:-1]:  # what follows the last line break is not a complete line
-        if raw == "":
-            if seen:
-                yield SSEMessage(event=event, data="\n".join(data), id=msg_id, retry=retry)
-            event, data, msg_id, retry, seen = "message", [], None, None, False
-            continue
-        if raw.startswith(":"):
-            continue
-        name, sep, value = raw.partition(":")
-        if sep and value.startswith(" "):
-            value = value[1:]
-        seen = True
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-        elif name == "id":
-            msg_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
-            retry = int(value)

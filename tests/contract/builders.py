@@ -9,12 +9,14 @@ from uuid import UUID, uuid4
 
 from fiduciary.events import (
     ActionResolved,
+    Canvas,
     Compaction,
     ContextLayers,
     Event,
     GuardFired,
     GuardNote,
     PendingAction,
+    PendingInput,
     PostGuardFired,
     RunCompleted,
     RunFailed,
@@ -306,6 +308,19 @@ def every_event(run_id: UUID) -> list[Event]:
             "message": "The answer states amounts no tool returned: 1250.",
             "for_person": "Check these figures: no tool of this run returned them.",
         },
+        {
+            "type": "canvas",
+            "tool_use_id": "toolu_08",
+            "title": "Rent paid, by month",
+            "kind": "bar_chart",
+            "html": "<!doctype html><html><body><svg><text>March</text></svg></body></html>",
+        },
+        {
+            "type": "pending_input",
+            "input_id": "in_01",
+            "input_schema": {"type": "object", "required": ["iban"]},
+            "prompt": "Which account should receive the refund?",
+        },
     ]
     classes: dict[str, type[Any]] = {
         cls.model_fields["type"].default: cls
@@ -332,6 +347,8 @@ def every_event(run_id: UUID) -> list[Event]:
             RunFailed,
             PostGuardFired,
             TextGuardFired,
+            Canvas,
+            PendingInput,
         )
     }
     # A non-UTC offset and microseconds: the store must keep the instant and the precision.

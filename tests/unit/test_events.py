@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from fiduciary.events import (
     EVENT_ADAPTER,
     ActionResolved,
+    Canvas,
     Compaction,
     ContextLayers,
     Draft,
@@ -23,6 +24,7 @@ from fiduciary.events import (
     GuardFired,
     GuardNote,
     PendingAction,
+    PendingInput,
     PostGuardFired,
     RunCompleted,
     RunFailed,
@@ -189,6 +191,19 @@ ALL_EVENTS: list[Event] = [
         message="The answer states amounts no tool returned: 1250.",
         for_person="Check these figures: no tool of this run returned them.",
     ),
+    Canvas(
+        **base(31),
+        tool_use_id="toolu_8",
+        title="Spending by month",
+        kind="bar_chart",
+        html="<!doctype html><html><body><svg><text>March</text></svg></body></html>",
+    ),
+    PendingInput(
+        **base(32),
+        input_id="in_1",
+        input_schema={"type": "object", "properties": {"iban": {"type": "string"}}},
+        prompt="Which account should receive it?",
+    ),
 ]
 
 
@@ -226,6 +241,8 @@ def test_event_type_names_are_stable() -> None:
         "run_failed",
         "post_guard_fired",
         "text_guard_fired",
+        "canvas",
+        "pending_input",
     ]
 
 

@@ -74,7 +74,7 @@ PUBLIC: dict[str, tuple[str, What]] = {
     "deny_sync": ("fiduciary._sync", "function"),
     "encode_event": ("fiduciary.events", "function"),
     "encode_sse": ("fiduciary.events", "function"),
-    "parse_sse": ("fiduciary.events", "function"),
+    "parse_sse": ("fiduciary._sse", "function"),  # re-exported by fiduciary.events
     "resume_sync": ("fiduciary._sync", "function"),
     "run_sync": ("fiduciary._sync", "function"),
 }

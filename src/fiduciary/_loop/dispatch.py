@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..canvas import CANVAS_FLAG, CanvasInput
 from ..context.todos import TODO_FLAG, TodoList
-from ..events import RejectReason, TodoUpdateDraft, ToolCallStartDraft
-from ..gates import Outcome, ParsedCall
+from ..events import CanvasDraft, RejectReason, TodoUpdateDraft, ToolCallStartDraft
+from ..gates import Outcome, ParsedCall, Verdict
 from ..stores.base import ApprovalRecord
 from .after import conclude
 from .state import Drive
@@ -41,14 +42,24 @@ def reject(d: Drive, call: ParsedCall, reason: RejectReason, message: str) -> No
 async def run_read(d: Drive, call: ParsedCall) -> None:
     verdict = await d.rt.gates.run(d.attempt(call, concurrent=True))
     await conclude(d, verdict)
-    if (
-        isinstance(verdict, Outcome)
-        and not verdict.is_error
-        and call.cap is not None
-        and TODO_FLAG in call.cap.flags
-        and isinstance(call.args, TodoList)
-    ):
+    _shown(d, call, verdict)
+
+
+def _shown(d: Drive, call: ParsedCall, verdict: Verdict) -> None:
+    """What a call that ran shows the person besides its result: a to-do list, a canvas."""
+    if not isinstance(verdict, Outcome) or verdict.is_error or call.cap is None:
+        return
+    if TODO_FLAG in call.cap.flags and isinstance(call.args, TodoList):
         d.emit(TodoUpdateDraft(tool_use_id=call.tool_use_id, todos=list(call.args.todos)))
+    if CANVAS_FLAG in call.cap.flags and isinstance(call.args, CanvasInput):
+        d.emit(_canvas(d, call.tool_use_id, call.args))
+
+
+def _canvas(d: Drive, tool_use_id: str, args: CanvasInput) -> CanvasDraft:
+    """The canvas's document as the person sees it: redacted like every text of the run."""
+    redact = d.rt.redactor.redact_text
+    title, html = redact(args.title), redact(args.document())
+    return CanvasDraft(tool_use_id=tool_use_id, title=title, kind=args.canvas_kind, html=html)
 
 
 async def dispatch(
@@ -58,7 +69,10 @@ async def dispatch(
     # earlier writes' audit rows count toward the daily limit: commit them first
     if d.writer.spending:
         await d.barrier()
-    return await conclude(d, await d.rt.gates.run(d.attempt(call, recovery=recovery)))
+    verdict = await d.rt.gates.run(d.attempt(call, recovery=recovery))
+    record = await conclude(d, verdict)
+    _shown(d, call, verdict)  # a read re-run after a crash shows what it would have
+    return record
 
 
 async def dispatch_writes(d: Drive, calls: list[ParsedCall]) -> list[ApprovalRecord]:

@@ -17,6 +17,7 @@ from .._text import NOTES_MARKER
 from ..context.compaction import SentView, Shape
 from ..events import (
     ActionResolved,
+    Canvas,
     Compaction,
     ContextLayers,
     Event,
@@ -24,6 +25,7 @@ from ..events import (
     GuardNote,
     Origin,
     PendingAction,
+    PendingInput,
     PostGuardFired,
     RunCompleted,
     RunFailed,
@@ -193,6 +195,8 @@ class Transcript:
             or type(event) is TextGuardFired
             or type(event) is ToolProgress
             or type(event) is TodoUpdate
+            or type(event) is Canvas  # the model had the call's short result, not the html
+            or type(event) is PendingInput  # reserved: no engine emits it yet
             or type(event) is RunCompleted
             or type(event) is RunFailed
         ):

@@ -22,7 +22,17 @@ from uuid import UUID, uuid5
 
 from ..agent import Agent
 from ..capabilities import Principal
-from ..events import Event, Origin, PendingAction, RunFailed, TextDelta, TurnComplete, TurnRetracted
+from ..events import (
+    Canvas,
+    Event,
+    Origin,
+    PendingAction,
+    PendingInput,
+    RunFailed,
+    TextDelta,
+    TurnComplete,
+    TurnRetracted,
+)
 from ..exceptions import ApprovalError, RunError
 from ..stores.base import IDLE
 from .inbox import Reply
@@ -43,6 +53,7 @@ async def collect(agent: Agent, run_id: UUID, events: AsyncIterator[Event]) -> R
     turns: list[str] = []
     parts: list[str] = []
     waiting = False
+    shown: list[str] = []  # what the run showed that a chat cannot: a line each, at the end
     async for event in events:
         if isinstance(event, TextDelta):
             parts.append(event.text)
@@ -55,7 +66,12 @@ async def collect(agent: Agent, run_id: UUID, events: AsyncIterator[Event]) -> R
             waiting = True
         elif isinstance(event, RunFailed):
             parts.append(f"(The run stopped: {event.reason}.)")
+        elif isinstance(event, Canvas):  # a chat cannot show it: say where it is
+            shown.append(f"(Shown in the console: {event.title})")
+        elif isinstance(event, PendingInput):  # reserved: a chat shows no forms
+            shown.append(f"(A form this chat cannot show: {event.prompt or event.input_id})")
     turns.append("".join(parts).strip())
+    turns += shown
     pending = tuple(await agent.pending_approvals(run_id=run_id)) if waiting else ()
     return Reply("\n\n".join(t for t in turns if t), pending)
 

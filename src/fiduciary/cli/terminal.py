@@ -95,6 +95,12 @@ def describe(event: Event) -> str:
             return "to do: " + "; ".join(
                 f"{marks[item.status]} {_clip(item.text)}" for item in event.todos
             )
+        case ev.Canvas():
+            title = _clip(show_text(event.title).text)
+            return f"canvas {title!r} ({event.kind}): open the run in the console to see it"
+        case ev.PendingInput():
+            asked = f": {_clip(show_text(event.prompt).text)}" if event.prompt else ""
+            return f"input {event.input_id} requested{asked} (this client shows no forms)"
         case ev.Usage():
             return f"{event.model}: {event.input_tokens} in / {event.output_tokens} out"
         case ev.TurnComplete():
@@ -167,6 +173,8 @@ _MARKS = {
     "post_guard_fired": "[yellow]![/]",
     "text_guard_fired": "[yellow]![/]",
     "action_resolved": "[magenta]◆[/]",
+    "canvas": "[cyan]▦[/]",
+    "pending_input": "[magenta]?[/]",
 }
 
 

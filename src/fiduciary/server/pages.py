@@ -4,6 +4,7 @@ the liveness probe. None of them needs a key (they show no one's data)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,22 @@ from starlette.routing import Route
 
 from .problems import problem_response
 
-__all__ = ["STATIC_DIR", "page_routes"]
+__all__ = ["CANVAS_CSP", "STATIC_DIR", "page_routes"]
 
 STATIC_DIR = Path(__file__).with_name("static")
 _STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]+)?|\[[0-9A-Fa-f:.]+\](:[0-9]+)?")
+# the page a canvas is shown in (static/canvas.js): sandboxed even when opened on its own, no
+# origin of its own, and no request of any kind (no fetch, image, font, style sheet or form);
+# inline script and style only, since the canvas is a document written into it
+CANVAS_CSP = (
+    "sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; img-src data:; font-src data:; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'self'"
 )
 
 
@@ -29,6 +39,7 @@ def page_routes(openapi: dict[str, Any]) -> list[Route]:
     return [
         Route("/", console, methods=["GET"], include_in_schema=False),
         Route("/static/{name}", static, methods=["GET"], include_in_schema=False),
+        Route("/canvas-frame", canvas_frame, methods=["GET"], include_in_schema=False),
         Route("/openapi.json", _document(openapi), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
@@ -43,7 +54,16 @@ def _document(openapi: dict[str, Any]) -> Callable[[Request], Awaitable[Response
 
 # the console's files; nothing else under static/ is served
 _STATIC = frozenset(
-    {"app.js", "views.js", "audit.js", "dual.js", "passkeys.js", "questions.js", "style.css"}
+    {
+        "app.js",
+        "views.js",
+        "audit.js",
+        "dual.js",
+        "passkeys.js",
+        "questions.js",
+        "canvas.js",
+        "style.css",
+    }
 )
 
 
@@ -52,7 +72,30 @@ async def healthz(request: Request) -> Response:
 
 
 async def console(request: Request) -> Response:
-    return _static("index.html", "text/html; charset=utf-8", csp=True)
+    response = _static("index.html", "text/html; charset=utf-8", csp=True)
+    response.headers["content-security-policy"] = _CSP + _canvas_frames(request)
+    return response
+
+
+def _canvas_frames(request: Request) -> str:
+    """The console's frames may load this server's canvas page and nothing else, wherever a
+    canvas tries to navigate its frame to. A Host that is not a plain host[:port] gets no
+    frames at all (the canvases stay blank rather than the policy taking its text)."""
+    host = request.headers.get("host", "")
+    if not _HOST.fullmatch(host):
+        return ""
+    return f"; frame-src {request.url.scheme}://{host}/canvas-frame"
+
+
+async def canvas_frame(request: Request) -> Response:
+    """The empty page a canvas is written into (it holds no data, so it needs no key)."""
+    headers = {
+        "cache-control": "no-cache",
+        "content-security-policy": CANVAS_CSP,
+        "x-frame-options": "SAMEORIGIN",  # the console's frames only (Boundary's is DENY)
+    }
+    body = (STATIC_DIR / "canvas-frame.html").read_bytes()
+    return Response(body, media_type="text/html; charset=utf-8", headers=headers)
 
 
 async def static(request: Request) -> Response:

@@ -49,11 +49,13 @@ from ..agent import Agent
 from ..capabilities import Principal
 from ..events import (
     ActionResolved,
+    Canvas,
     Compaction,
     ContextLayers,
     Event,
     GuardFired,
     PendingAction,
+    PendingInput,
     PostGuardFired,
     RunCompleted,
     RunFailed,
@@ -149,6 +151,10 @@ class UIMessageStream:
                 # a data part with a fixed id: useChat replaces the list in place
                 data = {"todos": [item.model_dump() for item in todos]}
                 out.append({"type": "data-todos", "id": "todos", "data": data})
+            case Canvas():
+                out.append(_canvas(event))
+            case PendingInput():
+                out.append(_pending_input(event))
             case TextDelta(text=text):
                 out += self._model_output()
                 out += self._close_reasoning()
@@ -606,6 +612,20 @@ def _guard(event: GuardFired | PostGuardFired) -> Part:
     if type(event) is PostGuardFired:  # after the result: the same part, marked "post"
         data["phase"] = "post"
     return {"type": "data-guard", "id": f"guard-{event.seq}", "data": data}
+
+
+def _canvas(event: Canvas) -> Part:
+    # the html is the model's: a client shows it only in a sandboxed frame (docs/canvases.md)
+    data = {"toolCallId": event.tool_use_id, "title": event.title, "kind": event.kind}
+    data["html"] = event.html
+    return {"type": "data-canvas", "id": f"canvas-{event.seq}", "data": data}
+
+
+def _pending_input(event: PendingInput) -> Part:
+    # reserved: no engine emits it yet; passed on as data for a client that can show a form
+    data: dict[str, Any] = {"inputId": event.input_id, "schema": event.input_schema}
+    data["prompt"] = event.prompt
+    return {"type": "data-pending-input", "id": f"input-{event.input_id}", "data": data}
 
 
 def _progress(event: ToolProgress) -> Part:

@@ -607,6 +607,12 @@
       case "todo_update":
         todos(event);
         break;
+      case "canvas": // the run's document, in a sandboxed frame (canvas.js)
+        add(window.fiduciaryCanvas.frame(event), event.seq);
+        break;
+      case "pending_input": // reserved: the engine does not emit it yet
+        add(window.fiduciaryCanvas.input(event), event.seq);
+        break;
       default:
         break; // usage, thinking, progress, compaction, context layers: the timeline shows them
     }
@@ -961,6 +967,10 @@
           : `${event.method}: ${event.tokens_before} → ${event.tokens_after} tokens`;
       case "context_layers":
         return `${event.context ? "domain context" : "no domain context"} · ${event.recalled.length} recalled`;
+      case "canvas":
+        return `${event.kind} · ${shown(event.title).text}`;
+      case "pending_input":
+        return `${shown(event.input_id).text}${event.prompt ? ` · ${shown(event.prompt).text}` : ""}`;
       case "todo_update": {
         const done = event.todos.filter((item) => item.status === "done").length;
         const now = event.todos.find((item) => item.status === "in_progress");
