@@ -72,7 +72,8 @@ _TEMPLATES = (
 INSTRUCTIONS = (
     "Every tool runs through fiduciary's gates. A write may answer pending_approval: a person "
     "decides it in the console (or here, if this client can ask them); then call the same tool "
-    "with the same arguments again for its outcome. Nothing you send approves it."
+    "with the same arguments again for its outcome. Nothing you send approves it. How the "
+    "gates decide, and every tool's schema: the resources docs://guide and docs://api."
 )
 
 

@@ -49,6 +49,10 @@ def test_the_shipped_pages_are_the_docs_pages(page: str) -> None:
 
 async def test_both_listed_and_read_as_markdown(served: Served) -> None:
     async with served.connect("alice") as client:
+        # the server's instructions are short, and say where the rest is
+        instructions = client.instructions or ""
+        assert GUIDE_URI in instructions
+        assert API_URI in instructions
         listed = {str(r.uri): r for r in (await client.list_resources()).resources}
         tools = {t.name: t for t in (await client.list_tools()).tools}
         guide = await client.read_resource(GUIDE_URI)
