@@ -117,30 +117,43 @@ class DefaultBody(BaseModel):
         """``PROVIDER:MODEL`` (or ``scripted``); ``ValueError`` for an unknown provider."""
         if self.provider not in PROVIDERS:
             raise ValueError(f"unknown provider {self.provider!r}; one of {', '.join(PROVIDERS)}")
-        if self.provider == "scripted":
-            return "scripted"
-        model = self.model or DEFAULT_TIERS.get(self.provider, {}).get("standard")
+        if self.model is not None and self.provider != "scripted":
+            return f"{self.provider}:{self.model}"
+        model = _model_of(self.provider)
         if model is None:
             raise ValueError(f"name a model for {self.provider}: it has no standard one")
-        return f"{self.provider}:{model}"
+        return model
 
 
 def _provider_of(model: str) -> str:
     return model.partition(":")[0]
 
 
-def _problem(provider: str, env: Mapping[str, str]) -> str | None:
-    """Why ``provider`` cannot drive runs here (None: it can, as far as is known)."""
+def _missing(provider: str) -> str | None:
+    """What ``provider`` lacks to run here: its SDK (extra), a CLI agent's binary (None: none)."""
     sdk = _SDKS.get(provider)
     if sdk is not None and importlib.util.find_spec(sdk[0].split(".")[0]) is None:
         return f"its SDK is not installed: pip install 'fiduciary[{sdk[1]}]'"
     binary = _BINARIES.get(provider)
     if binary is not None and shutil.which(binary) is None:
         return f"the {binary} command is not on the PATH"
+    return None
+
+
+def _problem(provider: str, env: Mapping[str, str]) -> str | None:
+    """Why ``provider`` cannot drive runs here (None: it can, as far as is known)."""
     variables = KEY_VARIABLES.get(provider, ())
     if variables and not any(env.get(v) for v in variables):
-        return f"no API key: set {' or '.join(variables)}"
-    return None
+        return _missing(provider) or f"no API key: set {' or '.join(variables)}"
+    return _missing(provider)
+
+
+def _model_of(provider: str) -> str | None:
+    """The model a provider would be asked for: its standard tier's (None: name one)."""
+    if provider == "scripted":
+        return "scripted"
+    standard = DEFAULT_TIERS.get(provider, {}).get("standard")
+    return None if standard is None else f"{provider}:{standard}"
 
 
 class ModelChoice:
@@ -265,27 +278,18 @@ class ModelChoice:
         current = _provider_of(self.current)
         providers = []
         for name in PROVIDERS:
-            problem = None if name == current else _problem(name, env)
             binary = _BINARIES.get(name)
-            standard = DEFAULT_TIERS.get(name, {}).get("standard")
+            variables = KEY_VARIABLES.get(name, ())
             providers.append(
                 ProviderStatus(
                     name=name,
-                    model=self.current
-                    if name == current
-                    else (
-                        "scripted"
-                        if name == "scripted"
-                        else None
-                        if standard is None
-                        else f"{name}:{standard}"
-                    ),
-                    key_variables=list(KEY_VARIABLES.get(name, ())),
-                    key_present=any(env.get(v) for v in KEY_VARIABLES.get(name, ())),
-                    available=problem is None or problem.startswith("no API key"),
+                    model=self.current if name == current else _model_of(name),
+                    key_variables=list(variables),
+                    key_present=any(env.get(v) for v in variables),
+                    available=name == current or _missing(name) is None,
                     reachable=None if binary is None else shutil.which(binary) is not None,
                     default=name == current,
-                    problem=problem,
+                    problem=None if name == current else _problem(name, env),
                 )
             )
         return AiStatus(
