@@ -2,7 +2,7 @@
 
 - ``docs://guide``: how the gates treat a call, how a person approves, what the policy decides,
   what a capability declares and its error codes: the pages ``GUIDE_PAGES`` of ``docs/``, shipped
-  in the package (``fiduciary/mcp/docs/``, byte for byte the same as ``docs/``: a test holds it).
+  in the package (``fiduciary/mcp/guide/``, byte for byte the same as ``docs/``: a test holds it).
 - ``docs://api``: the tools this server offers, read from its live list at each request (the
   agent's whitelist, or the claude CLI provider's proposals): name, whether it only reads, its
   description and its input's JSON schema.
@@ -30,7 +30,7 @@ _MARKDOWN = "text/markdown"
 
 def guide_text() -> str:
     """The guide: the shipped pages, in order, under one title."""
-    folder = resources.files("fiduciary.mcp").joinpath("docs")
+    folder = resources.files("fiduciary.mcp").joinpath("guide")
     pages = [folder.joinpath(page).read_text(encoding="utf-8").strip() for page in GUIDE_PAGES]
     head = (
         "# fiduciary: the guide\n\n"

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 
 __all__ = ["served"]  # the fixture, over stdio and HTTP
 
-SHIPPED = ROOT / "src" / "fiduciary" / "mcp" / "docs"
+SHIPPED = ROOT / "src" / "fiduciary" / "mcp" / "guide"
 
 
 def _text(contents: object) -> str:
@@ -41,8 +41,8 @@ def _schemas(api: str) -> dict[str, object]:
 def test_the_shipped_pages_are_the_docs_pages(page: str) -> None:
     # the wheel holds only src/fiduciary: the guide ships a copy, which must not drift
     assert (SHIPPED / page).read_bytes() == (ROOT / "docs" / page).read_bytes(), (
-        f"src/fiduciary/mcp/docs/{page} differs from docs/{page}: "
-        f"cp docs/{page} src/fiduciary/mcp/docs/{page}"
+        f"src/fiduciary/mcp/guide/{page} differs from docs/{page}: "
+        f"cp docs/{page} src/fiduciary/mcp/guide/{page}"
     )
     assert sorted(p.name for p in SHIPPED.glob("*.md")) == sorted(GUIDE_PAGES)
 
@@ -102,6 +102,6 @@ def test_the_wheel_carries_the_guide(tmp_path: Path) -> None:
     with zipfile.ZipFile(built) as wheel:
         names = set(wheel.namelist())
         for page in GUIDE_PAGES:
-            assert f"fiduciary/mcp/docs/{page}" in names
-        shipped = wheel.read("fiduciary/mcp/docs/approvals.md")
+            assert f"fiduciary/mcp/guide/{page}" in names
+        shipped = wheel.read("fiduciary/mcp/guide/approvals.md")
     assert shipped == (ROOT / "docs" / "approvals.md").read_bytes()
