@@ -1,4 +1,5 @@
-"""Every fake in one place: a scripted model, the in-memory store, a manual clock, approvers.
+"""Every fake in one place: a scripted model, the in-memory store, a manual clock, approvers,
+a web search with canned results.
 
 These ship with the package so that users test their own agents the way fiduciary tests itself:
 no network, no keys, no sleeps.
@@ -18,16 +19,19 @@ from .events import Event, PendingAction
 from .gates import AuthorizationRequest
 from .models.scripted import Call, Reply, Results, Script, ScriptedModel, ToolCalls
 from .stores.memory import MemoryStore
+from .web_search import SearchResult
 
 __all__ = [
     "Call",
     "FakeEmbedder",
+    "FakeSearch",
     "ManualClock",
     "MemoryStore",
     "Reply",
     "Results",
     "Script",
     "ScriptedModel",
+    "SearchResult",
     "ToolCalls",
     "allow_all",
     "approve_all",
@@ -87,3 +91,24 @@ class FakeEmbedder:
             digest = hashlib.sha256(meaning.encode()).digest()
             vector[int.from_bytes(digest[:4], "big") % self.dimensions] += 1.0
         return vector
+
+
+class FakeSearch:
+    """A ``SearchBackend`` offline: canned results per query (``{"query": [SearchResult, ...]}``),
+    ``default`` for any other query. ``queries`` records what was asked, in order."""
+
+    name = "fake search"
+
+    def __init__(
+        self,
+        results: dict[str, Sequence[SearchResult]] | None = None,
+        *,
+        default: Sequence[SearchResult] = (),
+    ) -> None:
+        self.results = {q: list(found) for q, found in (results or {}).items()}
+        self.default = list(default)
+        self.queries: list[str] = []
+
+    async def search(self, query: str, *, limit: int) -> list[SearchResult]:
+        self.queries.append(query)
+        return list(self.results.get(query, self.default))[:limit]

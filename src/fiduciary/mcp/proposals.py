@@ -4,7 +4,8 @@
 (the tools offered that turn: name, description, inputSchema). It is ``build_server`` over stdio
 with ``DeferredTools``: ``tools/list`` lists the spec, and every ``tools/call`` is answered with
 ``DEFERRED_RESULT`` without running anything: fiduciary reads the calls from the CLI's output
-and runs them itself, through its gates. No resources, no prompts, no store.
+and runs them itself, through its gates. No prompts, no store; the resources are the docs
+(``docs://guide``, and ``docs://api``: the tools of this turn).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@
 ``tools/call`` is a run through the gates (``bridge``); a write waiting for a person is also
 offered to the person at the client when it supports elicitation (``elicit``). Runs and
 approvals are resources (``fiduciary://runs/{id}``, ``fiduciary://approvals/{id}``), each
-principal seeing only its own. Skills are prompts (``skill-<name>``): the ones given, and the
-agent's own. ``build_server`` also serves other tools (``Tools``): the claude CLI provider's
-``proposals``, whose calls run nothing.
+principal seeing only its own; fiduciary's documentation is two more, ``docs://guide`` and
+``docs://api`` (``docs``), for every caller and every source of tools. Skills are prompts
+(``skill-<name>``): the ones given, and the agent's own. ``build_server`` also serves other
+tools (``Tools``): the claude CLI provider's ``proposals``, whose calls run nothing.
 
 Who is asking: over stdio, the principal given on the command line; over HTTP, the principal of
 the API key in ``Authorization: Bearer`` (the server's ``KeyStore``). The HTTP app is stateless
@@ -29,6 +30,7 @@ from ..dual_control import as_voted
 from ..exceptions import FiduciaryError
 from ._sdk import MCPError, mcp_types
 from .bridge import CallOutcome, McpGateway
+from .docs import API_URI, GUIDE_URI, api_text, doc_resources, guide_text
 from .elicit import ApprovalAsker, elicits_forms
 from .origins import Origins, forbidden_origin, origin_of, served_url
 
@@ -70,7 +72,8 @@ _TEMPLATES = (
 INSTRUCTIONS = (
     "Every tool runs through fiduciary's gates. A write may answer pending_approval: a person "
     "decides it in the console (or here, if this client can ask them); then call the same tool "
-    "with the same arguments again for its outcome. Nothing you send approves it."
+    "with the same arguments again for its outcome. Nothing you send approves it. How the "
+    "gates decide, and every tool's schema: the resources docs://guide and docs://api."
 )
 
 
@@ -202,10 +205,10 @@ def build_server(
         return await tools.call(ctx, caller(ctx), params)
 
     async def list_resources(ctx: Any, params: Any) -> mcp_types.ListResourcesResult:
-        assert gateway is not None
+        resources = doc_resources()  # the docs: anyone's; runs and approvals: the caller's
         who = caller(ctx)
-        who.require(RUNS_READ)
-        resources = await _resources(gateway, who.principal.actor_id)
+        if gateway is not None and who.allows(RUNS_READ):
+            resources += await _resources(gateway, who.principal.actor_id)
         return mcp_types.ListResourcesResult(resources=resources)
 
     async def list_resource_templates(
@@ -216,16 +219,16 @@ def build_server(
     async def read_resource(
         ctx: Any, params: mcp_types.ReadResourceRequestParams
     ) -> mcp_types.ReadResourceResult:
-        assert gateway is not None
-        who = caller(ctx)
-        who.require(RUNS_READ)
         uri = str(params.uri)
+        who = caller(ctx)
+        if uri in (GUIDE_URI, API_URI):
+            text = guide_text() if uri == GUIDE_URI else api_text(tools.listed())
+            return _text_resource(uri, "text/markdown", text)
+        if gateway is None:
+            raise MCPError(_INVALID_PARAMS, f"no resource {uri[:200]}")
+        who.require(RUNS_READ)
         body = await _resource(gateway, who.principal.actor_id, uri)
-        return mcp_types.ReadResourceResult(
-            contents=[
-                mcp_types.TextResourceContents(uri=uri, mime_type="application/json", text=body)
-            ]
-        )
+        return _text_resource(uri, "application/json", body)
 
     async def list_prompts(ctx: Any, params: Any) -> mcp_types.ListPromptsResult:
         return mcp_types.ListPromptsResult(
@@ -253,8 +256,8 @@ def build_server(
         instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
-        on_list_resources=list_resources if gateway is not None else None,
-        on_read_resource=read_resource if gateway is not None else None,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
         on_list_resource_templates=list_resource_templates if gateway is not None else None,
         on_list_prompts=list_prompts if given or gateway is not None else None,
         on_get_prompt=get_prompt if given or gateway is not None else None,
@@ -266,6 +269,12 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
     return schema
+
+
+def _text_resource(uri: str, mime_type: str, text: str) -> mcp_types.ReadResourceResult:
+    return mcp_types.ReadResourceResult(
+        contents=[mcp_types.TextResourceContents(uri=uri, mime_type=mime_type, text=text)]
+    )
 
 
 def _tool_error(text: str) -> mcp_types.CallToolResult:

@@ -33,7 +33,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..clock import Clock, SystemClock
 from ..exceptions import StoreError
@@ -50,6 +50,7 @@ __all__ = [
     "PostgresKeyStore",
     "SQLiteKeyStore",
     "Scope",
+    "SqlTable",
     "new_key",
 ]
 
@@ -181,6 +182,16 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS server_api_keys (
 _COLUMNS = "key_id, digest, principal, scopes, label, created_at, revoked_at"
 
 
+@runtime_checkable
+class SqlTable(Protocol):
+    """A key store in a database, which also holds the server's own small tables (the default
+    model's choices: ``ai.py``), created on first use as ``server_api_keys`` is."""
+
+    async def execute(
+        self, sql: str, params: tuple[object, ...] = ()
+    ) -> list[tuple[object, ...]]: ...
+
+
 class _TableKeyStore:
     """The ``server_api_keys`` table, whatever the database: the queries of ``create``,
     ``verify``, ``list`` and ``revoke``, written once with ``?`` parameters. A subclass runs
@@ -195,6 +206,11 @@ class _TableKeyStore:
 
     def _stored(self, when: datetime) -> object:
         raise NotImplementedError
+
+    async def execute(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """One statement (``?`` parameters) on the keys' database: ``SqlTable``."""
+        rows, _ = await self._run(sql, params)
+        return rows
 
     async def create(
         self, principal: str, scopes: Iterable[Scope], *, label: str = ""

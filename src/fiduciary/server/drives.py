@@ -7,6 +7,9 @@ overlap in this process: a resume asked for while the run is driven is run once 
 ends. Every event a drive yields (already committed) is passed to ``on_event`` (webhooks).
 
 Cancelling stops the drive here, then ``Agent.cancel`` records it under the run's lease.
+
+With ``models`` (``ai.py``), a new run is driven by the agent of the default model at that
+moment, and a run resumed or continued by the agent of the model it started with.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ..capabilities import Principal
 from ..events import Event, Origin
 from ..exceptions import FiduciaryError, RunError
 from ..stores.base import RunRecord
+from .ai import ModelChoice
 
 __all__ = ["Drives"]
 
@@ -39,8 +43,10 @@ class Drives:
         *,
         on_event: OnEvent | None = None,
         cancel_timeout: float = 10.0,
+        models: ModelChoice | None = None,
     ) -> None:
         self.agent = agent
+        self.models = models
         self._on_event = on_event
         self._cancel_timeout = cancel_timeout
         self._claimed: set[UUID] = set()
@@ -64,7 +70,8 @@ class Drives:
     ) -> Event:
         """Create a run; returns its first committed event once the run is recorded."""
         run_id = uuid4()
-        stream = self.agent.run(
+        agent = self.agent if self.models is None else await self.models.for_new()
+        stream = agent.run(
             message,
             principal=principal,
             run_id=run_id,
@@ -84,7 +91,8 @@ class Drives:
         origin: Origin | None = None,
     ) -> Event:
         """Add a message to an idle run; returns the committed ``user_message``."""
-        stream = self.agent.run(message, principal=principal, run_id=run_id, origin=origin)
+        agent = self.agent if self.models is None else await self.models.for_run(run_id)
+        stream = agent.run(message, principal=principal, run_id=run_id, origin=origin)
         return await self._begin(run_id, stream, on_claim)
 
     async def _begin(
@@ -118,7 +126,7 @@ class Drives:
             self._again.add(run_id)
             return
         self._claim(run_id)
-        self._spawn(run_id, self.agent.resume(run_id))
+        self._spawn(run_id, self._resume(run_id))
 
     # --- cancelling -------------------------------------------------------------------------
     async def cancel(
@@ -211,9 +219,13 @@ class Drives:
             if run_id in self._again and not self._closed:
                 # a decision arrived meanwhile: drive again, still claimed (never idle between)
                 self._again.discard(run_id)
-                self._spawn(run_id, self.agent.resume(run_id))
+                self._spawn(run_id, self._resume(run_id))
             else:
                 self._release(run_id)
+
+    def _resume(self, run_id: UUID) -> AsyncGenerator[Event, None]:
+        """The run's own agent's resume (the one of the model it started with)."""
+        return self.agent.resume(run_id) if self.models is None else self.models.resumed(run_id)
 
     def _notify(self, event: Event) -> None:
         if self._on_event is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import (
     account,
+    ai_routes,
     approvals,
     auth,
     bus,
@@ -19,6 +20,7 @@ from . import (
     timetravel,
     traces,
 )
+from .ai import AiStatus, DefaultBody
 from .openapi import Operation, Param
 from .pipeline import Handler
 from .schemas import (
@@ -302,5 +304,22 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         tags=("webhooks",),
         description="Signed with HMAC-SHA256 over `<timestamp>.<body>`; refused when the "
         "timestamp is more than 5 minutes away or the delivery was already received.",
+    ),
+    Operation(
+        "GET", "/ai/status", "aiStatus", "The model providers and the default model",
+        ai_routes.ai_status, scope=auth.RUNS_READ, response=AiStatus, tags=("ai",),
+        description="Each provider: the model it would use, where its key is read from and "
+        "whether one is set (never the key), whether it can run here, whether it is reachable "
+        "when that is known without a request; the default model of new runs, and its latest "
+        "changes (who, when, from, to).",
+    ),
+    Operation(
+        "PUT", "/ai/default", "setDefaultModel", "Change the model of new runs (admin)",
+        ai_routes.set_default, scope=auth.ADMIN, body=DefaultBody, response=AiStatus,
+        problems=("insufficient_scope", "invalid_request", "not_available"), tags=("ai",),
+        description="`model` left out: the provider's standard model. An unknown provider, or "
+        "one whose extra or key is missing, is refused and nothing changes. Runs already "
+        "started keep their model. The change is recorded (who, when, from, to) and, with "
+        "keys in SQLite or PostgreSQL, survives a restart.",
     ),
 )  # fmt: skip

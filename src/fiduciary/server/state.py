@@ -30,6 +30,7 @@ from ..stores.base import (
 )
 from ..worker import WorkQueue
 from . import auth
+from .ai import ModelChoice
 from .auth import ApiKey, KeyStore
 from .drives import Drives
 from .problems import ProblemError
@@ -87,7 +88,8 @@ class Server:
         self.verifier = SignatureVerifier(clock=agent.clock)
         self.notifier = notifier
         self.max_body_bytes = max_body_bytes
-        self.drives = Drives(agent, on_event=self._on_event)
+        self.models = ModelChoice(agent, keys)  # the default model of new runs (ai.py)
+        self.drives = Drives(agent, on_event=self._on_event, models=self.models)
         self.hub = EventHub(
             agent,
             buffer=subscriber_buffer,

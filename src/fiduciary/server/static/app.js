@@ -292,6 +292,7 @@
     $("app").hidden = false;
     refreshLists();
     refreshBalances();
+    refreshModel();
     refreshApps();
     followDecisions();
     followAppEmits();
@@ -1127,6 +1128,18 @@
     const parts = decimalParts(value);
     if (held && parts && held.n !== 0n && !/[1-9]/.test(roundedTo(parts, 2))) return "< $0.01";
     return cents(value);
+  }
+
+  // the model new runs use (GET /ai/status): an admin may change it with PUT /ai/default
+  async function refreshModel() {
+    try {
+      const status = await api("GET", "/ai/status");
+      $("who-model").textContent = `model: ${status.default}`;
+      $("who-model").title = `The model new runs use: ${status.default}`;
+      $("who-model").hidden = false;
+    } catch (_) {
+      $("who-model").hidden = true; // a key that may not read it
+    }
   }
 
   async function refreshBalances() {
