@@ -31,6 +31,7 @@ from ..stores.base import (
 from ..worker import WorkQueue
 from . import auth
 from .auth import ApiKey, KeyStore
+from .deciders import OtherDecider
 from .drives import Drives
 from .problems import ProblemError
 from .ratelimit import RateLimit, RateLimiter
@@ -87,6 +88,8 @@ class Server:
         self.verifier = SignatureVerifier(clock=agent.clock)
         self.notifier = notifier
         self.max_body_bytes = max_body_bytes
+        # approvals of runs a feature drives (an apps engine's): decided by its agent
+        self.other_deciders: list[OtherDecider] = []
         self.drives = Drives(agent, on_event=self._on_event)
         self.hub = EventHub(
             agent,
