@@ -43,7 +43,16 @@ def _document(openapi: dict[str, Any]) -> Callable[[Request], Awaitable[Response
 
 # the console's files; nothing else under static/ is served
 _STATIC = frozenset(
-    {"app.js", "views.js", "audit.js", "dual.js", "passkeys.js", "questions.js", "style.css"}
+    {
+        "app.js",
+        "views.js",
+        "audit.js",
+        "dual.js",
+        "passkeys.js",
+        "questions.js",
+        "tree.js",
+        "style.css",
+    }
 )
 
 
