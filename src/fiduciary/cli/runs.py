@@ -532,6 +532,7 @@ async def _decide(
     by: str,
     spec: str | None,
     decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
+    apps_engine: str | None = None,
 ) -> int:
     """Resolve an approval, decide it durably under the rules of the run's agent (``spec``, else
     the apps engine's for a run it started, else the paper-wallet agent), say what happened."""
@@ -552,7 +553,7 @@ async def _decide(
             await _check_agent(agent, record.run_id, spec, any_model=None)
 
         if spec is None and await is_app_run(store, record.run_id):
-            async with app_engine(db, record.principal) as engine:
+            async with app_engine(db, record.principal, apps_engine) as engine:
                 decider = engine.decider()
                 decided = await decided_by(decider)
                 progress = await _progress(store, decider, decided)
@@ -594,6 +595,17 @@ async def _progress(store: Store, agent: Agent, record: ApprovalRecord) -> str:
     return "" if found is None else found[1].text()
 
 
+AppsEngine = Annotated[
+    str | None,
+    typer.Option(
+        "--apps-engine",
+        help="For an app's approval: the apps factory that serves it, module:attribute (as "
+        "serve --apps-engine); default: the wallet's sample apps.",
+        show_default=False,
+    ),
+]
+
+
 @_command(approvals_app, "approve")
 async def approvals_approve(
     approval: ApprovalRef,
@@ -605,8 +617,10 @@ async def approvals_approve(
         typer.Option(help="Change a modifiable field: field=text or field:=json. Repeatable."),
     ] = None,
     agent_spec: AgentSpec = None,
+    apps_engine: AppsEngine = None,
 ) -> int:
-    """Approve a pending action (decide only: it runs when the run resumes)."""
+    """Approve a pending action (decide only: it runs when the run resumes; an app's is
+    continued by its engine at once: an approved grant request creates the grant)."""
     edits = _parse_edits(edit or [])
 
     async def approve(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
@@ -614,7 +628,7 @@ async def approvals_approve(
             record.approval_id, by=by, edits=edits or None, confirm_amount=amount
         )
 
-    return await _decide(db, approval, by, agent_spec, approve)
+    return await _decide(db, approval, by, agent_spec, approve, apps_engine)
 
 
 @_command(approvals_app, "deny")
@@ -624,10 +638,11 @@ async def approvals_deny(
     db: Db = DEFAULT_DB,
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
     agent_spec: AgentSpec = None,
+    apps_engine: AppsEngine = None,
 ) -> int:
     """Decline a pending action: it never runs, and the model is told when the run resumes."""
 
     async def deny(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
         return await agent.deny(record.approval_id, by=by, reason=reason)
 
-    return await _decide(db, approval, by, agent_spec, deny)
+    return await _decide(db, approval, by, agent_spec, deny, apps_engine)
