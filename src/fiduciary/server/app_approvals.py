@@ -64,7 +64,9 @@ class AppApprovals:
         try:
             await self.engine.resume_message(app_id, record.run_id)
         except RunError as exc:
-            if exc.code not in ("unknown", "invalid", "state"):
-                raise
-            # not a message run (an enabling, a tick's intents): the scheduler's next step
-            log.debug("app %s: run %s is continued by the scheduler", app_id, record.run_id)
+            if exc.code in ("unknown", "invalid", "state"):
+                # not a message run (an enabling, a tick's intents): the scheduler's next step
+                log.debug("app %s: run %s is continued by the scheduler", app_id, record.run_id)
+                return
+            # the decision stands (recorded); AppEngine.resume_message continues the run later
+            log.warning("app %s: run %s was not continued: %s", app_id, record.run_id, exc)
