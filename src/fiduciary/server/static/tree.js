@@ -67,7 +67,10 @@
       const view = await fc.api("GET", `/runs/${runId}/tree`);
       if (mine === loading && fc.runId() === runId) draw(view);
     } catch (_) {
-      if (mine === loading) $("run-tree").hidden = true; // the conversation still shows
+      if (mine !== loading) return;
+      $("run-tree").hidden = true; // the conversation still shows; try again in a while
+      clearTimeout(timer);
+      timer = setTimeout(load, 5000);
     }
   }
 
