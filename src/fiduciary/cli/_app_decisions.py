@@ -38,8 +38,11 @@ async def is_app_run(store: Store, run_id: UUID) -> bool:
 
 
 @asynccontextmanager
-async def app_engine(db: Path, principal: str) -> AsyncIterator[AppEngine]:
-    """The sample apps' engine over the paper wallet in ``db`` (as ``fiduciary apps`` runs it)."""
+async def app_engine(
+    db: Path, principal: str, factory: str | None = None
+) -> AsyncIterator[AppEngine]:
+    """The engine the apps factory ``factory`` makes over ``db`` (default: the sample apps'
+    over the paper wallet, as ``fiduciary apps`` runs it)."""
     try:
         from ..apps.cli import open_engine
     except ImportError as exc:
@@ -47,7 +50,7 @@ async def app_engine(db: Path, principal: str) -> AsyncIterator[AppEngine]:
             "this approval is an app's: deciding it needs the apps extra: "
             "pip install 'fiduciary[apps]'"
         ) from exc
-    async with open_engine(db, None, principal) as engine:
+    async with open_engine(db, None, principal, factory) as engine:
         yield engine
 
 

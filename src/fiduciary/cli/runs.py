@@ -29,6 +29,8 @@ from ..dual_control import EDITED, as_voted, standing
 from ..events import Event, encode_event
 from ..exceptions import ApprovalError, ConfigurationError, RunError
 from ..observability.environment import trace_from_env
+from ..outputs import recorded_output
+from ..run_tree import ancestors, run_tree
 from ..stores.base import ApprovalRecord, ApprovalStatus, RunStatus, Store
 from ..stores.sqlite import SQLiteStore
 from ._app_decisions import app_engine, continue_apps, is_app_run
@@ -60,6 +62,7 @@ from ._common import (
     resume_command,
     with_mcp,
 )
+from ._lineage import breadcrumbs, delegated_from, print_delegates, print_output
 from .terminal import Renderer, describe, follow_events, resume_with_approvals
 
 __all__ = ["approvals_app", "runs_app"]
@@ -143,12 +146,16 @@ async def runs_list(
     limit: Annotated[int, typer.Option(min=1, help="At most this many (newest first).")] = 20,
     as_json: JsonFlag = False,
 ) -> int:
-    """The newest runs: id, principal, status, events, last update, title."""
+    """The newest runs: id, principal, status, events, last update, title (a delegated run's
+    says whose delegate it is)."""
     async with _open(db) as store:
         runs = await store.list_runs(principal=principal, status=status, limit=limit)
+        parents = {r.run_id: await delegated_from(store, r.run_id) for r in runs}
     if as_json:
         for run in runs:
-            typer.echo(_jsonable(asdict(run)))
+            above = parents[run.run_id]
+            link = {"delegate": above[0], "parent_run_id": above[1]} if above else {}
+            typer.echo(_jsonable({**asdict(run), **link}))
         return 0
     out = Console()
     rows = [
@@ -165,6 +172,9 @@ async def runs_list(
     table.add_column("title", no_wrap=True, overflow="ellipsis", max_width=max(8, left))
     for r, row in zip(runs, rows, strict=True):
         title = escape(" ".join(r.title.split()))
+        above = parents[r.run_id]
+        if above is not None:  # a delegated run: whose delegate it is
+            title = f"[dim]↳ {escape(above[0])} of {_short(above[1])}:[/] {title}"
         table.add_row(*row[:2], _styled(row[2]), *row[3:], title)
     out.print(table if runs else "[dim]no runs[/]")
     return 0
@@ -211,22 +221,29 @@ async def runs_show(
     db: Db = DEFAULT_DB,
     last: Annotated[int, typer.Option(min=0, help="How many of the last events to list.")] = 10,
 ) -> int:
-    """A run: its record, its pending approvals, its totals, its last events."""
+    """A run: its record, its pending approvals, its totals, its typed output, its place in a
+    delegation (the runs above it, those it delegated to), its last events."""
     async with _open(db) as store:
         record = await _find_run(store, run)
         pending = await store.list_approvals(run_id=record.run_id, status="pending")
         count: Counter[str] = Counter()  # by event type, plus tool errors and tokens
         tail: deque[Event] = deque(maxlen=last)
         notes: CardNotes = {}
+        answered: Counter[str] = Counter()  # a FallbackModel's turns: the model that answered
         async for event in _all_events(store, record.run_id):
             count[event.type] += 1
             if isinstance(event, ev.PendingAction):
                 notes[event.approval_id] = list(event.guard_notes)
+            if isinstance(event, ev.TurnComplete) and event.model is not None:
+                answered[event.model] += 1
             if isinstance(event, ev.ToolCallEnd) and event.is_error:
                 count["errors"] += 1
             elif isinstance(event, ev.Usage):
                 count.update(tokens_in=event.input_tokens, tokens_out=event.output_tokens)
             tail.append(event)
+        above = await ancestors(store, record.run_id)
+        below = await run_tree(store, record.run_id)
+        output = await recorded_output(store, record)
     calls, refused = count["tool_call_start"], count["tool_call_rejected"]
     lease = "free"
     if record.lease_owner is not None:
@@ -244,8 +261,15 @@ async def runs_show(
         ("tokens", f"{count['tokens_in']} in / {count['tokens_out']} out"),
     ):
         grid.add_row(name, value)
+    if above:
+        grid.add_row("delegated by", breadcrumbs(above))
+    for model, turns in answered.items():
+        grid.add_row("answered by", f"{escape(model)} ({turns} turn{'s' * (turns > 1)}, fallback)")
     out = Console()
     out.print(Panel(grid, title=f"[bold]run {record.run_id}[/]", expand=False))
+    print_output(out, output)
+    if below is not None:
+        print_delegates(out, below)
     if pending:
         out.print("[bold]waiting for a decision[/]")
         _print_approvals(out, pending, notes)
@@ -508,6 +532,7 @@ async def _decide(
     by: str,
     spec: str | None,
     decision: Callable[[Agent, ApprovalRecord], Awaitable[ApprovalRecord]],
+    apps_engine: str | None = None,
 ) -> int:
     """Resolve an approval, decide it durably under the rules of the run's agent (``spec``, else
     the apps engine's for a run it started, else the paper-wallet agent), say what happened."""
@@ -528,7 +553,7 @@ async def _decide(
             await _check_agent(agent, record.run_id, spec, any_model=None)
 
         if spec is None and await is_app_run(store, record.run_id):
-            async with app_engine(db, record.principal) as engine:
+            async with app_engine(db, record.principal, apps_engine) as engine:
                 decider = engine.decider()
                 decided = await decided_by(decider)
                 progress = await _progress(store, decider, decided)
@@ -570,6 +595,17 @@ async def _progress(store: Store, agent: Agent, record: ApprovalRecord) -> str:
     return "" if found is None else found[1].text()
 
 
+AppsEngine = Annotated[
+    str | None,
+    typer.Option(
+        "--apps-engine",
+        help="For an app's approval: the apps factory that serves it, module:attribute (as "
+        "serve --apps-engine); default: the wallet's sample apps.",
+        show_default=False,
+    ),
+]
+
+
 @_command(approvals_app, "approve")
 async def approvals_approve(
     approval: ApprovalRef,
@@ -581,8 +617,10 @@ async def approvals_approve(
         typer.Option(help="Change a modifiable field: field=text or field:=json. Repeatable."),
     ] = None,
     agent_spec: AgentSpec = None,
+    apps_engine: AppsEngine = None,
 ) -> int:
-    """Approve a pending action (decide only: it runs when the run resumes)."""
+    """Approve a pending action (decide only: it runs when the run resumes; an app's is
+    continued by its engine at once: an approved grant request creates the grant)."""
     edits = _parse_edits(edit or [])
 
     async def approve(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
@@ -590,7 +628,7 @@ async def approvals_approve(
             record.approval_id, by=by, edits=edits or None, confirm_amount=amount
         )
 
-    return await _decide(db, approval, by, agent_spec, approve)
+    return await _decide(db, approval, by, agent_spec, approve, apps_engine)
 
 
 @_command(approvals_app, "deny")
@@ -600,10 +638,11 @@ async def approvals_deny(
     db: Db = DEFAULT_DB,
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
     agent_spec: AgentSpec = None,
+    apps_engine: AppsEngine = None,
 ) -> int:
     """Decline a pending action: it never runs, and the model is told when the run resumes."""
 
     async def deny(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
         return await agent.deny(record.approval_id, by=by, reason=reason)
 
-    return await _decide(db, approval, by, agent_spec, deny)
+    return await _decide(db, approval, by, agent_spec, deny, apps_engine)

@@ -104,7 +104,8 @@ def describe(event: Event) -> str:
         case ev.Usage():
             return f"{event.model}: {event.input_tokens} in / {event.output_tokens} out"
         case ev.TurnComplete():
-            return f"stop: {event.stop_reason}"
+            by = f" · answered by {event.model}" if event.model else ""  # a fallback's turn
+            return f"stop: {event.stop_reason}{by}"
         case ev.TurnRetracted():
             return f"partial turn from seq {event.from_seq} retracted"
         case ev.RunCompleted():

@@ -1,7 +1,9 @@
 """The handlers of ``/approvals``: list and read approvals, approve, deny, report a result.
 
 Every decision is made by the core (``Agent.approve`` / ``deny`` / ``submit_result``); the
-server checks who may see the approval, then resumes the run in the background.
+server checks who may see the approval, then resumes the run in the background. An approval of
+a run a feature drives (an apps engine's, ``deciders.py``) is decided by that feature's agent,
+with the same checks, and the feature continues what waited on it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from uuid import UUID
 
 from starlette.responses import Response
 
+from ..agent import Agent
 from ..delegation import lineage
 from ..dual_control import as_voted, progress, rule_for
 from ..events import GuardNote, PendingAction, RunStarted
 from ..exceptions import ApprovalError
 from ..stores.base import ApprovalRecord
+from .deciders import OtherDecider
 from .pipeline import Call, json_response
 from .schemas import (
     ApprovalList,
@@ -96,18 +100,36 @@ async def get_approval(server: Server, call: Call) -> Response:
     return json_response((await _out(server, [record]))[0])
 
 
+async def _owner(server: Server, record: ApprovalRecord) -> tuple[Agent, OtherDecider | None]:
+    """The agent that decides ``record``: the served agent's, or a feature's that drives its run
+    (an apps engine's), with the owner that then continues it."""
+    for owner in server.other_deciders:
+        agent = await owner.agent_for(record)
+        if agent is not None:
+            return agent, owner
+    return server.agent, None
+
+
 async def _decide(
-    server: Server, record: ApprovalRecord, decide: Callable[[], Awaitable[ApprovalRecord]]
+    server: Server, record: ApprovalRecord, decide: Callable[[Agent], Awaitable[ApprovalRecord]]
 ) -> Response:
+    agent, owner = await _owner(server, record)
+
+    async def go_on(decided: ApprovalRecord) -> None:
+        if owner is not None:
+            await owner.continue_after(decided)
+        else:
+            server.resume(record.run_id, record.principal)
+
     try:
-        decided = await decide()
+        decided = await decide(agent)
     except ApprovalError as exc:
         # the run records the expiry (or the refused report) and tells the model
         if exc.code in ("expired", "result_refused"):
-            server.resume(record.run_id, record.principal)
+            await go_on(record)
         raise
     if decided.status != "pending":  # under dual control a vote short of N decides nothing
-        server.resume(record.run_id, record.principal)
+        await go_on(decided)
     return json_response((await _out(server, [decided]))[0])
 
 
@@ -117,7 +139,7 @@ async def approve(server: Server, call: Call) -> Response:
     return await _decide(
         server,
         record,
-        lambda: server.agent.approve(
+        lambda agent: agent.approve(
             record.approval_id,
             by=server.decider(call.caller),
             edits=body.edits,
@@ -134,7 +156,7 @@ async def deny(server: Server, call: Call) -> Response:
     return await _decide(
         server,
         record,
-        lambda: server.agent.deny(
+        lambda agent: agent.deny(
             record.approval_id, by=server.decider(call.caller), reason=body.reason
         ),
     )
@@ -146,7 +168,7 @@ async def submit_result(server: Server, call: Call) -> Response:
     return await _decide(
         server,
         record,
-        lambda: server.agent.submit_result(
+        lambda agent: agent.submit_result(
             record.approval_id, body.result, by=server.decider(call.caller)
         ),
     )

@@ -105,6 +105,10 @@ class Features:
                 return Principal(key.principal, key.scopes)
 
             routes.append(Mount("/apps", routes=apps_routes(self.apps, authenticate)))
+            # the general approvals routes decide the engine's approvals too (its agent's)
+            from .app_approvals import AppApprovals
+
+            server.other_deciders.append(AppApprovals(self.apps))
             # the apps' emits join GET /events, live (for the apps' principal and admins)
             server.global_streams.app_emits = AppEmitFeed(
                 self.apps.channels, self.apps.principal.actor_id

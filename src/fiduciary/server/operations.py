@@ -19,6 +19,7 @@ from . import (
     runs,
     timetravel,
     traces,
+    tree,
 )
 from .ai import AiStatus, DefaultBody
 from .openapi import Operation, Param
@@ -114,6 +115,14 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         "per model call, `execute_tool` per call with kind, tier and outcome), built from the "
         "run's log, and an `await_approval` span while a pending action waits for a person "
         "(`end` null while it waits).",
+    ),
+    Operation(
+        "GET", "/runs/{run_id}/tree", "runTree", "A run's delegation tree", tree.run_tree_view,
+        scope=auth.RUNS_READ, params=(_RUN_ID,), response=tree.RunTreeOut,
+        problems=("not_found",), tags=("runs",),
+        description="The runs above this one (`parents`, the one a person started first) and "
+        "the run with the runs it delegated to, nested (`tree`: each with its delegate name, "
+        "status, own cost and cost with every run below it).",
     ),
     Operation(
         "POST", "/runs/{run_id}/cancel", "cancelRun", "Cancel a run", runs.cancel_run,

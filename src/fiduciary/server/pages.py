@@ -62,6 +62,7 @@ _STATIC = frozenset(
         "passkeys.js",
         "questions.js",
         "canvas.js",
+        "tree.js",
         "style.css",
     }
 )

@@ -65,7 +65,11 @@ async def list_runs(server: Server, call: Call) -> Response:
         status=query.status,
         limit=query.limit,
     )
-    return json_response(RunList(runs=[RunOut.of(r) for r in runs]))
+    # a completed run's typed answer is its last event: one read of one row each
+    store = server.agent.store
+    return json_response(
+        RunList(runs=[RunOut.of(r, await recorded_output(store, r)) for r in runs])
+    )
 
 
 async def get_run(server: Server, call: Call) -> Response:

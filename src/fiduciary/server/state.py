@@ -32,6 +32,7 @@ from ..worker import WorkQueue
 from . import auth
 from .ai import ModelChoice
 from .auth import ApiKey, KeyStore
+from .deciders import OtherDecider
 from .drives import Drives
 from .problems import ProblemError
 from .ratelimit import RateLimit, RateLimiter
@@ -89,6 +90,8 @@ class Server:
         self.notifier = notifier
         self.max_body_bytes = max_body_bytes
         self.models = ModelChoice(agent, keys)  # the default model of new runs (ai.py)
+        # approvals of runs a feature drives (an apps engine's): decided by its agent
+        self.other_deciders: list[OtherDecider] = []
         self.drives = Drives(agent, on_event=self._on_event, models=self.models)
         self.hub = EventHub(
             agent,

@@ -41,7 +41,7 @@ async def test_the_console_and_its_files(client: httpx.AsyncClient) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["app.js", "views.js", "audit.js", "dual.js", "passkeys.js", "questions.js"]
+    "name", ["app.js", "views.js", "audit.js", "dual.js", "passkeys.js", "questions.js", "tree.js"]
 )
 def test_the_scripts_never_parse_server_text_as_html(name: str) -> None:
     script = (STATIC_DIR / name).read_text(encoding="utf-8")

@@ -49,4 +49,6 @@ async def test_a_typed_run_shows_its_output_and_a_failed_one_null(
             assert body["status"] == "failed"
             assert body["output"] is None
             listed = (await client.get("/runs", headers=bearer(keys.alice))).json()["runs"]
-            assert {r["output"] for r in listed} == {None}  # (the list does not read the logs)
+            # the list carries each run's output as GET /runs/{id} does
+            outputs = {r["run_id"]: r["output"] for r in listed}
+            assert outputs == {str(typed): {"item": "pen", "usd": "1.20"}, str(failed): None}

@@ -552,6 +552,8 @@
         break;
       case "turn_complete":
         closeAssistant();
+        // a FallbackModel's turn on which a model failed: the one that answered it
+        if (event.model) add(el("div", { class: "marker", "data-testid": "answered-by", text: `answered by ${event.model}` }), event.seq);
         break;
       case "turn_retracted":
         retract(event.from_seq);
@@ -597,6 +599,12 @@
         break;
       case "run_completed":
         closeAssistant();
+        // a typed answer (the agent's output_type), as formatted JSON: text only, never HTML
+        if (event.output !== undefined && event.output !== null) {
+          add(el("div", { class: "bubble assistant typed-output" },
+            el("div", { class: "small muted", text: "typed output" }),
+            el("pre", { "data-testid": "typed-output", text: shownValue(event.output, 2).text })), event.seq);
+        }
         add(el("div", { class: "marker", text: "completed" }), event.seq);
         setStatus("completed");
         break;
@@ -953,7 +961,7 @@
       case "usage":
         return `${event.input_tokens} in / ${event.output_tokens} out`;
       case "turn_complete":
-        return event.stop_reason || "";
+        return `${event.stop_reason || ""}${event.model ? ` · answered by ${event.model}` : ""}`;
       case "run_completed":
         return "";
       case "run_failed":
