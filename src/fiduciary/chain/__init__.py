@@ -11,7 +11,9 @@ pending: wait; unknown with the nonce free: the same bytes again; nonce taken: o
 Modules: ``config`` (the deployment file and settings), ``keys`` (v3 keystores), ``intents``
 and ``intents_postgres`` (the intent table and nonce reservations: one core, two dialects),
 ``wallet`` (the façade), ``binding`` (what an approval binds: chain, account, contract),
-``cards`` (what a card says, the gas in USD), ``capabilities``, ``client_signed`` (sends the
+``cards`` (what a card says, the gas in USD), ``capabilities``, ``payments`` (links and
+invoices paid by a Transfer of an exact amount), ``invoicing`` (their capabilities), ``watch``
+(the Transfer watcher), ``client_signed`` (sends the
 person's device signs, checked on chain), ``swaps``, ``reconcile``, ``deploy`` (contracts on a
 dev chain), ``demo`` (``fiduciary demo --chain``) and ``cli``.
 Needs the ``chain`` extra (web3.py, eth-account).
@@ -38,12 +40,15 @@ if TYPE_CHECKING:
         SQLiteIntentBook,
     )
     from .intents_postgres import PostgresIntentBook
+    from .invoicing import open_receivables
     from .keys import (
         Signer,
         load_keystore,
         write_keystore,
     )
+    from .payments import ChainReceivable, ChainReceivables, Incoming
     from .wallet import ChainReceipt, ChainWallet
+    from .watch import PaymentWatcher
 
 # loaded when first asked for: web3 takes seconds to import, and the CLI registers `chain`
 _WHERE = {
@@ -51,6 +56,11 @@ _WHERE = {
     "ChainError": "errors",
     "ChainOutcomeUnknown": "errors",
     "ChainReceipt": "wallet",
+    "ChainReceivable": "payments",
+    "ChainReceivables": "payments",
+    "Incoming": "payments",
+    "PaymentWatcher": "watch",
+    "open_receivables": "invoicing",
     "ChainWallet": "wallet",
     "ClientTxRefused": "client_signed",
     "client_signed_capabilities": "client_signed",
@@ -75,10 +85,14 @@ __all__ = [
     "ChainError",
     "ChainOutcomeUnknown",
     "ChainReceipt",
+    "ChainReceivable",
+    "ChainReceivables",
     "ChainWallet",
     "ClientTxRefused",
+    "Incoming",
     "Intent",
     "IntentBook",
+    "PaymentWatcher",
     "PostgresIntentBook",
     "RecipientGuard",
     "SQLiteIntentBook",
@@ -89,6 +103,7 @@ __all__ = [
     "connect_watching",
     "load_config",
     "load_keystore",
+    "open_receivables",
     "save_config",
     "write_keystore",
 ]
