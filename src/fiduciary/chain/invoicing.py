@@ -54,13 +54,6 @@ def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[C
     def items_total(a: Any) -> Decimal:
         return sum((LineItem.model_validate(i).total for i in a.line_items), Decimal(0))
 
-    def existing(a: Any, ctx: CallContext) -> Decimal | None:
-        try:
-            found = books.get(a.reference, at=ctx.clock.now())
-        except ChainError:
-            return None
-        return usd(found.amount)
-
     async def create(
         ctx: CallContext,
         kind: ReceivableKind,
@@ -88,25 +81,6 @@ def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[C
             key=ctx.idempotency_key,
             at=now,
             from_block=from_block,
-        )
-
-    @capability(kind="read")
-    async def list_payment_links(
-        ctx: CallContext, status: StatusFilter = None
-    ) -> list[ChainReceivable]:
-        """The person's payment links, newest first: reference, amount, the exact amount to
-        pay and where, status (open, paid, cancelled, overdue), and once paid the payer and
-        the transaction; transfers that arrived after it was paid or cancelled are listed."""
-        return await asyncio.to_thread(
-            books.of_principal, ctx.principal.actor_id, "link", at=ctx.clock.now(), status=status
-        )
-
-    @capability(kind="read")
-    async def list_invoices(ctx: CallContext, status: StatusFilter = None) -> list[ChainReceivable]:
-        """The person's invoices, newest first, with their line items, total, the exact amount
-        to pay and where, due date and status (open, paid, cancelled, overdue)."""
-        return await asyncio.to_thread(
-            books.of_principal, ctx.principal.actor_id, "invoice", at=ctx.clock.now(), status=status
         )
 
     @capability(
@@ -156,6 +130,43 @@ def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[C
         pay_exactly to pay_to."""
         return await create(ctx, "invoice", asset, due_in_days, memo, line_items=line_items)
 
+    reads, cancels = _reads(books), _cancels(wallet, books)
+    return [*reads, create_payment_link, cancels[0], create_invoice, cancels[1]]
+
+
+def _reads(books: ChainReceivables) -> list[Capability]:
+    @capability(kind="read")
+    async def list_payment_links(
+        ctx: CallContext, status: StatusFilter = None
+    ) -> list[ChainReceivable]:
+        """The person's payment links, newest first: reference, amount, the exact amount to
+        pay and where, status (open, paid, cancelled, overdue), and once paid the payer and
+        the transaction; transfers that arrived after it was paid or cancelled are listed."""
+        return await asyncio.to_thread(
+            books.of_principal, ctx.principal.actor_id, "link", at=ctx.clock.now(), status=status
+        )
+
+    @capability(kind="read")
+    async def list_invoices(ctx: CallContext, status: StatusFilter = None) -> list[ChainReceivable]:
+        """The person's invoices, newest first, with their line items, total, the exact amount
+        to pay and where, due date and status (open, paid, cancelled, overdue)."""
+        return await asyncio.to_thread(
+            books.of_principal, ctx.principal.actor_id, "invoice", at=ctx.clock.now(), status=status
+        )
+
+    return [list_payment_links, list_invoices]
+
+
+def _cancels(wallet: ChainWallet, books: ChainReceivables) -> list[Capability]:
+    symbol = wallet.config.token_symbol
+
+    def existing(a: Any, ctx: CallContext) -> Decimal | None:
+        try:
+            found = books.get(a.reference, at=ctx.clock.now())
+        except ChainError:
+            return None
+        return wallet.usd_value(symbol, found.amount)
+
     @capability(
         kind="execute",
         risk="low",
@@ -186,11 +197,4 @@ def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[C
             books.cancel, ctx.principal.actor_id, "invoice", reference, at=ctx.clock.now()
         )
 
-    return [
-        list_payment_links,
-        list_invoices,
-        create_payment_link,
-        cancel_payment_link,
-        create_invoice,
-        cancel_invoice,
-    ]
+    return [cancel_payment_link, cancel_invoice]
