@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from eth_account import Account
 from eth_utils.address import to_checksum_address
-from eth_utils.crypto import keccak
 
 from fiduciary import Agent, Policy
 from fiduciary.chain.capabilities import chain_capabilities
@@ -34,37 +33,12 @@ from fiduciary.events import PendingAction, ToolCallEnd
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
 
-from .anvil import ROOT, mined_receipt, rpc
+from .anvil import ROOT, rpc
 from .conftest import PASSPHRASE, ChainSetup
 from .onchain import TRANSFER_TOPIC, token_balance
+from .paying import funded_payer, pay, topic
 
 pytestmark = pytest.mark.slow
-
-
-def _topic(address: str) -> str:
-    return "0x" + "0" * 24 + address.lower().removeprefix("0x")
-
-
-def pay(url: str, token: str, key: bytes, to: str, amount: Decimal) -> str:
-    """``transfer(to, amount)`` on ``token`` signed by ``key`` (outside fiduciary); its hash."""
-    account = Account.from_key(key)
-    units = int(amount.scaleb(6))
-    data = keccak(text="transfer(address,uint256)")[:4].hex() + _topic(to)[2:] + f"{units:064x}"
-    tx = {
-        "to": to_checksum_address(token),
-        "data": "0x" + data,
-        "value": 0,
-        "gas": 100_000,
-        "maxFeePerGas": 10**10,
-        "maxPriorityFeePerGas": 10**9,
-        "nonce": int(rpc(url, "eth_getTransactionCount", account.address, "pending"), 16),
-        "chainId": 31337,
-        "type": 2,
-    }
-    signed = account.sign_transaction(tx)
-    tx_hash = str(rpc(url, "eth_sendRawTransaction", "0x" + signed.raw_transaction.hex()))
-    assert int(mined_receipt(url, tx_hash)["status"], 16) == 1
-    return tx_hash
 
 
 def incoming_logs(url: str, token: str, to: str) -> list[dict[str, Any]]:
@@ -73,18 +47,9 @@ def incoming_logs(url: str, token: str, to: str) -> list[dict[str, Any]]:
         url,
         "eth_getLogs",
         {"address": token, "fromBlock": "0x0", "toBlock": "latest",
-         "topics": [TRANSFER_TOPIC, None, _topic(to)]},
+         "topics": [TRANSFER_TOPIC, None, topic(to)]},
     )  # fmt: skip
     return logs
-
-
-async def funded_payer(wallet: ChainWallet, url: str, amount: Decimal) -> bytes:
-    """A new account holding ETH for gas and ``amount`` USDC sent by the wallet."""
-    key = secrets.token_bytes(32)
-    address = str(Account.from_key(key).address)
-    rpc(url, "anvil_setBalance", address, hex(10**18))
-    await wallet.send(f"fund-{address}", address, "USDC", amount)
-    return key
 
 
 async def test_a_link_made_through_the_gates_is_paid_once_by_its_exact_transfer(

@@ -117,6 +117,7 @@ def chain_capabilities(
         kind="execute",
         risk="high",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="send",
         amount_usd=priced("send", "asset"),
         flags={"mutating", "requires_balance", "irreversible"},
@@ -150,6 +151,7 @@ def chain_capabilities(
         kind="execute",
         risk="low",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="save",
         amount_usd=priced("save", "asset"),
         flags={"mutating", "requires_balance"},
@@ -174,6 +176,7 @@ def chain_capabilities(
         kind="execute",
         risk="medium",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="withdraw",
         amount_usd=priced("withdraw", "asset"),
         flags={"mutating"},
@@ -212,6 +215,7 @@ def chain_capabilities(
         kind="execute",
         risk="medium",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="swap",
         amount_usd=priced("swap", "from_asset"),
         flags={"mutating", "requires_balance", "irreversible"},
