@@ -316,21 +316,8 @@ class ChainWallet:
         self._step("done")
         done = replace(intent, status="mined", block_number=block)
         made.mined = receipt
-        return made.receipt(
-            self.config.chain_id,
-            done,
-            replayed=not fresh,
-            rebroadcast=rebroadcast,
-            effects=await self._effects(receipt, intent.sender),
-        )
-
-    async def _effects(self, receipt: TxReceipt, sender: str) -> Effects | None:
-        """What the transaction did to the wallet's stablecoin; None if the node did not say
-        (the write is done either way: advice for the guards must not fail it)."""
-        try:
-            return await effects(self.token, receipt, sender, self.config.token_decimals)
-        except (Web3Exception, OSError, TimeoutError, ValueError):
-            return None
+        made.effects = await effects(self.token, receipt, intent.sender, self.config.token_decimals)
+        return made.receipt(self.config.chain_id, done, replayed=not fresh, rebroadcast=rebroadcast)
 
     async def build_send(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
         """The transaction a send would sign (simulated, gas and fees; not the nonce). Kept
@@ -505,7 +492,9 @@ class Made:
 
     def __init__(self, to: str, asset: str, amount: Decimal) -> None:
         self.to, self.asset, self.amount = to, asset, amount
-        self.mined: TxReceipt | None = None  # the receipt, when settled in this process
+        # when settled in this process: the receipt, and what it did (read from the chain)
+        self.mined: TxReceipt | None = None
+        self.effects: Effects | None = None
 
     def receipt(
         self,
@@ -514,10 +503,10 @@ class Made:
         *,
         replayed: bool,
         rebroadcast: bool = False,
-        effects: Effects | None = None,
     ) -> ChainReceipt:
         assert intent.nonce is not None
         assert intent.block_number is not None
+        effects = self.effects
         return ChainReceipt(
             tx_hash=intent.tx_hash,
             chain_id=chain_id,
