@@ -12,6 +12,8 @@ import os
 import secrets
 import subprocess
 import sys
+from dataclasses import replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from fiduciary.chain.payments import ChainReceivables
 from fiduciary.chain.wallet import ChainWallet
 from fiduciary.chain.watch import PaymentWatcher
 from fiduciary.events import PendingAction, ToolCallEnd
+from fiduciary.receivables import LineItem
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
 
@@ -163,10 +166,33 @@ async def test_a_payment_after_cancel_is_reported_not_counted(chain: ChainSetup)
         await wallet.close()
 
 
-def _now() -> Any:
-    from datetime import UTC, datetime
-
+def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _item() -> LineItem:
+    return LineItem(description="design work", quantity=Decimal(3), unit_price=Decimal("12.5"))
+
+
+async def test_a_payment_counts_once_it_is_confirmations_deep(chain: ChainSetup) -> None:
+    config = replace(chain.config, confirmations=3)  # the watcher's; the wallet's send waits 1
+    wallet = await ChainWallet.connect(chain.config, chain.signer(), SQLiteIntentBook(chain.db))
+    books = open_receivables(wallet, chain.db)
+    try:
+        start = await wallet.w3.eth.block_number + 1
+        link = books.create("alice", "link", asset="USDC", amount=Decimal(5), memo="", due=None,
+                            line_items=[], key="k", at=_now(), from_block=start)  # fmt: skip
+        payer = await funded_payer(wallet, chain.url, Decimal(10))
+        paid = pay(chain.url, config.token, payer, wallet.address, link.pay_exactly)
+        watcher = PaymentWatcher(wallet.w3, config, books)
+        assert await watcher.poll() == []  # mined, 1 confirmation of the 3 asked
+        assert books.get(link.reference, at=_now()).status == "open"
+        rpc(chain.url, "anvil_mine", "0x2")
+        (found,) = await watcher.poll()
+        assert (found.outcome, found.tx_hash) == ("paid", paid)
+        assert books.get(link.reference, at=_now()).status == "paid"
+    finally:
+        await wallet.close()
 
 
 def _watch(chain: ChainSetup, address: str, kill: str | None) -> subprocess.CompletedProcess[str]:
@@ -246,9 +272,3 @@ def test_a_watcher_killed_mid_way_and_started_again_pays_each_link_once(
     assert cli.returncode == 0, cli.stderr
     assert f"AGAIN: {links[0].reference} was already paid" in cli.stdout
     assert late in cli.stdout
-
-
-def _item() -> Any:
-    from fiduciary.receivables import LineItem
-
-    return LineItem(description="design work", quantity=Decimal(3), unit_price=Decimal("12.5"))
