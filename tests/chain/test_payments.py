@@ -94,7 +94,7 @@ async def test_a_link_made_through_the_gates_is_paid_once_by_its_exact_transfer(
         first_block = books.cursor()
         assert first_block is not None
 
-        payer = await funded_payer(wallet, chain.url, Decimal(100))
+        payer = await funded_payer(wallet, chain.url, Decimal(200))
         payer_address = str(Account.from_key(payer).address)
         watcher = PaymentWatcher(wallet.w3, chain.config, books)
         before = token_balance(chain.url, chain.config.token, wallet.address)
@@ -106,6 +106,9 @@ async def test_a_link_made_through_the_gates_is_paid_once_by_its_exact_transfer(
         other_signer = load_keystore(tmp_path / "other.json", passphrase_file=chain.passphrase_file)
         other = await deploy(chain.url, other_signer, mint=Decimal(1000))
         pay(chain.url, other.token, other_key, wallet.address, exact)
+        # the exact amount of the right token, to another address: not the wallet's payment
+        elsewhere = str(Account.from_key(secrets.token_bytes(32)).address)
+        pay(chain.url, chain.config.token, payer, elsewhere, exact)
         # the asked amount without its reference: no link asks it
         plain = pay(chain.url, chain.config.token, payer, wallet.address, Decimal(25))
         found = await watcher.poll()
@@ -120,6 +123,7 @@ async def test_a_link_made_through_the_gates_is_paid_once_by_its_exact_transfer(
         # counted on the chain: the wallet holds what arrived, and two Transfers reached it
         after = token_balance(chain.url, chain.config.token, wallet.address)
         assert after - before == Decimal(25) + exact
+        assert token_balance(chain.url, chain.config.token, elsewhere) == exact
         logs = incoming_logs(chain.url, chain.config.token, wallet.address)
         assert paid in [log["transactionHash"] for log in logs]
 

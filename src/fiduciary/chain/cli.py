@@ -1,6 +1,7 @@
-"""``fiduciary chain``: ``new-key`` (an encrypted v3 keystore) and ``deploy`` (the stablecoin
-and the vault on a dev chain, their addresses written to a configuration file). web3 is
-imported only when a command runs."""
+"""``fiduciary chain``: ``new-key`` (an encrypted v3 keystore), ``deploy`` (the stablecoin
+and the vault on a dev chain, their addresses written to a configuration file), ``reconcile``
+(the intents against the chain) and ``watch`` (payment links and invoices paid by Transfers).
+web3 is imported only when a command runs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from ..exceptions import ConfigurationError
 __all__ = ["register"]
 
 chain_app = typer.Typer(
-    help="The live backend on an EVM node: keystores and dev-chain deployments.",
+    help="The live backend on an EVM node: keystores, dev-chain deployments, reconciliation "
+    "and the payment watcher.",
     no_args_is_help=True,
 )
 
