@@ -20,7 +20,9 @@ from typing import Any
 from eth_typing import HexStr
 from eth_utils.address import to_checksum_address
 from web3 import AsyncWeb3
+from web3.exceptions import Web3Exception
 
+from .._logs import logger
 from ..clock import Clock, SystemClock
 from .config import ChainConfig
 from .payments import ChainReceivables, Incoming, TransferLog
@@ -29,6 +31,7 @@ from .reconcile import TRANSFER_TOPIC
 __all__ = ["CHUNK", "PaymentWatcher"]
 
 CHUNK = 1_000  # blocks per eth_getLogs: providers cap the range a query may span
+log = logger("fiduciary.chain.watch")
 
 
 def _topic(address: str) -> str:
@@ -73,9 +76,16 @@ class PaymentWatcher:
     async def run(
         self, *, interval: float = 2.0, report: Callable[[Incoming], None] | None = None
     ) -> None:
-        """Poll every ``interval`` seconds until cancelled; ``report`` each Transfer found."""
+        """Poll every ``interval`` seconds until cancelled; ``report`` each Transfer found. A
+        node that does not answer is logged and asked again at the next poll (the cursor has
+        not moved: nothing is missed)."""
         while True:
-            for incoming in await self.poll():
+            try:
+                found = await self.poll()
+            except (Web3Exception, OSError, TimeoutError) as exc:
+                log.warning("the payment watcher could not read the chain: %s", exc)
+                found = []
+            for incoming in found:
                 if report is not None:
                     report(incoming)
             await asyncio.sleep(interval)
