@@ -35,6 +35,7 @@ from fiduciary.events import PendingAction, ToolCallEnd
 from fiduciary.receivables import LineItem
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+from tests.waiting import eventually
 
 from .anvil import ROOT, rpc
 from .conftest import PASSPHRASE, ChainSetup
@@ -276,3 +277,37 @@ def test_a_watcher_killed_mid_way_and_started_again_pays_each_link_once(
     assert cli.returncode == 0, cli.stderr
     assert f"AGAIN: {links[0].reference} was already paid" in cli.stdout
     assert late in cli.stdout
+
+
+async def test_the_watch_command_keeps_watching_and_reports_each_payment(
+    chain: ChainSetup, tmp_path: Path
+) -> None:
+    wallet = await ChainWallet.connect(chain.config, chain.signer(), SQLiteIntentBook(chain.db))
+    books = open_receivables(wallet, chain.db)
+    out = tmp_path / "watch.out"
+    try:
+        start = await wallet.w3.eth.block_number + 1
+        link = books.create("alice", "link", asset="USDC", amount=Decimal(3), memo="", due=None,
+                            line_items=[], key="k", at=_now(), from_block=start)  # fmt: skip
+        payer = await funded_payer(wallet, chain.url, Decimal(10))
+        with out.open("w") as sink:
+            watching = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "fiduciary", "chain", "watch", "--address",
+                wallet.address, "--config", str(chain.config_path), "--db", str(chain.db),
+                "--interval", "0.2",
+                cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                env={k: v for k, v in os.environ.items() if k != "FIDUCIARY_CHAIN_RPC"},
+            )  # fmt: skip
+            try:
+                paid = pay(chain.url, chain.config.token, payer, wallet.address, link.pay_exactly)
+                await eventually(
+                    lambda: paid in out.read_text(), what="the payment reported", timeout=60,
+                    state=out.read_text,
+                )  # fmt: skip
+            finally:
+                watching.terminate()
+                await asyncio.wait_for(watching.wait(), timeout=30)
+        assert f"paid {link.reference}: {link.pay_exactly} USDC from " in out.read_text()
+        assert books.get(link.reference, at=_now()).status == "paid"
+    finally:
+        await wallet.close()
