@@ -28,7 +28,7 @@ from fiduciary.chain.deploy import deploy
 from fiduciary.chain.intents import SQLiteIntentBook
 from fiduciary.chain.invoicing import open_receivables
 from fiduciary.chain.keys import load_keystore, write_keystore
-from fiduciary.chain.payments import ChainReceivables
+from fiduciary.chain.payments import SQLiteReceivables
 from fiduciary.chain.wallet import ChainWallet
 from fiduciary.chain.watch import PaymentWatcher
 from fiduciary.events import PendingAction, ToolCallEnd
@@ -129,7 +129,7 @@ async def test_a_link_made_through_the_gates_is_paid_once_by_its_exact_transfer(
         assert paid in [log["transactionHash"] for log in logs]
 
         # the same logs read again (a cursor moved back, a replay): nothing new, paid once
-        rewound = ChainReceivables(
+        rewound = SQLiteReceivables(
             chain.db, chain_id=31337, token=books.token, recipient=books.recipient, decimals=6
         )
         replayed = await watcher._logs(first_block, await wallet.w3.eth.block_number)
@@ -147,9 +147,20 @@ async def test_a_link_made_through_the_gates_is_paid_once_by_its_exact_transfer(
         await wallet.close()
 
 
-async def test_a_payment_after_cancel_is_reported_not_counted(chain: ChainSetup) -> None:
+async def test_a_payment_after_cancel_is_reported_not_counted(
+    chain: ChainSetup, backend: tuple[str, str]
+) -> None:
     wallet = await ChainWallet.connect(chain.config, chain.signer(), SQLiteIntentBook(chain.db))
-    books = open_receivables(wallet, chain.db)
+    kind, where = backend
+    books = (
+        open_receivables(wallet, where)
+        if kind == "sqlite"
+        else open_receivables(wallet, postgres=where)
+    )
+    assert (
+        type(books).__name__
+        == {"sqlite": "SQLiteReceivables", "postgres": "PostgresReceivables"}[kind]
+    )
     try:
         start = await wallet.w3.eth.block_number + 1
         made = [
@@ -239,7 +250,7 @@ def test_a_watcher_killed_mid_way_and_started_again_pays_each_link_once(
             await wallet.close()
 
     address, links, payer = asyncio.run(setup())
-    books = ChainReceivables(
+    books = SQLiteReceivables(
         chain.db,
         chain_id=31337,
         token=to_checksum_address(chain.config.token),

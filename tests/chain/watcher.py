@@ -15,14 +15,14 @@ from eth_utils.address import to_checksum_address
 from web3 import AsyncHTTPProvider, AsyncWeb3
 
 from fiduciary.chain.config import load_config
-from fiduciary.chain.payments import ChainReceivables
+from fiduciary.chain.payments import SQLiteReceivables
 from fiduciary.chain.watch import PaymentWatcher
 from tests.chain.payer import kill_at
 
 
 async def main(chain_json: str, db: str, address: str) -> None:
     config = load_config(chain_json, env={})
-    book = ChainReceivables(
+    book = SQLiteReceivables(
         db,
         chain_id=config.chain_id,
         token=to_checksum_address(config.token),

@@ -13,7 +13,7 @@ and ``intents_postgres`` (the intent table and nonce reservations: one core, two
 ``wallet`` (the façade), ``binding`` (what an approval binds: chain, account, contract),
 ``cards`` (what a card says, the gas in USD), ``capabilities``, ``payments`` (links and
 invoices paid by a Transfer of an exact amount), ``invoicing`` (their capabilities), ``watch``
-(the Transfer watcher), ``client_signed`` (sends the
+(the Transfer watcher), ``payments_postgres``, ``client_signed`` (sends the
 person's device signs, checked on chain), ``swaps``, ``reconcile``, ``deploy`` (contracts on a
 dev chain), ``demo`` (``fiduciary demo --chain``) and ``cli``.
 Needs the ``chain`` extra (web3.py, eth-account).
@@ -46,7 +46,8 @@ if TYPE_CHECKING:
         load_keystore,
         write_keystore,
     )
-    from .payments import ChainReceivable, ChainReceivables, Incoming
+    from .payments import ChainReceivable, ChainReceivables, Incoming, SQLiteReceivables
+    from .payments_postgres import PostgresReceivables
     from .wallet import ChainReceipt, ChainWallet
     from .watch import PaymentWatcher
 
@@ -59,6 +60,8 @@ _WHERE = {
     "ChainReceivable": "payments",
     "ChainReceivables": "payments",
     "Incoming": "payments",
+    "SQLiteReceivables": "payments",
+    "PostgresReceivables": "payments_postgres",
     "PaymentWatcher": "watch",
     "open_receivables": "invoicing",
     "ChainWallet": "wallet",
@@ -94,8 +97,10 @@ __all__ = [
     "IntentBook",
     "PaymentWatcher",
     "PostgresIntentBook",
+    "PostgresReceivables",
     "RecipientGuard",
     "SQLiteIntentBook",
+    "SQLiteReceivables",
     "Signer",
     "chain_capabilities",
     "chain_guards",

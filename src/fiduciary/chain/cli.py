@@ -179,7 +179,7 @@ async def watch_command(
     from .addresses import checked_recipient
     from .config import load_config
     from .errors import ChainError
-    from .payments import ChainReceivables, Incoming
+    from .payments import Incoming, SQLiteReceivables
     from .watch import PaymentWatcher
 
     try:
@@ -191,7 +191,7 @@ async def watch_command(
         raise CliError(str(exc)) from None
     if not db.exists():
         raise CliError(f"no database at {db}")
-    book = ChainReceivables(
+    book = SQLiteReceivables(
         db,
         chain_id=config.chain_id,
         token=checked_recipient(config.token),

@@ -19,9 +19,10 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
+from ..exceptions import ConfigurationError
 from ..receivables import DueDays, LineItem, Memo, ReceivableKind, Reference, StatusFilter
 from .errors import ChainError
-from .payments import ChainReceivable, ChainReceivables
+from .payments import ChainReceivable, ChainReceivables, SQLiteReceivables
 from .wallet import ChainWallet
 
 __all__ = ["open_receivables", "payment_capabilities"]
@@ -32,16 +33,26 @@ Amount = Annotated[
 ]
 
 
-def open_receivables(wallet: ChainWallet, path: str | Path) -> ChainReceivables:
-    """The links and invoices of ``wallet``'s account, kept in the SQLite file at ``path``."""
+def open_receivables(
+    wallet: ChainWallet, path: str | Path | None = None, *, postgres: str | None = None
+) -> ChainReceivables:
+    """The links and invoices of ``wallet``'s account, kept in the SQLite file at ``path``
+    or in the PostgreSQL database of the DSN ``postgres`` (extra postgres)."""
     cfg = wallet.config
-    return ChainReceivables(
-        path,
-        chain_id=cfg.chain_id,
-        token=wallet.token.address,
-        recipient=wallet.address,
-        decimals=cfg.token_decimals,
-    )
+    mine: dict[str, Any] = {
+        "chain_id": cfg.chain_id,
+        "token": wallet.token.address,
+        "recipient": wallet.address,
+        "decimals": cfg.token_decimals,
+    }
+    if (path is None) == (postgres is None):
+        raise ConfigurationError("give the receivables a SQLite path or a PostgreSQL DSN")
+    if postgres is not None:
+        from .payments_postgres import PostgresReceivables
+
+        return PostgresReceivables(postgres, **mine)
+    assert path is not None
+    return SQLiteReceivables(path, **mine)
 
 
 def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[Capability]:

@@ -24,12 +24,12 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
@@ -43,7 +43,16 @@ from ..receivables import (
 )
 from .errors import ChainError
 
-__all__ = ["ChainReceivable", "ChainReceivables", "Incoming", "Outcome", "most_tags"]
+__all__ = [
+    "SCHEMA",
+    "ChainReceivable",
+    "ChainReceivables",
+    "Incoming",
+    "Outcome",
+    "SQLiteReceivables",
+    "Tx",
+    "most_tags",
+]
 
 Outcome = Literal["paid", "late", "again", "unmatched"]
 
@@ -53,7 +62,7 @@ CREATE TABLE IF NOT EXISTS chain_receivables (
     reference TEXT PRIMARY KEY,
     principal TEXT NOT NULL,
     kind TEXT NOT NULL,             -- link | invoice
-    chain_id INTEGER NOT NULL,
+    chain_id {int} NOT NULL,
     token TEXT NOT NULL,            -- the token's address (checksummed)
     recipient TEXT NOT NULL,        -- the wallet's address (checksummed)
     asset TEXT NOT NULL,
@@ -67,20 +76,20 @@ CREATE TABLE IF NOT EXISTS chain_receivables (
     idempotency_key TEXT NOT NULL UNIQUE,
     paid_tx TEXT,
     paid_by TEXT,
-    paid_block INTEGER,
+    paid_block {int},
     closed_at TEXT,
     UNIQUE (chain_id, token, recipient, units)
 )""",
     """
 CREATE TABLE IF NOT EXISTS chain_incoming (
-    chain_id INTEGER NOT NULL,
+    chain_id {int} NOT NULL,
     tx_hash TEXT NOT NULL,
-    log_index INTEGER NOT NULL,
+    log_index {int} NOT NULL,
     token TEXT NOT NULL,
     recipient TEXT NOT NULL,
     sender TEXT NOT NULL,
     units TEXT NOT NULL,
-    block INTEGER NOT NULL,
+    block {int} NOT NULL,
     outcome TEXT NOT NULL,          -- paid | late | again | unmatched
     reference TEXT,
     seen_at TEXT NOT NULL,
@@ -88,10 +97,10 @@ CREATE TABLE IF NOT EXISTS chain_incoming (
 )""",
     """
 CREATE TABLE IF NOT EXISTS chain_watch_cursors (
-    chain_id INTEGER NOT NULL,
+    chain_id {int} NOT NULL,
     token TEXT NOT NULL,
     recipient TEXT NOT NULL,
-    next_block INTEGER NOT NULL,    -- the first block not read yet
+    next_block {int} NOT NULL,    -- the first block not read yet
     PRIMARY KEY (chain_id, token, recipient)
 )""",
 )
@@ -155,41 +164,26 @@ def _time(text: object) -> datetime | None:
     return None if text is None else datetime.fromisoformat(str(text))
 
 
-class ChainReceivables:
-    """The links and invoices of one wallet on one chain, in a SQLite file (the run store's,
-    beside the intents), and the Transfers that paid them."""
+class Tx(Protocol):
+    """One open transaction of a dialect (statements with ``?`` marks), used from one thread."""
 
-    def __init__(
-        self, path: str | Path, *, chain_id: int, token: str, recipient: str, decimals: int
-    ) -> None:
-        self.path = str(path)
+    def rows(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]: ...
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None: ...
+
+
+class ChainReceivables:
+    """The links and invoices of one wallet on one chain, and the Transfers that paid them:
+    the rules over a SQL dialect. A dialect gives ``_transaction`` (entered in a worker thread;
+    no other writer of this wallet's books runs in it; committed on a normal exit):
+    ``SQLiteReceivables`` here, ``PostgresReceivables`` in ``payments_postgres``."""
+
+    def __init__(self, *, chain_id: int, token: str, recipient: str, decimals: int) -> None:
         self.chain_id, self.token, self.recipient = chain_id, token, recipient
         self.decimals = decimals
-        con = self._connect()
-        try:
-            for statement in SCHEMA:
-                con.execute(statement)
-        finally:
-            con.close()
 
-    def _connect(self) -> sqlite3.Connection:
-        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        con.execute("PRAGMA synchronous=FULL")
-        return con
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+    def _transaction(self) -> AbstractContextManager[Tx]:
+        raise NotImplementedError
 
     # -- links and invoices ----------------------------------------------------------------
 
@@ -229,7 +223,7 @@ class ChainReceivables:
                 return self._receivable(con, prior, at)
             taken = {
                 int(u)
-                for (u,) in con.execute(
+                for (u,) in con.rows(
                     "SELECT units FROM chain_receivables WHERE chain_id = ? AND token = ? "
                     "AND recipient = ?",
                     (self.chain_id, self.token, self.recipient),
@@ -266,7 +260,7 @@ class ChainReceivables:
                 ),
             )
             con.execute(
-                "INSERT OR IGNORE INTO chain_watch_cursors VALUES (?, ?, ?, ?)",
+                "INSERT INTO chain_watch_cursors VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (self.chain_id, self.token, self.recipient, from_block),
             )
             row = self._one(con, reference)
@@ -300,27 +294,21 @@ class ChainReceivables:
         self, principal: str, kind: ReceivableKind, *, at: datetime, status: ReceivableStatus | None
     ) -> list[ChainReceivable]:
         """The principal's links or invoices on this wallet, newest first."""
-        con = self._connect()
-        try:
-            rows = con.execute(
+        with self._transaction() as con:
+            rows = con.rows(
                 f"SELECT {_COLUMNS} FROM chain_receivables WHERE principal = ? AND kind = ? "
                 "AND chain_id = ? AND recipient = ? ORDER BY created_at DESC, reference",
                 (principal, kind, self.chain_id, self.recipient),
-            ).fetchall()
+            )
             found = [self._receivable(con, tuple(r), at) for r in rows]
-        finally:
-            con.close()
         return [r for r in found if status is None or r.status == status]
 
     def get(self, reference: str, *, at: datetime) -> ChainReceivable:
-        con = self._connect()
-        try:
+        with self._transaction() as con:
             row = self._one(con, reference)
             if row is None:
                 raise ChainError("not_found", f"there is no payment link or invoice {reference!r}")
             return self._receivable(con, row, at)
-        finally:
-            con.close()
 
     def cancel(
         self, principal: str, kind: ReceivableKind, reference: str, *, at: datetime
@@ -346,16 +334,13 @@ class ChainReceivables:
 
     def cursor(self) -> int | None:
         """The first block the watcher has not read (None: no link made yet)."""
-        con = self._connect()
-        try:
-            row = con.execute(
+        with self._transaction() as con:
+            rows = con.rows(
                 "SELECT next_block FROM chain_watch_cursors WHERE chain_id = ? AND token = ? "
                 "AND recipient = ?",
                 (self.chain_id, self.token, self.recipient),
-            ).fetchone()
-        finally:
-            con.close()
-        return None if row is None else int(row[0])
+            )
+        return int(rows[0][0]) if rows else None
 
     def record(
         self, logs: Sequence[TransferLog], *, next_block: int, at: datetime
@@ -365,11 +350,11 @@ class ChainReceivables:
         new: list[Incoming] = []
         with self._transaction() as con:
             for log in logs:
-                if con.execute(
+                if con.rows(
                     "SELECT 1 FROM chain_incoming WHERE chain_id = ? AND tx_hash = ? "
                     "AND log_index = ?",
                     (self.chain_id, log.tx_hash, log.log_index),
-                ).fetchone():
+                ):
                     continue  # a replay of a log already counted
                 outcome, reference = self._apply(con, log, at)
                 con.execute(
@@ -399,25 +384,27 @@ class ChainReceivables:
                         reference,
                     )
                 )
+            where = (self.chain_id, self.token, self.recipient)
             con.execute(
-                "INSERT INTO chain_watch_cursors VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (chain_id, token, recipient) DO UPDATE SET next_block = "
-                "MAX(next_block, excluded.next_block)",
-                (self.chain_id, self.token, self.recipient, next_block),
+                "UPDATE chain_watch_cursors SET next_block = ? WHERE chain_id = ? AND token = ? "
+                "AND recipient = ? AND next_block < ?",
+                (next_block, *where, next_block),
+            )
+            con.execute(
+                "INSERT INTO chain_watch_cursors VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (*where, next_block),
             )
         return new
 
-    def _apply(
-        self, con: sqlite3.Connection, log: TransferLog, at: datetime
-    ) -> tuple[Outcome, str | None]:
-        row = con.execute(
+    def _apply(self, con: Tx, log: TransferLog, at: datetime) -> tuple[Outcome, str | None]:
+        rows = con.rows(
             "SELECT reference, status FROM chain_receivables WHERE chain_id = ? AND token = ? "
             "AND recipient = ? AND units = ?",
             (self.chain_id, self.token, self.recipient, str(log.units)),
-        ).fetchone()
-        if row is None:
+        )
+        if not rows:
             return "unmatched", None
-        reference, status = str(row[0]), str(row[1])
+        reference, status = str(rows[0][0]), str(rows[0][1])
         if status == "cancelled":
             return "late", reference
         if status == "paid":
@@ -431,16 +418,13 @@ class ChainReceivables:
 
     def incoming(self, *, outcome: Outcome | None = None) -> list[Incoming]:
         """Every Transfer the watcher recorded for this wallet, in chain order."""
-        con = self._connect()
-        try:
-            rows = con.execute(
+        with self._transaction() as con:
+            rows = con.rows(
                 "SELECT tx_hash, log_index, block, sender, units, outcome, reference "
                 "FROM chain_incoming WHERE chain_id = ? AND token = ? AND recipient = ? "
                 "ORDER BY block, log_index",
                 (self.chain_id, self.token, self.recipient),
-            ).fetchall()
-        finally:
-            con.close()
+            )
         found = [
             Incoming(str(h), int(i), int(b), str(s), Decimal(int(u)).scaleb(-self.decimals), o, r)
             for h, i, b, s, u, o, r in rows
@@ -450,21 +434,19 @@ class ChainReceivables:
     # -- rows ------------------------------------------------------------------------------
 
     @staticmethod
-    def _one(con: sqlite3.Connection, reference: str) -> tuple[object, ...] | None:
-        row = con.execute(
+    def _one(con: Tx, reference: str) -> tuple[object, ...] | None:
+        rows = con.rows(
             f"SELECT {_COLUMNS} FROM chain_receivables WHERE reference = ?", (reference,)
-        ).fetchone()
-        return None if row is None else tuple(row)
+        )
+        return tuple(rows[0]) if rows else None
 
-    def _receivable(
-        self, con: sqlite3.Connection, row: tuple[object, ...], at: datetime
-    ) -> ChainReceivable:
+    def _receivable(self, con: Tx, row: tuple[object, ...], at: datetime) -> ChainReceivable:
         ref, _principal, kind, asset, amount, memo, due, items, status, created = row[:10]
         chain_id, token, recipient, units, paid_tx, paid_by, paid_block, closed = row[10:18]
         due_at = _time(due)
         after_close = [
             str(h)
-            for (h,) in con.execute(
+            for (h,) in con.rows(
                 "SELECT tx_hash FROM chain_incoming WHERE reference = ? AND outcome != 'paid' "
                 "ORDER BY block, log_index",
                 (ref,),
@@ -490,3 +472,50 @@ class ChainReceivables:
             paid_block=None if paid_block is None else int(str(paid_block)),
             payments_after_close=after_close,
         )
+
+
+class SQLiteReceivables(ChainReceivables):
+    """The books in a SQLite file (the run store's, beside the intents)."""
+
+    def __init__(
+        self, path: str | Path, *, chain_id: int, token: str, recipient: str, decimals: int
+    ) -> None:
+        super().__init__(chain_id=chain_id, token=token, recipient=recipient, decimals=decimals)
+        self.path = str(path)
+        con = self._connect()
+        try:
+            for statement in SCHEMA:
+                con.execute(statement.format(int="INTEGER"))
+        finally:
+            con.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        con.execute("PRAGMA synchronous=FULL")
+        return con
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Tx]:
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")  # one writer of the file at a time
+            try:
+                yield _SQLiteTx(con)
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            con.close()
+
+
+class _SQLiteTx:
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def rows(self, sql: str, params: Sequence[Any]) -> list[Sequence[Any]]:
+        return list(self.con.execute(sql, tuple(params)).fetchall())
+
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        self.con.execute(sql, tuple(params))
