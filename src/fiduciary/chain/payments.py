@@ -14,8 +14,10 @@ Every incoming Transfer the watcher reads is recorded once (primary key: chain i
 hash, log index) with what it did: ``paid`` (an open link marked paid, with the hash, block and
 payer), ``late`` (to a cancelled link: reported, not swallowed), ``again`` (to a link already
 paid), ``unmatched`` (no link asks that amount: another amount, or no reference). The record,
-the link's change and the watcher's cursor are written in one SQLite transaction, so a replay
-of the same log, or a watcher killed and started again, marks a link paid exactly once.
+the link's change and the watcher's cursor are written in one transaction, so a replay of the
+same log, or a watcher killed and started again, marks a link paid exactly once. One core
+(``ChainReceivables``: the statements and every rule) over two dialects: ``SQLiteReceivables``
+here, ``PostgresReceivables`` in ``payments_postgres``.
 """
 
 from __future__ import annotations
