@@ -71,14 +71,14 @@ async def main(mode: str, chain_json: str, keystore: str, passfile: str, db: str
         ends: list[ToolCallEnd] = []
         if mode == "start":
             async for event in agent.run("pay bob", principal=PRINCIPAL, run_id=run_id):
-                if isinstance(event, ToolCallEnd):
+                if isinstance(event, ToolCallEnd) and event.name == "send_transfer":
                     ends.append(event)
             for pending in await agent.pending_approvals(run_id=run_id):  # the confirm tier
                 await agent.approve(
                     pending.approval_id, by=PRINCIPAL, confirm_amount=pending.amount_usd
                 )
                 async for event in agent.resume(run_id):
-                    if isinstance(event, ToolCallEnd):
+                    if isinstance(event, ToolCallEnd) and event.name == "send_transfer":
                         ends.append(event)
         else:
 
@@ -89,7 +89,7 @@ async def main(mode: str, chain_json: str, keystore: str, passfile: str, db: str
             # a lease left by a killed process must lapse first
             await eventually(lapsed, what="the killed process's lease to lapse", timeout=120)
             async for event in agent.resume(run_id):
-                if isinstance(event, ToolCallEnd):
+                if isinstance(event, ToolCallEnd) and event.name == "send_transfer":
                     ends.append(event)
         final = await agent.get_run(run_id)
         print(

@@ -16,20 +16,32 @@ class Recorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._methods: list[str] = []
+        self._called: list[str] = []  # each eth_call's 4-byte selector
 
     def note(self, body: bytes) -> None:
         loaded: Any = json.loads(body)
         asked = loaded if isinstance(loaded, list) else [loaded]
         with self._lock:
             self._methods += [str(r.get("method")) for r in asked if isinstance(r, dict)]
+            self._called += [
+                str(r["params"][0].get("data") or r["params"][0].get("input") or "")[:10]
+                for r in asked
+                if isinstance(r, dict) and r.get("method") == "eth_call" and r.get("params")
+            ]
 
     def methods(self) -> list[str]:
         with self._lock:
             return list(self._methods)
 
+    def selectors(self) -> list[str]:
+        """The selector of each ``eth_call`` asked (``0x70a08231``: ``balanceOf``)."""
+        with self._lock:
+            return list(self._called)
+
     def clear(self) -> None:
         with self._lock:
             self._methods.clear()
+            self._called.clear()
 
 
 @contextmanager

@@ -68,7 +68,7 @@ async def test_an_approved_send_is_signed_only_after_the_approval_and_lands_once
 
         await agent.approve(pending.approval_id, by="alice", confirm_amount=pending.amount_usd)
         resumed = await collect(agent.resume(events[0].run_id))
-        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd)]
+        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd) and e.name == "send_transfer"]
         assert not end.is_error, end.output
         receipt = json.loads(end.output.split("\n\n")[0])
         assert receipt["to"] == bob
@@ -135,6 +135,8 @@ async def test_a_send_right_after_its_card_signs_what_the_card_simulated(
 
 
 SIMULATION = ("eth_call", "eth_getCode")  # what only the card's simulation asks the node
+BALANCE_OF = "0x70a08231"
+MAX_WITHDRAW = "0xce96cb77"
 
 
 def send_agent(wallet: ChainWallet, store: SQLiteStore, to: str, amount: str) -> Agent:
@@ -170,15 +172,19 @@ async def test_an_auto_tier_send_asks_the_node_no_simulation_for_its_card(
             agent = send_agent(wallet, store, bob, "10")
             events = await collect(agent.run("pay bob 10", principal="alice"))
             assert not [e for e in events if isinstance(e, PendingAction)]
-            (end,) = [e for e in events if isinstance(e, ToolCallEnd)]
+            (end,) = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "send_transfer"]
             assert not end.is_error, end.output
         finally:
             await store.close()
             await wallet.close()
         asked = node.methods()
+        called = node.selectors()
     assert token_balance(chain.url, chain.config.token, bob) == Decimal(10)
     assert "eth_sendRawTransaction" in asked  # the proxy saw the send itself
-    assert [m for m in asked if m in SIMULATION] == []
+    assert "eth_getCode" not in asked
+    # the balance reads only: balanceOf after the receipt, and the refreshing balance_check's
+    # balanceOf and the vault's maxWithdraw
+    assert set(called) == {BALANCE_OF, MAX_WITHDRAW}
     assert "eth_chainId" not in asked  # kept from connect, not asked again per request
 
 

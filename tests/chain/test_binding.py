@@ -65,7 +65,7 @@ async def _approved_elsewhere(chain: ChainSetup, other: ChainWallet, bob: str) -
         there = _agent(other, store, bob)
         await there.approve(pending.approval_id, by="alice", confirm_amount=pending.amount_usd)
         resumed = await collect(there.resume(events[0].run_id))
-        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd)]
+        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd) and e.name == "send_transfer"]
         return end
     finally:
         await store.close()
@@ -144,7 +144,7 @@ async def test_the_gas_pushes_a_send_over_the_threshold_and_the_card_says_so(
         assert nonce_of(chain.url, signer_address := wallet.address) == 3  # asked, not sent
         await agent.approve(pending.approval_id, by="alice", confirm_amount=pending.amount_usd)
         resumed = await collect(agent.resume(events[0].run_id))
-        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd)]
+        (end,) = [e for e in resumed if isinstance(e, ToolCallEnd) and e.name == "send_transfer"]
         assert not end.is_error, end.output
         assert len(transfers(chain.url, chain.config.token, signer_address)) == 1
         # the same send under bounds above amount + fee runs without a person (the default

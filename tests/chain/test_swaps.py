@@ -89,7 +89,7 @@ async def test_an_agent_quotes_then_swaps_through_the_gates(chain_pool: ChainSet
         before = (await wallet.balances()).balances["USDC"]
         events = await collect(agent.run("swap 0.01 ETH", principal="alice"))
         ends = [e for e in events if isinstance(e, ToolCallEnd)]
-        assert [e.name for e in ends] == ["swap_quote", "swap_execute"]
+        assert [e.name for e in ends] == ["swap_quote", "swap_execute", "balance_check"]
         assert not any(e.is_error for e in ends), [e.output for e in ends]
         quoted = Decimal(json.loads(ends[0].output.split("\n\n")[0])["expected_out"])
         assert (await wallet.balances()).balances["USDC"] - before == quoted

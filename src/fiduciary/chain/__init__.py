@@ -11,7 +11,9 @@ pending: wait; unknown with the nonce free: the same bytes again; nonce taken: o
 Modules: ``config`` (the deployment file and settings), ``keys`` (v3 keystores), ``intents``
 and ``intents_postgres`` (the intent table and nonce reservations: one core, two dialects),
 ``wallet`` (the façade), ``binding`` (what an approval binds: chain, account, contract),
-``cards`` (what a card says, the gas in USD), ``capabilities``, ``client_signed`` (sends the
+``cards`` (what a card says, the gas in USD), ``capabilities``, ``payments`` (links and
+invoices paid by a Transfer of an exact amount), ``invoicing`` (their capabilities), ``watch``
+(the Transfer watcher), ``payments_postgres``, ``client_signed`` (sends the
 person's device signs, checked on chain), ``swaps``, ``reconcile``, ``deploy`` (contracts on a
 dev chain), ``api_payments`` (``ChainApiPayer``: ``pay_api`` over x402's EVM ``exact`` scheme,
 EIP-3009), ``demo`` (``fiduciary demo --chain``) and ``cli``.
@@ -40,12 +42,16 @@ if TYPE_CHECKING:
         SQLiteIntentBook,
     )
     from .intents_postgres import PostgresIntentBook
+    from .invoicing import open_receivables
     from .keys import (
         Signer,
         load_keystore,
         write_keystore,
     )
+    from .payments import ChainReceivable, ChainReceivables, Incoming, SQLiteReceivables
+    from .payments_postgres import PostgresReceivables
     from .wallet import ChainReceipt, ChainWallet
+    from .watch import PaymentWatcher
 
 # loaded when first asked for: web3 takes seconds to import, and the CLI registers `chain`
 _WHERE = {
@@ -54,6 +60,13 @@ _WHERE = {
     "ChainError": "errors",
     "ChainOutcomeUnknown": "errors",
     "ChainReceipt": "wallet",
+    "ChainReceivable": "payments",
+    "ChainReceivables": "payments",
+    "Incoming": "payments",
+    "SQLiteReceivables": "payments",
+    "PostgresReceivables": "payments_postgres",
+    "PaymentWatcher": "watch",
+    "open_receivables": "invoicing",
     "ChainWallet": "wallet",
     "ClientTxRefused": "client_signed",
     "client_signed_capabilities": "client_signed",
@@ -79,13 +92,19 @@ __all__ = [
     "ChainError",
     "ChainOutcomeUnknown",
     "ChainReceipt",
+    "ChainReceivable",
+    "ChainReceivables",
     "ChainWallet",
     "ClientTxRefused",
+    "Incoming",
     "Intent",
     "IntentBook",
+    "PaymentWatcher",
     "PostgresIntentBook",
+    "PostgresReceivables",
     "RecipientGuard",
     "SQLiteIntentBook",
+    "SQLiteReceivables",
     "Signer",
     "chain_capabilities",
     "chain_guards",
@@ -93,6 +112,7 @@ __all__ = [
     "connect_watching",
     "load_config",
     "load_keystore",
+    "open_receivables",
     "save_config",
     "write_keystore",
 ]

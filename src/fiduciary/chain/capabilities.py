@@ -23,6 +23,8 @@ from . import binding
 from .binding import BoundAddress, BoundChain
 from .cards import ChainCards
 from .errors import ChainError
+from .invoicing import payment_capabilities
+from .payments import ChainReceivables
 from .swaps import SwapQuote, quote, swap
 from .wallet import ChainBalances, ChainReceipt, ChainWallet
 
@@ -40,8 +42,12 @@ Amount = Annotated[
 ]
 
 
-def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
-    """``balance_check`` and ``send_transfer`` over one ``ChainWallet``."""
+def chain_capabilities(
+    wallet: ChainWallet, *, receivables: ChainReceivables | None = None
+) -> list[Capability]:
+    """``balance_check`` and ``send_transfer`` over one ``ChainWallet``; the vault's and the
+    router's when configured; with ``receivables`` (``open_receivables``), the payment link
+    and invoice capabilities."""
 
     cards = ChainCards(wallet)
     cfg = wallet.config
@@ -111,6 +117,7 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         kind="execute",
         risk="high",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="send",
         amount_usd=priced("send", "asset"),
         flags={"mutating", "requires_balance", "irreversible"},
@@ -144,6 +151,7 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         kind="execute",
         risk="low",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="save",
         amount_usd=priced("save", "asset"),
         flags={"mutating", "requires_balance"},
@@ -168,6 +176,7 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         kind="execute",
         risk="medium",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="withdraw",
         amount_usd=priced("withdraw", "asset"),
         flags={"mutating"},
@@ -206,6 +215,7 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         kind="execute",
         risk="medium",
         replay="resume",
+        refresh=["balance_check"],  # the balance it left, read from the chain
         operation="swap",
         amount_usd=priced("swap", "from_asset"),
         flags={"mutating", "requires_balance", "irreversible"},
@@ -235,4 +245,6 @@ def chain_capabilities(wallet: ChainWallet) -> list[Capability]:
         caps += [save_deposit, withdraw]
     if wallet.config.router is not None:
         caps += [swap_quote, swap_execute]
+    if receivables is not None:
+        caps += payment_capabilities(wallet, receivables)
     return caps

@@ -1,6 +1,7 @@
-"""``fiduciary chain``: ``new-key`` (an encrypted v3 keystore) and ``deploy`` (the stablecoin
-and the vault on a dev chain, their addresses written to a configuration file). web3 is
-imported only when a command runs."""
+"""``fiduciary chain``: ``new-key`` (an encrypted v3 keystore), ``deploy`` (the stablecoin
+and the vault on a dev chain, their addresses written to a configuration file), ``reconcile``
+(the intents against the chain) and ``watch`` (payment links and invoices paid by Transfers).
+web3 is imported only when a command runs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from ..exceptions import ConfigurationError
 __all__ = ["register"]
 
 chain_app = typer.Typer(
-    help="The live backend on an EVM node: keystores and dev-chain deployments.",
+    help="The live backend on an EVM node: keystores, dev-chain deployments, reconciliation "
+    "and the payment watcher.",
     no_args_is_help=True,
 )
 
@@ -156,6 +158,80 @@ async def reconcile_command(
         f"{len(found)} difference(s) between the intents of {account} and chain {config.chain_id}"
     )
     return 1 if found else 0
+
+
+@_command(chain_app, "watch")
+async def watch_command(
+    address: Annotated[str, typer.Option("--address", help="The wallet whose links are paid.")],
+    config_file: Annotated[
+        Path, typer.Option("--config", help="The chain configuration (from deploy).")
+    ] = Path("chain.json"),
+    db: Db = DEFAULT_DB,
+    once: Annotated[bool, typer.Option("--once", help="Read once and exit.")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between reads.")] = 2.0,
+) -> int:
+    """Mark payment links and invoices paid as their token Transfers reach the wallet: read
+    the logs from the saved cursor (blocks with the configured confirmations), print each
+    Transfer found and what it did (paid, late, again, unmatched)."""
+    _require_extra()
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+    from .addresses import checked_recipient
+    from .config import load_config
+    from .errors import ChainError
+    from .payments import Incoming, SQLiteReceivables
+    from .watch import PaymentWatcher
+
+    try:
+        account = checked_recipient(address)
+        config = load_config(config_file)
+    except ChainError as exc:
+        raise CliError(f"--address: {exc.message}") from None
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    if not db.exists():
+        raise CliError(f"no database at {db}")
+    book = SQLiteReceivables(
+        db,
+        chain_id=config.chain_id,
+        token=checked_recipient(config.token),
+        recipient=account,
+        decimals=config.token_decimals,
+    )
+
+    def report(found: Incoming) -> None:
+        what = {
+            "paid": f"paid {found.reference}",
+            "late": f"LATE: {found.reference} was cancelled; this payment did not pay it",
+            "again": f"AGAIN: {found.reference} was already paid; this is a second payment",
+            "unmatched": "UNMATCHED: no open link or invoice asks this exact amount",
+        }[found.outcome]
+        typer.echo(
+            f"{what}: {found.amount} {config.token_symbol} from {found.sender} in "
+            f"{found.tx_hash} (block {found.block})",
+        )
+
+    w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
+    watcher = PaymentWatcher(w3, config, book)
+    try:
+        if await w3.eth.chain_id != config.chain_id:
+            raise CliError(f"the node at {config.rpc_url} is not on chain {config.chain_id}")
+        if once:
+            for found in await watcher.poll():
+                report(found)
+            cursor = book.cursor()
+            typer.echo(
+                "no link or invoice yet: nothing to watch"
+                if cursor is None
+                else f"read up to block {cursor - 1}"
+            )
+        else:
+            await watcher.run(interval=interval, report=report)
+    except OSError:
+        raise CliError(f"cannot reach the chain node at {config.rpc_url}") from None
+    finally:
+        await w3.provider.disconnect()
+    return 0
 
 
 def register(app: typer.Typer) -> None:

@@ -1,14 +1,16 @@
 """The chain's guards: what must be refused before a person is even asked. ``RecipientGuard``
 (safety, pre) blocks a ``send_transfer`` to an address that is malformed, fails its EIP-55
 checksum, is the zero address or is the token's own contract; the wallet checks the same again
-before signing (a guard list can be configured away, the signing path cannot)."""
+before signing (a guard list can be configured away, the signing path cannot). ``chain_guards``
+adds the post-execution guards of ``post_guards``."""
 
 from __future__ import annotations
 
-from ..guards import GuardCall, GuardTier, Phase, Verdict
+from ..guards import Guard, GuardCall, GuardTier, Phase, Verdict
 from .addresses import checked_recipient
 from .config import ChainConfig
 from .errors import ChainError
+from .post_guards import chain_post_guards
 
 __all__ = ["RecipientGuard", "chain_guards"]
 
@@ -38,6 +40,7 @@ class RecipientGuard:
         return Verdict.ok()
 
 
-def chain_guards(config: ChainConfig) -> list[RecipientGuard]:
-    """The guards to give an agent along with ``chain_capabilities``."""
-    return [RecipientGuard(config)]
+def chain_guards(config: ChainConfig) -> list[Guard]:
+    """The guards to give an agent along with ``chain_capabilities``: the recipient's check
+    before, and the post-execution guards (``post_guards``) after a write's receipt."""
+    return [RecipientGuard(config), *chain_post_guards(config)]

@@ -2,7 +2,8 @@
 the pool's reserves (``getAmountsOut``), bounded by a slippage limit (the least the swap may
 return is signed into it) and a deadline (the latest block's time + 10 minutes). The chain
 refuses a swap whose output would fall below that least, and so does the simulation before
-signing. Token → coin is an exact allowance, then the swap (each its own intent)."""
+signing. Token → coin is an exact allowance, then the swap (each its own intent). The receipt
+says the output realised (``amount_out``, from the swap's logs) for the post guard."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from eth_utils.address import to_checksum_address
 from pydantic import BaseModel
 
 from .artifacts import published_abi
+from .effects import unwrapped
 from .errors import ChainError
 from .wallet import NATIVE_DECIMALS, ChainReceipt, ChainWallet, Made
 
@@ -113,4 +115,12 @@ async def swap(
             lambda: wallet.prepare({"to": wallet.token.address, "value": 0, "data": approve}),
             made,
         )
-    return await wallet.transact(f"{key}#swap", build_swap, made)
+    done = await wallet.transact(f"{key}#swap", build_swap, made)
+    if made.mined is None:  # settled from its intent: the output is on chain, not read here
+        return done
+    out: Decimal | None
+    if selling:
+        out = Decimal(unwrapped(made.mined, str(wallet.config.weth))).scaleb(-NATIVE_DECIMALS)
+    else:
+        out = done.token_change
+    return done.model_copy(update={"amount_out": out})

@@ -22,7 +22,7 @@ from eth_abi.abi import decode
 from eth_typing import ChecksumAddress, HexStr
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from web3 import AsyncHTTPProvider, AsyncWeb3
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception
 from web3.types import RPCEndpoint, TxParams, TxReceipt
@@ -31,6 +31,7 @@ from ..exceptions import ConfigurationError
 from .addresses import checked_recipient
 from .artifacts import abi_of
 from .config import ChainConfig
+from .effects import Effects, effects
 from .errors import ChainError, ChainOutcomeUnknown
 from .intents import Intent, IntentBook
 from .keys import Signer
@@ -51,6 +52,10 @@ RECENT_KEPT = 64
 GAP_SECONDS = 1.0
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class ChainReceipt(BaseModel):
     """A transfer confirmed on chain."""
 
@@ -65,6 +70,11 @@ class ChainReceipt(BaseModel):
     status: Literal["confirmed"] = "confirmed"
     rebroadcast: bool = False  # the same signed bytes sent again after an interruption
     replayed: bool = False  # settled from the intent recorded before an interruption
+    # read from the chain after the receipt, for the post guards (left out when not read:
+    # a call settled from its intent, or a node that did not answer)
+    token_change: Decimal | None = Field(default=None, exclude_if=_unset)
+    token_balance_after: Decimal | None = Field(default=None, exclude_if=_unset)
+    amount_out: Decimal | None = Field(default=None, exclude_if=_unset)  # a swap's output
 
 
 class ChainBalances(BaseModel):
@@ -305,6 +315,8 @@ class ChainWallet:
         await self.intents.mark(intent.key, "mined", block=block)
         self._step("done")
         done = replace(intent, status="mined", block_number=block)
+        made.mined = receipt
+        made.effects = await effects(self.token, receipt, intent.sender, self.config.token_decimals)
         return made.receipt(self.config.chain_id, done, replayed=not fresh, rebroadcast=rebroadcast)
 
     async def build_send(self, to: str, symbol: str, amount: Decimal) -> dict[str, Any]:
@@ -480,12 +492,21 @@ class Made:
 
     def __init__(self, to: str, asset: str, amount: Decimal) -> None:
         self.to, self.asset, self.amount = to, asset, amount
+        # when settled in this process: the receipt, and what it did (read from the chain)
+        self.mined: TxReceipt | None = None
+        self.effects: Effects | None = None
 
     def receipt(
-        self, chain_id: int, intent: Intent, *, replayed: bool, rebroadcast: bool = False
+        self,
+        chain_id: int,
+        intent: Intent,
+        *,
+        replayed: bool,
+        rebroadcast: bool = False,
     ) -> ChainReceipt:
         assert intent.nonce is not None
         assert intent.block_number is not None
+        effects = self.effects
         return ChainReceipt(
             tx_hash=intent.tx_hash,
             chain_id=chain_id,
@@ -497,6 +518,8 @@ class Made:
             nonce=intent.nonce,
             replayed=replayed,
             rebroadcast=rebroadcast,
+            token_change=None if effects is None else effects.token_change,
+            token_balance_after=None if effects is None else effects.token_balance_after,
         )
 
 

@@ -11,33 +11,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from ..capabilities import CallContext, Capability, capability
+from ..receivables import DueDays, LineItem, Memo, Receivable, Reference, StatusFilter
+from ..receivables import ReceivableKind as Kind
 from .capabilities import Amount, AssetName
-from .receivables import Kind, LineItem, Receivable, Receivables
+from .receivables import Receivables
 from .wallet import PaperWallet
 
 __all__ = ["PAYMENT_READS", "PAYMENT_WRITES", "payment_capabilities"]
 
 PAYMENT_READS = ("list_payment_links", "list_invoices")
 PAYMENT_WRITES = ("create_payment_link", "cancel_payment_link", "create_invoice", "cancel_invoice")
-
-Memo = Annotated[
-    str, Field(max_length=140, description="What the payment is for, as the payer will see it.")
-]
-DueDays = Annotated[
-    int | None, Field(ge=1, le=365, description="Days from now until it is due; omit for none.")
-]
-StatusFilter = Annotated[
-    Literal["open", "paid", "cancelled", "overdue"] | None,
-    Field(description="Only this status; omit for all."),
-]
-Reference = Annotated[
-    str, Field(min_length=3, max_length=40, description="The reference, e.g. inv_… or pl_….")
-]
 
 
 def _who(ctx: CallContext) -> str:

@@ -10,14 +10,13 @@ without the money arriving. Cancelling refuses once paid; paying refuses once ca
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
 
-from pydantic import BaseModel, Field
-
+from ..receivables import LineItem, Receivable, make_reference, shown_status
+from ..receivables import ReceivableKind as Kind
+from ..receivables import ReceivableStatus as Status
 from .assets import get_asset, money
 from .errors import WalletError
 from .ledger import Batch, Ledger, timestamp
@@ -25,47 +24,11 @@ from .ledger import Batch, Ledger, timestamp
 __all__ = ["PAYER", "LineItem", "Receivable", "Receivables"]
 
 PAYER = "@payer"  # the simulated payers' account: outside money arriving
-Kind = Literal["link", "invoice"]
-Status = Literal["open", "paid", "cancelled", "overdue"]
 
 _COLUMNS = (
     "reference, principal, kind, asset, amount, memo, due, items, status, created_at, "
     "paid_digest, paid_by, closed_at, idempotency_key"
 )
-
-
-class LineItem(BaseModel):
-    """One line of an invoice: what, how many, at what price each (in the invoice's asset)."""
-
-    description: str = Field(min_length=1, max_length=140)
-    quantity: Decimal = Field(default=Decimal(1), gt=0)
-    unit_price: Decimal = Field(gt=0)
-
-    @property
-    def total(self) -> Decimal:
-        return self.quantity * self.unit_price
-
-
-class Receivable(BaseModel):
-    """A payment link or an invoice as the principal sees it."""
-
-    reference: str
-    kind: Kind
-    asset: str
-    amount: Decimal
-    memo: str
-    due: datetime | None
-    line_items: list[LineItem]
-    status: Status  # overdue: open and past its due date
-    created_at: datetime
-    paid_by: str | None = None  # the payer's address
-    paid_digest: str | None = None  # the wallet transaction that paid it
-    closed_at: datetime | None = None  # when it was paid or cancelled
-
-
-def _reference(kind: Kind, key: str) -> str:
-    prefix = "inv" if kind == "invoice" else "pl"
-    return f"{prefix}_{hashlib.sha256(f'receivable/{key}'.encode()).hexdigest()[:16]}"
 
 
 def _time(text: str | None) -> datetime | None:
@@ -76,8 +39,6 @@ def _row(row: tuple[object, ...], at: datetime) -> Receivable:
     ref, _principal, kind, asset, amount, memo, due, items, status = row[:9]
     created, digest, by, closed = row[9:13]
     due_at = _time(due)  # type: ignore[arg-type]
-    if status == "open" and due_at is not None and at > due_at:
-        status = "overdue"
     return Receivable(
         reference=str(ref),
         kind=kind,  # type: ignore[arg-type]
@@ -86,7 +47,7 @@ def _row(row: tuple[object, ...], at: datetime) -> Receivable:
         memo=str(memo),
         due=due_at,
         line_items=[LineItem.model_validate(i) for i in json.loads(str(items))],
-        status=status,  # type: ignore[arg-type]
+        status=shown_status(str(status), due_at, at),
         created_at=datetime.fromisoformat(str(created)),
         paid_digest=digest,  # type: ignore[arg-type]
         paid_by=by,  # type: ignore[arg-type]
@@ -136,7 +97,7 @@ class Receivables:
         spec.units(value)  # refuses an amount finer than the asset's precision
         if due is not None and due <= at:
             raise WalletError("invalid_due_date", "the due date must be in the future")
-        reference = _reference(kind, key)
+        reference = make_reference(kind, key)
         with self.ledger.batch() as batch:
             prior = self._one(batch, reference)
             if prior is not None:
