@@ -2,7 +2,8 @@
 
 - ``docs://guide``: how the gates treat a call, how a person approves, what the policy decides,
   what a capability declares and its error codes: the pages ``GUIDE_PAGES`` of ``docs/``, shipped
-  in the package (``fiduciary/mcp/guide/``, byte for byte the same as ``docs/``: a test holds it).
+  in the package (``fiduciary/mcp/guide/``: links to the pages of ``docs/`` in the repository,
+  whose text the wheel carries).
 - ``docs://api``: the tools this server offers, read from its live list at each request (the
   agent's whitelist, or the claude CLI provider's proposals): name, whether it only reads, its
   description and its input's JSON schema.

@@ -39,10 +39,12 @@ def _schemas(api: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("page", GUIDE_PAGES)
 def test_the_shipped_pages_are_the_docs_pages(page: str) -> None:
-    # the wheel holds only src/fiduciary: the guide ships a copy, which must not drift
-    assert (SHIPPED / page).read_bytes() == (ROOT / "docs" / page).read_bytes(), (
-        f"src/fiduciary/mcp/guide/{page} differs from docs/{page}: "
-        f"cp docs/{page} src/fiduciary/mcp/guide/{page}"
+    # the wheel holds only src/fiduciary: the guide's pages are links to docs/, so they cannot
+    # drift (the wheel carries their text: test_the_wheel_carries_the_guide)
+    shipped = SHIPPED / page
+    assert shipped.is_symlink() and shipped.resolve() == (ROOT / "docs" / page).resolve(), (
+        f"src/fiduciary/mcp/guide/{page} must be a link to docs/{page}: "
+        f"ln -sf ../../../../docs/{page} src/fiduciary/mcp/guide/{page}"
     )
     assert sorted(p.name for p in SHIPPED.glob("*.md")) == sorted(GUIDE_PAGES)
 
