@@ -494,6 +494,18 @@ class Agent(_Readable):
         """Decline a pending action: it never executes; the model is told, with the reason."""
         return await _decisions.deny(self._parts.deciding, approval_id, by=by, reason=reason)
 
+    async def regenerate(
+        self, approval_id: UUID, *, by: Principal | str, args_digest: str | None = None
+    ) -> ApprovalRecord:
+        """Ask for fresh arguments for a pending action whose capability can make them (its
+        ``regenerate``: a new quote for a swap). The approval ends ``superseded`` (it can never
+        be approved); ``resume(run_id)`` makes the fresh call wait for a new approval, which
+        names this one (``pending_action.regenerated_from``). ``ApprovalError`` as ``approve``
+        (who may, decided, expired, ``args_digest``), and ``not_regenerable``."""
+        return await _decisions.regenerate(
+            self._parts.deciding, approval_id, by=by, args_digest=args_digest
+        )
+
     async def submit_result(
         self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
     ) -> ApprovalRecord:

@@ -389,6 +389,12 @@ class PendingActionDraft(Draft):
     expires_at: datetime
     args_digest: str
     executor: Literal["server", "client", "person"] = "server"
+    # the person may ask for fresh arguments (a new quote) from the card: ``Agent.regenerate``
+    regenerable: bool | None = Field(default=None, exclude_if=_unset)
+    # when the price the arguments rest on was quoted: the card shows its age
+    quoted_at: datetime | None = Field(default=None, exclude_if=_unset)
+    # the approval this one replaces (its call regenerated): that one ended ``superseded``
+    regenerated_from: UUID | None = Field(default=None, exclude_if=_unset)
 
 
 @final
@@ -400,7 +406,8 @@ class ActionResolvedDraft(Draft):
     type: Literal["action_resolved"] = "action_resolved"
     approval_id: UUID
     tool_use_id: str
-    decision: Literal["approved", "denied", "expired", "client_result"]
+    # superseded: the person asked for fresh arguments; a new pending_action follows
+    decision: Literal["approved", "denied", "expired", "client_result", "superseded"]
     by: str | None = None
     reason: str | None = None
     edits: dict[str, Any] | None = None

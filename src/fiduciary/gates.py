@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
 from uuid import UUID, uuid4
@@ -427,9 +427,19 @@ class Gates:
             expires_at=record.expires_at,
             args_digest=record.args_digest,
             executor=cap.executor.value,
+            regenerable=True if cap.regenerate is not None else None,
+            quoted_at=await self._quoted_at(a),
         )
         audit = self.audit_row(a, "pending", tier, a.amount_usd, output=None, key=None)
         return Pending(record, draft, audit)
+
+    async def _quoted_at(self, a: Attempt) -> datetime | None:
+        """When the price of the call was quoted, for the card (None: unknown, or unasked)."""
+        try:
+            return await a.cap.quote_time(a.args, self.context(a))
+        except Exception:  # host code: a card without the quote's age, never a failed call
+            log.exception("%s: quoted_at failed", a.cap.name)
+            return None
 
     def render(self, cap: Capability, output: Any, hints: Sequence[str]) -> tuple[str, bool]:
         """The text the model sees: JSON, cut to the result budget, then guard notes."""

@@ -11,6 +11,7 @@ anything is posted (so the core may report them as having no effect).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -283,6 +284,18 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
     def swap_value(args: Any, ctx: CallContext) -> Decimal | None:
         return _usd(wallet, args.from_asset, args.amount)
 
+    def fresh_quote(args: Any, ctx: CallContext) -> dict[str, Any]:
+        """A stale quote's swap made anew: the same swap, with a fresh quote's id."""
+        quote = wallet.quote(
+            _who(ctx), args.from_asset, args.to_asset, args.amount, ctx.clock.now()
+        )
+        return {**args.model_dump(mode="json"), "quote_id": quote.quote_id}
+
+    def quote_made_at(args: Any, ctx: CallContext) -> datetime | None:
+        if args.quote_id is None:
+            return None
+        return wallet.quote_of(_who(ctx), args.quote_id).created_at
+
     def run(ctx: CallContext, op: Operation) -> Receipt:
         return wallet.execute(_who(ctx), op, key=ctx.idempotency_key, at=ctx.clock.now())
 
@@ -417,6 +430,8 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         operation="swap",
         amount_usd=swap_value,
         flags={"mutating", "requires_balance", "irreversible"},
+        regenerate=fresh_quote,  # a quote lives 60 s; the card can ask for a new one
+        quoted_at=quote_made_at,
         describe=lambda a: (
             f"Swap {a.amount} {a.from_asset.upper()}"
             f"{about(a.from_asset, a.amount)} for {a.to_asset.upper()}"
