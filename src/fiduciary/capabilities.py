@@ -13,7 +13,7 @@ import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -441,7 +441,7 @@ def capability(
     """
 
     def build(func: Callable[..., Any]) -> Capability:
-        return _build(
+        built = _build(
             func,
             name=name,
             description=description,
@@ -463,9 +463,8 @@ def capability(
             summarize_on_truncate=summarize_on_truncate,
             blocking=blocking,
             refresh=(refresh,) if isinstance(refresh, str) else tuple(refresh),
-            regenerate=regenerate,
-            quoted_at=quoted_at,
         )
+        return replace(built, regenerate=regenerate, quoted_at=quoted_at)
 
     if fn is not None:
         return build(fn)
@@ -495,8 +494,6 @@ def _build(
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
     refresh: tuple[str, ...] = (),
-    regenerate: RegenerateFn | None = None,
-    quoted_at: QuotedAtFn | None = None,
 ) -> Capability:
     cap_name = name or func.__name__
     bare = cap_name.replace("_", "").replace("-", "")
@@ -597,8 +594,6 @@ def _build(
         blocking=blocking,
         deps_type=deps_type,
         refresh=refresh,
-        regenerate=regenerate,
-        quoted_at=quoted_at,
     )
 
 

@@ -102,10 +102,6 @@ def _unset(value: object) -> bool:
     return value is None or value == []
 
 
-def _is_none(value: object) -> bool:
-    return value is None
-
-
 class EventBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -389,12 +385,8 @@ class PendingActionDraft(Draft):
     expires_at: datetime
     args_digest: str
     executor: Literal["server", "client", "person"] = "server"
-    # the person may ask for fresh arguments (a new quote) from the card: ``Agent.regenerate``
-    regenerable: bool | None = Field(default=None, exclude_if=_unset)
-    # when the price the arguments rest on was quoted: the card shows its age
-    quoted_at: datetime | None = Field(default=None, exclude_if=_unset)
-    # the approval this one replaces (its call regenerated): that one ended ``superseded``
-    regenerated_from: UUID | None = Field(default=None, exclude_if=_unset)
+    quoted_at: datetime | None = Field(default=None, exclude_if=_unset)  # the card shows its age
+    regenerated_from: UUID | None = Field(default=None, exclude_if=_unset)  # Agent.regenerate
 
 
 @final
@@ -406,7 +398,6 @@ class ActionResolvedDraft(Draft):
     type: Literal["action_resolved"] = "action_resolved"
     approval_id: UUID
     tool_use_id: str
-    # superseded: the person asked for fresh arguments; a new pending_action follows
     decision: Literal["approved", "denied", "expired", "client_result", "superseded"]
     by: str | None = None
     reason: str | None = None
@@ -555,7 +546,7 @@ class RunCompletedDraft(Draft):
     cost_usd: Decimal | None = None
     # a run with a typed output: the validated answer as JSON (absent for the others)
     # (an answer that is None itself is recorded as absent)
-    output: JsonValue = Field(default=None, exclude_if=_is_none)
+    output: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
 
 
 @final

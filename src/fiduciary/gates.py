@@ -427,7 +427,6 @@ class Gates:
             expires_at=record.expires_at,
             args_digest=record.args_digest,
             executor=cap.executor.value,
-            regenerable=True if cap.regenerate is not None else None,
             quoted_at=await self._quoted_at(a),
         )
         audit = self.audit_row(a, "pending", tier, a.amount_usd, output=None, key=None)

@@ -79,6 +79,13 @@ class ApproveBody(_Request):
     )
 
 
+class RegenerateBody(_Request):
+    """Ask for fresh arguments (a new quote) for a pending action whose capability can make
+    them. ``args_digest``, when given, must be the digest the person was shown."""
+
+    args_digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+
 class DenyBody(_Request):
     reason: Annotated[str, StringConstraints(max_length=2000)] = ""
 
@@ -229,6 +236,17 @@ class ApprovalOut(BaseModel):
         "(proposed_args_digest: the digest of the arguments the run proposed).",
     )
     proposed_args_digest: str = ""
+    regenerable: bool = Field(
+        default=False,
+        description="Fresh arguments (a new quote) can be asked for: POST "
+        "/approvals/{approval_id}/regenerate.",
+    )
+    quoted_at: datetime | None = Field(
+        default=None, description="When the price the arguments rest on was quoted."
+    )
+    regenerated_from: UUID | None = Field(
+        default=None, description="The approval this one replaced (it ended superseded)."
+    )
     delegated_by: list[DelegatedByOut] = Field(
         default_factory=list,
         description="For an action of a delegated run: the runs that delegated it, its parent "

@@ -65,7 +65,6 @@ async def test_a_stale_swap_is_made_anew_and_the_old_approval_cannot_run(
     events = await collect(agent.run("swap 500 USDC for SUI", principal="ann"))
     run_id = events[0].run_id
     (first,) = [e for e in events if isinstance(e, PendingAction)]
-    assert first.regenerable is True
     assert first.quoted_at == clock.now()  # quoted this instant
     old_quote = first.input["quote_id"]
 
@@ -134,12 +133,14 @@ async def test_only_a_capability_that_declares_regenerate_can(
     )
     events = await collect(agent.run("save 900", principal="ann"))
     (pending,) = [e for e in events if isinstance(e, PendingAction)]
-    assert pending.regenerable is None and "regenerable" not in pending.model_dump_json()
+    assert pending.quoted_at is None
+    assert "quoted_at" not in pending.model_dump_json()
     with pytest.raises(ApprovalError) as refused:
         await agent.regenerate(pending.approval_id, by="ann")
     assert refused.value.code == "not_regenerable"
     record = await store.get_approval(pending.approval_id)
-    assert record is not None and record.status == "pending"  # a refusal changes nothing
+    assert record is not None
+    assert record.status == "pending"
     with pytest.raises(ApprovalError) as other:
         await agent.regenerate(pending.approval_id, by="bob")
     assert other.value.code == "forbidden"
