@@ -736,7 +736,17 @@
     }
     const approve = el("button", { type: "button", class: "primary", "data-testid": "approve", text: client ? "Submit result" : "Approve" });
     const deny = el("button", { type: "button", class: "danger", "data-testid": "deny", text: "Deny" });
-    const actions = el("div", { class: "card-actions" }, approve, client ? null : deny);
+    // a card priced from a quote shows the quote's age and can ask for a new one (regenerate)
+    const regen = event.quoted_at ? el("button", { type: "button", "data-testid": "regenerate", text: "New quote" }) : null;
+    const quoteAge = el("span", { class: "muted small quote-age", "data-testid": "quote-age" });
+    const tickAge = () => {
+      const seconds = Math.max(0, Math.round((Date.now() - Date.parse(event.quoted_at)) / 1000));
+      quoteAge.textContent = `quoted ${seconds} s ago`;
+      if (quoteAge.isConnected || !quoteAge.dataset.shown) setTimeout(tickAge, 1000);
+      quoteAge.dataset.shown = "1";
+    };
+    if (event.quoted_at) tickAge();
+    const actions = el("div", { class: "card-actions" }, approve, client ? null : deny, regen, event.quoted_at ? quoteAge : null);
     const notes = el("ul", { class: "notes" });
     for (const note of event.guard_notes) {
       // the sentence the guard wrote for the person (the model's goes to the model)
@@ -776,6 +786,7 @@
     // edit the server prices the action again, so it alone can tell what the amount is now
     function gate() {
       deny.disabled = busy;
+      if (regen) regen.disabled = busy;
       if (!confirm || confirmRow.hidden) {
         approve.disabled = busy;
         return;
@@ -841,6 +852,18 @@
         setBusy(false);
       }
     });
+    if (regen) regen.addEventListener("click", async () => {
+      setBusy(true);
+      error.textContent = "";
+      try {
+        await api("POST", `/approvals/${event.approval_id}/regenerate`, { args_digest: event.args_digest });
+        decided("a new quote was asked for; a new card follows…");
+      } catch (e) {
+        if (!outcome.hidden) return;
+        error.textContent = e.message;
+        setBusy(false);
+      }
+    });
     deny.addEventListener("click", async () => {
       setBusy(true);
       error.textContent = "";
@@ -891,6 +914,10 @@
       case "denied":
         lines.push(line("denied", `Denied${who} at `, when(event.at), event.reason ? `: ${shown(event.reason).text}` : ""));
         lines.push(line("after", "Nothing was done."));
+        break;
+      case "superseded":
+        lines.push(line("denied", `Replaced${who} at `, when(event.at), " by a new card with a fresh quote."));
+        lines.push(line("after", "Nothing was done with this one."));
         break;
       case "expired":
         lines.push(line("expired", "Expired at ", when(card.expiresAt), ": nobody decided in time."));
