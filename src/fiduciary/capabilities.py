@@ -12,7 +12,7 @@ import hashlib
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -25,6 +25,7 @@ from typing_extensions import TypeVar
 
 from .clock import Clock
 from .exceptions import CapabilityError, ConfigurationError
+from .steps import CardStep, Step, StepBooks
 
 __all__ = [
     "CallContext",
@@ -148,6 +149,8 @@ class CallContext(Generic[DepsT]):
     capability: str
     idempotency_key: str
     clock: Clock
+    # the ledger rows of a call's steps (``fiduciary.steps``): set by the gates
+    step_books: StepBooks | None = field(default=None, repr=False)
     _progress: ProgressFn = _no_progress
     _cancelled: threading.Event | None = field(default=None, repr=False)
     deps: DepsT = None  # type: ignore[assignment]  # (None: the run was given none)
@@ -203,6 +206,8 @@ Tier: TypeAlias = Literal["auto", "confirm", "explicit", "deny"]
 # old ones: the person asks for them from the card (``Agent.regenerate``)
 RegenerateFn: TypeAlias = Callable[[Any, CallContext], "Any | Awaitable[Any]"]
 # when the price a call's arguments rest on was quoted (None: unknown), shown as its age
+# the steps of a call made of steps (``fiduciary.steps``), made from its arguments
+StepsFn: TypeAlias = Callable[[Any, CallContext], Sequence[Step]]
 QuotedAtFn: TypeAlias = Callable[[Any, CallContext], "datetime | Awaitable[datetime | None] | None"]
 
 
@@ -248,6 +253,7 @@ class Capability:
     # a pending call's arguments made anew from the old ones (a fresh quote): see ``regenerate``
     regenerate: RegenerateFn | None = None
     quoted_at: QuotedAtFn | None = None
+    steps: StepsFn | None = None
 
     @property
     def is_write(self) -> bool:
@@ -264,6 +270,10 @@ class Capability:
             fresh.model_dump(mode="json") if isinstance(fresh, BaseModel) else fresh
         )
         return model.model_dump(mode="json")
+
+    def card_steps(self, args: BaseModel, ctx: CallContext) -> list[CardStep] | None:
+        """The steps a card shows (``steps``), or None for a call of one step."""
+        return None if self.steps is None else [s.shown() for s in self.steps(args, ctx)]
 
     async def quote_time(self, args: BaseModel, ctx: CallContext) -> datetime | None:
         """When the price this call rests on was quoted (``quoted_at``), or None."""
@@ -385,6 +395,7 @@ def capability(
     refresh: Iterable[str] = (),
     regenerate: RegenerateFn | None = None,
     quoted_at: QuotedAtFn | None = None,
+    steps: StepsFn | None = None,
 ) -> Callable[[Callable[..., Any]], Capability]: ...
 
 
@@ -414,6 +425,7 @@ def capability(
     refresh: Iterable[str] = (),
     regenerate: RegenerateFn | None = None,
     quoted_at: QuotedAtFn | None = None,
+    steps: StepsFn | None = None,
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
@@ -437,7 +449,9 @@ def capability(
     ``regenerate`` makes fresh arguments for a pending call from its old ones (a new quote
     for a swap whose quote went stale): the person asks for it from the card, the old approval
     ends ``superseded`` and the call waits for a new one (``Agent.regenerate``). ``quoted_at``
-    says when the price the arguments rest on was quoted; the card shows its age.
+    says when the price the arguments rest on was quoted; the card shows its age. ``steps``
+    declares a call made of steps, shown on one card and run each through the ledger
+    (``fiduciary.steps``; it needs ``replay="resume"``).
     """
 
     def build(func: Callable[..., Any]) -> Capability:
@@ -464,7 +478,9 @@ def capability(
             blocking=blocking,
             refresh=(refresh,) if isinstance(refresh, str) else tuple(refresh),
         )
-        return replace(built, regenerate=regenerate, quoted_at=quoted_at)
+        if steps is not None and built.replay is not Replay.RESUME:
+            raise ConfigurationError(f"{built.name}: a call made of steps needs replay='resume'")
+        return replace(built, regenerate=regenerate, quoted_at=quoted_at, steps=steps)
 
     if fn is not None:
         return build(fn)

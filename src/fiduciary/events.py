@@ -17,6 +17,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
 
+from .steps import CardStep
+
 __all__ = [
     "EVENT_ADAPTER",
     "ActionResolved",
@@ -387,6 +389,7 @@ class PendingActionDraft(Draft):
     executor: Literal["server", "client", "person"] = "server"
     quoted_at: datetime | None = Field(default=None, exclude_if=_unset)  # the card shows its age
     regenerated_from: UUID | None = Field(default=None, exclude_if=_unset)  # Agent.regenerate
+    steps: list[CardStep] | None = Field(default=None, exclude_if=_unset)  # fiduciary.steps
 
 
 @final
@@ -544,8 +547,7 @@ class RunCompletedDraft(Draft):
     output_tokens: int = 0
     tool_calls: int = 0
     cost_usd: Decimal | None = None
-    # a run with a typed output: the validated answer as JSON (absent for the others)
-    # (an answer that is None itself is recorded as absent)
+    # a typed output's validated answer as JSON (absent for other runs, and for a None answer)
     output: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
 
 

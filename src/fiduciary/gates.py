@@ -58,6 +58,7 @@ from .guards import Guard, GuardOutcome, order_guards
 from .models.base import ToolSpec
 from .policy import Policy, PolicyDecision
 from .redaction import Redactor
+from .steps import CardStep
 from .stores.base import ApprovalRecord, AuditRecord, Store
 
 __all__ = [
@@ -387,6 +388,8 @@ class Gates:
             )
 
         ctx._progress = progress
+        if cap.steps is not None:
+            ctx.step_books = self._execution.step_books(a, ctx)
         a._ctx = ctx
         return ctx
 
@@ -428,9 +431,18 @@ class Gates:
             args_digest=record.args_digest,
             executor=cap.executor.value,
             quoted_at=await self._quoted_at(a),
+            steps=self._card_steps(a),
         )
         audit = self.audit_row(a, "pending", tier, a.amount_usd, output=None, key=None)
         return Pending(record, draft, audit)
+
+    def _card_steps(self, a: Attempt) -> list[CardStep] | None:
+        """The steps of a call made of steps, for its card (None: one step, or unknown)."""
+        try:
+            return a.cap.card_steps(a.args, self.context(a))
+        except Exception:  # host code: the card says less, the call still waits
+            log.exception("%s: its steps could not be shown", a.cap.name)
+            return None
 
     async def _quoted_at(self, a: Attempt) -> datetime | None:
         """When the price of the call was quoted, for the card (None: unknown, or unasked)."""
