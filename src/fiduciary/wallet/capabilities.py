@@ -548,7 +548,6 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         )
 
     return [
-        swap_and_save,
         save_deposit,
         withdraw,
         send_transfer,
@@ -557,5 +556,6 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         claim_rewards,
         harvest_rewards,
         swap_execute,
+        swap_and_save,
         save_contact,
     ]

@@ -759,6 +759,12 @@
     const flags = el("ul", { class: "flags", "data-testid": "flags" });
     for (const flag of cardFlags) flags.append(el("li", { text: flag }));
     const outcome = el("div", { class: "outcome", "data-testid": "card-outcome", hidden: true });
+    // a call made of steps: every step on this one card, approved once (the digest covers them)
+    const steps = el("ol", { class: "steps", "data-testid": "card-steps" });
+    for (const step of event.steps || []) {
+      const amount = step.amount === null || step.amount === undefined ? "" : ` · ${shown(String(step.amount)).text} ${shown(step.asset || "").text}`;
+      steps.append(el("li", { "data-testid": "card-step" }, el("span", { class: "step-op", text: shown(step.operation).text }), ` ${shown(step.description).text}${amount}`, el("span", { class: "step-status muted small", "data-testid": "step-status" })));
+    }
     const node = el(
       "div",
       { class: `card ${event.tier}${cardFlags.length ? " flagged" : ""}`, "data-testid": "pending-card", "data-approval": event.approval_id },
@@ -773,6 +779,7 @@
       cardFlags.length ? el("div", { class: "flags-head", text: "Look closely before you approve:" }) : null,
       cardFlags.length ? flags : null,
       event.guard_notes.length ? notes : null,
+      event.steps && event.steps.length ? steps : null,
       el("pre", { class: "args", "data-testid": "args", text: args.text }),
       el("div", { class: "digest", text: `sha256 ${event.args_digest}` }),
       editRows.childNodes.length ? editRows : null,
@@ -881,7 +888,7 @@
     }
     if (!client && window.fiduciaryDual) window.fiduciaryDual.showProgress(node, event.approval_id);
     state.view.cards.set(event.approval_id, {
-      node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null,
+      node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null, steps,
     });
     add(node, event.seq);
   }
@@ -933,6 +940,25 @@
   }
 
   // the approved action's end: "sent at …", or why it failed
+  // each step's outcome beside it on the card: done, failed, outcome unknown, not run
+  function stepOutcomes(card, detail) {
+    if (!card.steps || !card.steps.children.length || typeof detail !== "string") return;
+    let report = null;
+    try {
+      report = JSON.parse(detail.split("\n")[0]);
+    } catch (_) {
+      return;
+    }
+    const said = { done: "done", failed: "failed", unknown: "outcome unknown", not_run: "not run" };
+    for (const step of (report && report.steps) || []) {
+      const item = card.steps.children[step.step - 1];
+      if (!item) continue;
+      item.classList.add(step.status);
+      const why = step.error && step.status === "failed" ? `: ${shown(step.error).text}` : "";
+      item.querySelector(".step-status").textContent = ` — ${said[step.status] || step.status}${why}`;
+    }
+  }
+
   function cardAfter(toolUseId, outcome, at, detail) {
     const card = state.view.decided.get(toolUseId);
     if (!card || card.decision !== "approved") return;
@@ -940,6 +966,7 @@
     if (!after) return;
     after.classList.remove("pending");
     after.classList.add(outcome);
+    stepOutcomes(card, detail);
     if (outcome === "ok") after.replaceChildren("Done at ", when(at));
     else after.replaceChildren(`${outcome === "refused" ? "Refused" : "Failed"} at `, when(at), `: ${short(shown(detail || "").text, 160)}`);
   }
