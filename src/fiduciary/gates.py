@@ -430,27 +430,11 @@ class Gates:
             expires_at=record.expires_at,
             args_digest=record.args_digest,
             executor=cap.executor.value,
-            quoted_at=await self._quoted_at(a),
-            steps=self._card_steps(a),
+            quoted_at=await _quoted_at(a, self.context(a)),
+            steps=_card_steps(a, self.context(a)),
         )
         audit = self.audit_row(a, "pending", tier, a.amount_usd, output=None, key=None)
         return Pending(record, draft, audit)
-
-    def _card_steps(self, a: Attempt) -> list[CardStep] | None:
-        """The steps of a call made of steps, for its card (None: one step, or unknown)."""
-        try:
-            return a.cap.card_steps(a.args, self.context(a))
-        except Exception:  # host code: the card says less, the call still waits
-            log.exception("%s: its steps could not be shown", a.cap.name)
-            return None
-
-    async def _quoted_at(self, a: Attempt) -> datetime | None:
-        """When the price of the call was quoted, for the card (None: unknown, or unasked)."""
-        try:
-            return await a.cap.quote_time(a.args, self.context(a))
-        except Exception:  # host code: a card without the quote's age, never a failed call
-            log.exception("%s: quoted_at failed", a.cap.name)
-            return None
 
     def render(self, cap: Capability, output: Any, hints: Sequence[str]) -> tuple[str, bool]:
         """The text the model sees: JSON, cut to the result budget, then guard notes."""
@@ -501,6 +485,24 @@ class Gates:
             idempotency_key=key,
             duration_ms=None if started is None else (time.perf_counter() - started) * 1000,
         )
+
+
+def _card_steps(a: Attempt, ctx: CallContext) -> list[CardStep] | None:
+    """The steps of a call made of steps, for its card (None: one step, or unknown)."""
+    try:
+        return a.cap.card_steps(a.args, ctx)
+    except Exception:  # host code: the card says less, the call still waits
+        log.exception("%s: its steps could not be shown", a.cap.name)
+        return None
+
+
+async def _quoted_at(a: Attempt, ctx: CallContext) -> datetime | None:
+    """When the price of the call was quoted, for the card (None: unknown, or unasked)."""
+    try:
+        return await a.cap.quote_time(a.args, ctx)
+    except Exception:  # host code: a card without the quote's age, never a failed call
+        log.exception("%s: quoted_at failed", a.cap.name)
+        return None
 
 
 # what json.loads(text, parse_float=Decimal) builds at each call, built once
