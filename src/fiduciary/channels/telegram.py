@@ -25,7 +25,7 @@ A message from the linked person goes to ``inbox.deliver(target, ...)`` (one rat
 serial per target) and its reply is sent back, split at Telegram's 4096-character limit.
 
 Approvals: each pending action of a chat's principal becomes one card with Approve / Deny
-buttons. ``callback_data`` is at most 64 bytes, so a button carries ``a:<token>`` or
+buttons (and New quote, ``r:<token>``, when its capability can make fresh arguments). ``callback_data`` is at most 64 bytes, so a button carries ``a:<token>`` or
 ``d:<token>``, where the token (16 URL-safe characters, 96 random bits) is kept server side
 bound to (approval id, args digest, chat, principal). A press is honoured only from the card's
 own chat, for an approval of that chat's principal that is still pending with the same args
@@ -395,8 +395,10 @@ class TelegramChannel:
                     await self.records.card_sent(card.token, sent)
                     continue
                 notes = await self._notes(approval)
+                cap = self.agent.gates.get(approval.capability)
+                fresh = cap is not None and cap.regenerate is not None  # a New quote button
                 sent = await self.client.send(
-                    chat_id, card_text(approval, notes), _buttons(card.token)
+                    chat_id, card_text(approval, notes), _buttons(card.token, fresh)
                 )
                 await self.records.card_sent(card.token, sent)
 
@@ -410,7 +412,7 @@ class TelegramChannel:
     async def _press(self, chat: _Chat, query: telegram.CallbackQuery) -> None:
         verb, _, token = (query.data or "").partition(":")
         choice = verb[1:] if verb[:1] == "c" and verb[1:].isdigit() else None
-        known = verb in ("a", "d") or choice is not None
+        known = verb in ("a", "d", "r") or choice is not None
         card = await self.records.card(token) if known and token else None
         if card is None or card.chat_id != chat.chat_id or card.principal != chat.principal:
             await self._refuse(chat, "forged", f"button {query.data!r} is not this chat's")
@@ -433,7 +435,9 @@ class TelegramChannel:
         if choice is not None:
             await self._answer(chat, card, query, str(int(choice) + 1))  # a choice's number
             return
-        if verb == "d":
+        if verb == "r":
+            await self._regenerate(chat, card, query)
+        elif verb == "d":
             await self._decide(chat, card, query, approve=False)
         elif approval.tier == "explicit" and approval.amount_usd is not None:
             await self.records.await_amount(chat.chat_id, card.token)
@@ -487,6 +491,20 @@ class TelegramChannel:
             await self.client.call(query.answer("Approved." if approve else "Denied."))
         await self.client.drop_buttons(card)
         await self.say(chat.chat_id, "Approved." if approve else "Denied.")
+        await self._continue(chat, record.run_id)
+
+    async def _regenerate(self, chat: _Chat, card: Card, query: telegram.CallbackQuery) -> None:
+        """New quote: this card's approval ends superseded; the run makes a new card."""
+        try:
+            record = await self.agent.regenerate(
+                card.approval_id, by=chat.principal, args_digest=card.args_digest
+            )
+        except (ApprovalError, RunError) as exc:
+            await self._refuse(chat, f"refused:{exc.code}", exc.message)
+            await self.client.call(query.answer(self.scrub(exc.message)[:200], show_alert=True))
+            return
+        await self.client.call(query.answer("A new quote was asked for."))
+        await self.client.drop_buttons(card)
         await self._continue(chat, record.run_id)
 
     async def _question(self, card: Card) -> ApprovalRecord | None:
@@ -571,15 +589,14 @@ def _choices(token: str, approval: ApprovalRecord) -> InlineKeyboardMarkup | Non
     )
 
 
-def _buttons(token: str) -> InlineKeyboardMarkup:
-    return InlineKeyboardMarkup(
-        [
-            [
-                InlineKeyboardButton("Approve", callback_data=f"a:{token}"),
-                InlineKeyboardButton("Deny", callback_data=f"d:{token}"),
-            ]
-        ]
-    )
+def _buttons(token: str, fresh: bool = False) -> InlineKeyboardMarkup:
+    row = [
+        InlineKeyboardButton("Approve", callback_data=f"a:{token}"),
+        InlineKeyboardButton("Deny", callback_data=f"d:{token}"),
+    ]
+    if fresh:  # its capability can make fresh arguments (a new quote)
+        row.append(InlineKeyboardButton("New quote", callback_data=f"r:{token}"))
+    return InlineKeyboardMarkup([row])
 
 
 def _is_link(text: str | None) -> bool:
