@@ -73,6 +73,8 @@ async def regenerate(d: Drive, use: ToolUsePart, record: ApprovalRecord) -> Appr
     if refused is not None:
         d.record(refused)
         return None
+    if attempt.tier == "auto":  # its spend was reserved as if it ran now; it waits instead
+        await d.rt.store.release_autonomous(gates.context(attempt).idempotency_key)
     # never below the tier the person was shown
     attempt.tier = "explicit" if "explicit" in (attempt.tier, record.tier) else "confirm"
     note = GuardNote(
