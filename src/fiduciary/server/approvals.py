@@ -82,6 +82,7 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
                     "regenerable": cap is not None and cap.regenerate is not None,
                     "quoted_at": event.quoted_at if event else None,
                     "regenerated_from": event.regenerated_from if event else None,
+                    "steps": event.steps if event else None,
                 }
             )
         )

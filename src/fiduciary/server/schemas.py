@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 from ..dual_control import DualControl, Progress
 from ..events import GuardNote
 from ..redaction import Redactor
+from ..steps import CardStep
 from ..stores.base import ApprovalRecord, ApprovalStatus, ApprovalVote, RunRecord, RunStatus
 
 __all__ = [
@@ -246,6 +247,11 @@ class ApprovalOut(BaseModel):
     )
     regenerated_from: UUID | None = Field(
         default=None, description="The approval this one replaced (it ended superseded)."
+    )
+    steps: list[CardStep] | None = Field(
+        default=None,
+        description="A call made of steps: each step's operation, description, asset and "
+        "amount, in order; one approval covers them all.",
     )
     delegated_by: list[DelegatedByOut] = Field(
         default_factory=list,

@@ -4,6 +4,7 @@ And durably: a store write that fails between the two leaves exactly one live ap
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -13,11 +14,11 @@ import httpx
 import pytest
 
 from fiduciary import Agent, ManualClock, Policy
-from fiduciary.events import ActionResolved, PendingAction
+from fiduciary.events import ActionResolved, PendingAction, ToolCallEnd
 from fiduciary.exceptions import StoreError
 from fiduciary.stores.base import Store
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import MemoryStore, ScriptedModel, collect
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, collect
 from fiduciary.wallet import PaperWallet, build_wallet_agent
 from tests.unit.wallet.test_regenerate import swap_script
 
@@ -173,3 +174,47 @@ async def test_a_failed_write_between_supersede_and_the_new_card_leaves_one_live
         assert old.status == "superseded"
     finally:
         await reopened.close()
+
+
+async def test_a_call_of_steps_is_one_card_over_http(
+    make_app: AppFactory, keys: Keys, wallet: PaperWallet, clock: ManualClock
+) -> None:
+    script = Script(
+        "swap and save",
+        [
+            ToolCalls([Call("balance_check")]),
+            ToolCalls([Call("swap_and_save", {"from_asset": "SUI", "amount": "100"})]),
+            Reply("Swapped and saved."),
+        ],
+    )
+    agent = build_wallet_agent(
+        MemoryStore(),
+        wallet,
+        model=ScriptedModel([script]),
+        policy=Policy(preset="conservative", daily_autonomous_limit_usd=None),
+        clock=clock,
+    )
+    app = make_app(agent=agent)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://test"
+    ) as client:
+        run_id = await start_run(client, keys.alice, "swap and save 100 SUI")
+        await settle(app.state.server)
+        listed = await client.get(f"/approvals?run_id={run_id}", headers=bearer(keys.alice))
+        (card,) = listed.json()["approvals"]
+        assert [(s["operation"], s["asset"]) for s in card["steps"]] == [
+            ("swap", "SUI"),
+            ("save", "USDC"),
+        ]
+        approved = await client.post(
+            f"/approvals/{card['approval_id']}/approve",
+            json={"args_digest": card["args_digest"], "confirm_amount": card["amount_usd"]},
+            headers=bearer(keys.alice),
+        )
+        assert approved.status_code == 200, approved.text
+        await settle(app.state.server)
+        events = await all_events(client, keys.alice, run_id)
+        (end,) = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "swap_and_save"]
+        report = json.JSONDecoder().raw_decode(end.output)[0]
+        assert report["completed"] is True
+        assert [s["status"] for s in report["steps"]] == ["done", "done"]
