@@ -52,6 +52,7 @@ from .models.base import Model
 from .policy import Operation, Policy, Threshold
 from .questions import PendingQuestion, ask_person
 from .redaction import Redactor
+from .steps import Step, StepsReport, run_steps
 from .stores.base import Store
 from .stores.memory import MemoryStore
 from .stores.sqlite import SQLiteStore
@@ -92,6 +93,8 @@ __all__ = [
     "RunResult",
     "RunStarted",
     "SQLiteStore",
+    "Step",
+    "StepsReport",
     "Store",
     "StoreError",
     "StoreUnavailableError",
@@ -113,5 +116,6 @@ __all__ = [
     "encode_sse",
     "parse_sse",
     "resume_sync",
+    "run_steps",
     "run_sync",
 ]

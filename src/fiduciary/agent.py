@@ -138,7 +138,81 @@ class _Readable:
     _parts: Parts  # the options, what is built of them (once), and what is shared
 
 
-class Agent(_Readable):
+class _Decisions(_Readable):
+    """The decisions on an agent's pending actions (the work is ``_agent/decisions.py``):
+    a base of ``Agent`` so that its class keeps to one page."""
+
+    __slots__ = ()
+
+    async def approve(
+        self,
+        approval_id: UUID,
+        *,
+        by: Principal | str,
+        edits: Mapping[str, Any] | None = None,
+        confirm_amount: Decimal | str | None = None,
+        args_digest: str | None = None,
+        assertion: Any = None,
+    ) -> ApprovalRecord:
+        """Approve a pending action (optionally editing its modifiable fields).
+
+        The decision is recorded durably; the run continues with ``resume(run_id)`` (here or in
+        any other process). The approval executes exactly the approved arguments. Raises
+        ``ApprovalError`` (and changes nothing) when the approval is unknown, decided, expired,
+        someone else's, does not match ``args_digest``, edits a field that is not modifiable,
+        or needs the amount re-typed (``confirm_amount``) and did not get it, or must be
+        signed (the policy's ``signatures``) and ``assertion`` is missing or refused.
+        """
+        return await _decisions.approve(
+            self._parts.deciding,
+            approval_id,
+            by=by,
+            edits=edits,
+            confirm_amount=confirm_amount,
+            args_digest=args_digest,
+            assertion=assertion,
+        )
+
+    async def signing_binding(
+        self,
+        approval_id: UUID,
+        *,
+        by: Principal | str,
+        edits: Mapping[str, Any] | None = None,
+        args_digest: str | None = None,
+    ) -> dict[str, str | None]:
+        """What ``by`` signs to approve with ``edits``: the binding ``approve`` will check
+        (its WebAuthn challenge: ``signed_approvals.challenge``); ``ApprovalError`` as there."""
+        return await _decisions.signing_binding(
+            self._parts.deciding, approval_id, by=by, edits=edits, args_digest=args_digest
+        )
+
+    async def deny(
+        self, approval_id: UUID, *, by: Principal | str, reason: str = ""
+    ) -> ApprovalRecord:
+        """Decline a pending action: it never executes; the model is told, with the reason."""
+        return await _decisions.deny(self._parts.deciding, approval_id, by=by, reason=reason)
+
+    async def regenerate(
+        self, approval_id: UUID, *, by: Principal | str, args_digest: str | None = None
+    ) -> ApprovalRecord:
+        """Ask for fresh arguments for a pending action whose capability can make them (its
+        ``regenerate``: a new quote for a swap). The approval ends ``superseded`` (it can never
+        be approved); ``resume(run_id)`` makes the fresh call wait for a new approval, which
+        names this one (``pending_action.regenerated_from``). ``ApprovalError`` as ``approve``
+        (who may, decided, expired, ``args_digest``), and ``not_regenerable``."""
+        return await _decisions.regenerate(
+            self._parts.deciding, approval_id, by=by, args_digest=args_digest
+        )
+
+    async def submit_result(
+        self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
+    ) -> ApprovalRecord:
+        """Report the result of a client-executed action (the client performed it)."""
+        return await _decisions.submit_result(self._parts.deciding, approval_id, result, by=by)
+
+
+class Agent(_Decisions):
     """An agent: a model, its capabilities, the gates they pass, and the store runs live in.
 
     ``authorize`` is required for propose / approve / execute capabilities: without it those
@@ -443,62 +517,6 @@ class Agent(_Readable):
     ) -> list[ApprovalRecord]:
         who = None if principal is None else principal_of(principal).actor_id
         return await self.store.list_approvals(principal=who, run_id=run_id, status="pending")
-
-    # --- decisions (_agent/decisions.py) ------------------------------------------------------
-    async def approve(
-        self,
-        approval_id: UUID,
-        *,
-        by: Principal | str,
-        edits: Mapping[str, Any] | None = None,
-        confirm_amount: Decimal | str | None = None,
-        args_digest: str | None = None,
-        assertion: Any = None,
-    ) -> ApprovalRecord:
-        """Approve a pending action (optionally editing its modifiable fields).
-
-        The decision is recorded durably; the run continues with ``resume(run_id)`` (here or in
-        any other process). The approval executes exactly the approved arguments. Raises
-        ``ApprovalError`` (and changes nothing) when the approval is unknown, decided, expired,
-        someone else's, does not match ``args_digest``, edits a field that is not modifiable,
-        or needs the amount re-typed (``confirm_amount``) and did not get it, or must be
-        signed (the policy's ``signatures``) and ``assertion`` is missing or refused.
-        """
-        return await _decisions.approve(
-            self._parts.deciding,
-            approval_id,
-            by=by,
-            edits=edits,
-            confirm_amount=confirm_amount,
-            args_digest=args_digest,
-            assertion=assertion,
-        )
-
-    async def signing_binding(
-        self,
-        approval_id: UUID,
-        *,
-        by: Principal | str,
-        edits: Mapping[str, Any] | None = None,
-        args_digest: str | None = None,
-    ) -> dict[str, str | None]:
-        """What ``by`` signs to approve with ``edits``: the binding ``approve`` will check
-        (its WebAuthn challenge: ``signed_approvals.challenge``); ``ApprovalError`` as there."""
-        return await _decisions.signing_binding(
-            self._parts.deciding, approval_id, by=by, edits=edits, args_digest=args_digest
-        )
-
-    async def deny(
-        self, approval_id: UUID, *, by: Principal | str, reason: str = ""
-    ) -> ApprovalRecord:
-        """Decline a pending action: it never executes; the model is told, with the reason."""
-        return await _decisions.deny(self._parts.deciding, approval_id, by=by, reason=reason)
-
-    async def submit_result(
-        self, approval_id: UUID, result: Any, *, by: Principal | str | None = None
-    ) -> ApprovalRecord:
-        """Report the result of a client-executed action (the client performed it)."""
-        return await _decisions.submit_result(self._parts.deciding, approval_id, result, by=by)
 
     async def answer(
         self, question_id: UUID, answer: str, *, by: Principal | str

@@ -12,8 +12,9 @@ import hashlib
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, get_args, get_origin, get_type_hints, overload
@@ -24,6 +25,7 @@ from typing_extensions import TypeVar
 
 from .clock import Clock
 from .exceptions import CapabilityError, ConfigurationError
+from .steps import CardStep, Step, StepBooks
 
 __all__ = [
     "CallContext",
@@ -147,6 +149,8 @@ class CallContext(Generic[DepsT]):
     capability: str
     idempotency_key: str
     clock: Clock
+    # the ledger rows of a call's steps (``fiduciary.steps``): set by the gates
+    step_books: StepBooks | None = field(default=None, repr=False)
     _progress: ProgressFn = _no_progress
     _cancelled: threading.Event | None = field(default=None, repr=False)
     deps: DepsT = None  # type: ignore[assignment]  # (None: the run was given none)
@@ -198,6 +202,13 @@ KeyFn: TypeAlias = Callable[[Any, CallContext], str]
 # refused, why (the refusal is recorded too: the run is told)
 ResultCheckFn: TypeAlias = Callable[[Any, Any, str], "Awaitable[tuple[Any, str | None]]"]
 Tier: TypeAlias = Literal["auto", "confirm", "explicit", "deny"]
+# fresh arguments for a pending call whose inputs went stale (a swap's quote), made from the
+# old ones: the person asks for them from the card (``Agent.regenerate``)
+RegenerateFn: TypeAlias = Callable[[Any, CallContext], "Any | Awaitable[Any]"]
+# when the price a call's arguments rest on was quoted (None: unknown), shown as its age
+# the steps of a call made of steps (``fiduciary.steps``), made from its arguments
+StepsFn: TypeAlias = Callable[[Any, CallContext], Sequence[Step]]
+QuotedAtFn: TypeAlias = Callable[[Any, CallContext], "datetime | Awaitable[datetime | None] | None"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -239,10 +250,37 @@ class Capability:
     # reads re-run, with no arguments, after a call of this capability succeeds: their fresh
     # results reach the model and the person as ordinary read calls (``refresh_of``)
     refresh: tuple[str, ...] = ()
+    # a pending call's arguments made anew from the old ones (a fresh quote): see ``regenerate``
+    regenerate: RegenerateFn | None = None
+    quoted_at: QuotedAtFn | None = None
+    steps: StepsFn | None = None
 
     @property
     def is_write(self) -> bool:
         return self.kind.is_write
+
+    async def regenerated(self, args: BaseModel, ctx: CallContext) -> dict[str, Any]:
+        """Fresh arguments for a pending call (``regenerate``), as JSON, validated."""
+        if self.regenerate is None:
+            raise ConfigurationError(f"{self.name} declares no regenerate")
+        fresh = self.regenerate(args, ctx)
+        if inspect.isawaitable(fresh):
+            fresh = await fresh
+        model = self.input_model.model_validate(
+            fresh.model_dump(mode="json") if isinstance(fresh, BaseModel) else fresh
+        )
+        return model.model_dump(mode="json")
+
+    def card_steps(self, args: BaseModel, ctx: CallContext) -> list[CardStep] | None:
+        """The steps a card shows (``steps``), or None for a call of one step."""
+        return None if self.steps is None else [s.shown() for s in self.steps(args, ctx)]
+
+    async def quote_time(self, args: BaseModel, ctx: CallContext) -> datetime | None:
+        """When the price this call rests on was quoted (``quoted_at``), or None."""
+        if self.quoted_at is None:
+            return None
+        at = self.quoted_at(args, ctx)
+        return await at if inspect.isawaitable(at) else at
 
     @property
     def concurrent(self) -> bool:
@@ -355,6 +393,9 @@ def capability(
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
     refresh: Iterable[str] = (),
+    regenerate: RegenerateFn | None = None,
+    quoted_at: QuotedAtFn | None = None,
+    steps: StepsFn | None = None,
 ) -> Callable[[Callable[..., Any]], Capability]: ...
 
 
@@ -382,6 +423,9 @@ def capability(
     summarize_on_truncate: Callable[[Any], str] | None = None,
     blocking: bool = True,
     refresh: Iterable[str] = (),
+    regenerate: RegenerateFn | None = None,
+    quoted_at: QuotedAtFn | None = None,
+    steps: StepsFn | None = None,
 ) -> Capability | Callable[[Callable[..., Any]], Capability]:
     """Declare a capability. Use bare (``@capability``) or with options (``@capability(kind=...)``).
 
@@ -401,10 +445,17 @@ def capability(
     call succeeds (``refresh=["balance_check"]`` on a send): each is recorded as an ordinary
     read call whose ``tool_call_start`` says which call it refreshes, and its result reaches
     the model with the write's.
+
+    ``regenerate`` makes fresh arguments for a pending call from its old ones (a new quote
+    for a swap whose quote went stale): the person asks for it from the card, the old approval
+    ends ``superseded`` and the call waits for a new one (``Agent.regenerate``). ``quoted_at``
+    says when the price the arguments rest on was quoted; the card shows its age. ``steps``
+    declares a call made of steps, shown on one card and run each through the ledger
+    (``fiduciary.steps``; it needs ``replay="resume"``).
     """
 
     def build(func: Callable[..., Any]) -> Capability:
-        return _build(
+        built = _build(
             func,
             name=name,
             description=description,
@@ -427,6 +478,9 @@ def capability(
             blocking=blocking,
             refresh=(refresh,) if isinstance(refresh, str) else tuple(refresh),
         )
+        if steps is not None and built.replay is not Replay.RESUME:
+            raise ConfigurationError(f"{built.name}: a call made of steps needs replay='resume'")
+        return replace(built, regenerate=regenerate, quoted_at=quoted_at, steps=steps)
 
     if fn is not None:
         return build(fn)

@@ -18,6 +18,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator
 
 from ._sse import SSEMessage, parse_sse  # the wire's parser, beside its encoder here
+from .steps import CardStep
 
 __all__ = [
     "EVENT_ADAPTER",
@@ -106,10 +107,6 @@ def _unset(value: object) -> bool:
     """A field that only some runs fill (typed output, dependencies, a fallback model) is left
     out of the JSON when empty: the events of the runs that do not use it are unchanged."""
     return value is None or value == []
-
-
-def _is_none(value: object) -> bool:
-    return value is None
 
 
 class EventBase(BaseModel):
@@ -395,6 +392,9 @@ class PendingActionDraft(Draft):
     expires_at: datetime
     args_digest: str
     executor: Literal["server", "client", "person"] = "server"
+    quoted_at: datetime | None = Field(default=None, exclude_if=_unset)  # the card shows its age
+    regenerated_from: UUID | None = Field(default=None, exclude_if=_unset)  # Agent.regenerate
+    steps: list[CardStep] | None = Field(default=None, exclude_if=_unset)  # fiduciary.steps
 
 
 @final
@@ -406,7 +406,7 @@ class ActionResolvedDraft(Draft):
     type: Literal["action_resolved"] = "action_resolved"
     approval_id: UUID
     tool_use_id: str
-    decision: Literal["approved", "denied", "expired", "client_result"]
+    decision: Literal["approved", "denied", "expired", "client_result", "superseded"]
     by: str | None = None
     reason: str | None = None
     edits: dict[str, Any] | None = None
@@ -583,9 +583,8 @@ class RunCompletedDraft(Draft):
     output_tokens: int = 0
     tool_calls: int = 0
     cost_usd: Decimal | None = None
-    # a run with a typed output: the validated answer as JSON (absent for the others)
-    # (an answer that is None itself is recorded as absent)
-    output: JsonValue = Field(default=None, exclude_if=_is_none)
+    # a typed output's validated answer as JSON (absent for other runs, and for a None answer)
+    output: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
 
 
 @final

@@ -191,7 +191,9 @@ class ApprovalError(FiduciaryError):
     e.g. a transaction hash that does not match the approved call: the refusal is recorded as
     the call's outcome and the run is told),
     ``question`` (a question to the person is answered, not approved: ``Agent.answer``),
-    ``invalid_answer`` (empty, too long, or not one of the question's choices).
+    ``invalid_answer`` (empty, too long, or not one of the question's choices),
+    ``not_regenerable`` (fresh arguments were asked for an action whose capability cannot make
+    them: it declares no ``regenerate``).
     """
 
     def __init__(self, code: str, message: str) -> None:

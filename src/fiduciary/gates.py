@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
 from uuid import UUID, uuid4
@@ -58,6 +58,7 @@ from .guards import Guard, GuardOutcome, order_guards
 from .models.base import ToolSpec
 from .policy import Policy, PolicyDecision
 from .redaction import Redactor
+from .steps import CardStep
 from .stores.base import ApprovalRecord, AuditRecord, Store
 
 __all__ = [
@@ -387,6 +388,8 @@ class Gates:
             )
 
         ctx._progress = progress
+        if cap.steps is not None:
+            ctx.step_books = self._execution.step_books(a, ctx)
         a._ctx = ctx
         return ctx
 
@@ -427,6 +430,8 @@ class Gates:
             expires_at=record.expires_at,
             args_digest=record.args_digest,
             executor=cap.executor.value,
+            quoted_at=await _quoted_at(a, self.context(a)),
+            steps=_card_steps(a, self.context(a)),
         )
         audit = self.audit_row(a, "pending", tier, a.amount_usd, output=None, key=None)
         return Pending(record, draft, audit)
@@ -480,6 +485,24 @@ class Gates:
             idempotency_key=key,
             duration_ms=None if started is None else (time.perf_counter() - started) * 1000,
         )
+
+
+def _card_steps(a: Attempt, ctx: CallContext) -> list[CardStep] | None:
+    """The steps of a call made of steps, for its card (None: one step, or unknown)."""
+    try:
+        return a.cap.card_steps(a.args, ctx)
+    except Exception:  # host code: the card says less, the call still waits
+        log.exception("%s: its steps could not be shown", a.cap.name)
+        return None
+
+
+async def _quoted_at(a: Attempt, ctx: CallContext) -> datetime | None:
+    """When the price of the call was quoted, for the card (None: unknown, or unasked)."""
+    try:
+        return await a.cap.quote_time(a.args, ctx)
+    except Exception:  # host code: a card without the quote's age, never a failed call
+        log.exception("%s: quoted_at failed", a.cap.name)
+        return None
 
 
 # what json.loads(text, parse_float=Decimal) builds at each call, built once

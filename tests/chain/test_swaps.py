@@ -15,7 +15,7 @@ from fiduciary.chain.errors import ChainError
 from fiduciary.chain.intents import SQLiteIntentBook
 from fiduciary.chain.swaps import quote, swap
 from fiduciary.chain.wallet import ChainWallet
-from fiduciary.events import ToolCallEnd
+from fiduciary.events import PendingAction, ToolCallEnd
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
 
@@ -93,6 +93,46 @@ async def test_an_agent_quotes_then_swaps_through_the_gates(chain_pool: ChainSet
         assert not any(e.is_error for e in ends), [e.output for e in ends]
         quoted = Decimal(json.loads(ends[0].output.split("\n\n")[0])["expected_out"])
         assert (await wallet.balances()).balances["USDC"] - before == quoted
+    finally:
+        await store.close()
+        await wallet.close()
+
+
+async def test_a_swap_card_is_made_anew_with_a_fresh_quote(chain_pool: ChainSetup) -> None:
+    """The chain's swap declares ``regenerate`` too: the old approval ends superseded, and a
+    new card, quoted again from the pool, waits with a new approval for the same arguments."""
+    setup = chain_pool
+    wallet = await ChainWallet.connect(setup.config, setup.signer(), SQLiteIntentBook(setup.db))
+    store = await SQLiteStore.open(setup.db)
+    try:
+        args = {"from_asset": "ETH", "to_asset": "USDC", "amount": "0.01"}
+        script = Script("swap", [ToolCalls([Call("swap_execute", args)]), Reply("swapped")])
+        agent = Agent(
+            model=ScriptedModel([script]),
+            capabilities=chain_capabilities(wallet),
+            store=store,
+            policy=Policy(
+                thresholds={"swap": Threshold(auto_below=Decimal(0), confirm_below=Decimal(1000))}
+            ),
+            authorize=allow_all,
+        )
+        events = await collect(agent.run("swap 0.01 ETH", principal="alice"))
+        (first,) = [e for e in events if isinstance(e, PendingAction)]
+        assert first.quoted_at is not None
+        await agent.regenerate(first.approval_id, by="alice")
+        events = await collect(agent.resume(first.run_id))
+        (second,) = [e for e in events if isinstance(e, PendingAction)]
+        assert second.regenerated_from == first.approval_id
+        assert second.approval_id != first.approval_id
+        assert second.quoted_at is not None
+        assert second.quoted_at >= first.quoted_at  # the card quoted again
+        assert second.args_digest == first.args_digest  # the quote is the card's, not an arg
+        before = (await wallet.balances()).balances["USDC"]
+        await agent.approve(second.approval_id, by="alice", args_digest=second.args_digest)
+        events = await collect(agent.resume(first.run_id))
+        (end,) = [e for e in events if isinstance(e, ToolCallEnd)]
+        assert not end.is_error, end.output
+        assert (await wallet.balances()).balances["USDC"] > before
     finally:
         await store.close()
         await wallet.close()

@@ -55,6 +55,8 @@ PUBLIC: dict[str, tuple[str, What]] = {
     "RunResult": ("fiduciary._sync", "class"),
     "RunStarted": ("fiduciary.events", "event"),
     "SQLiteStore": ("fiduciary.stores._sql.sqlite", "class"),
+    "Step": ("fiduciary.steps", "class"),
+    "StepsReport": ("fiduciary.steps", "class"),
     "Store": ("fiduciary.stores.base", "protocol"),
     "StoreError": ("fiduciary.exceptions", "error"),
     "StoreUnavailableError": ("fiduciary.exceptions", "error"),
@@ -76,6 +78,7 @@ PUBLIC: dict[str, tuple[str, What]] = {
     "encode_sse": ("fiduciary.events", "function"),
     "parse_sse": ("fiduciary._sse", "function"),  # re-exported by fiduciary.events
     "resume_sync": ("fiduciary._sync", "function"),
+    "run_steps": ("fiduciary.steps", "function"),
     "run_sync": ("fiduciary._sync", "function"),
 }
 

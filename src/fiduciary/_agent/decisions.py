@@ -43,7 +43,15 @@ from ..redaction import Redactor
 from ..signed_approvals import SIGNATURE_REQUIRED, SignatureCheck, binding
 from ..stores.base import ApprovalRecord, ApprovalVote, AuditRecord, Store, existing_run
 
-__all__ = ["Deciding", "approve", "audit_refusal", "deny", "signing_binding", "submit_result"]
+__all__ = [
+    "Deciding",
+    "approve",
+    "audit_refusal",
+    "deny",
+    "regenerate",
+    "signing_binding",
+    "submit_result",
+]
 
 log = logger("fiduciary.agent")  # the decisions are the agent's: its logger, as before
 
@@ -350,6 +358,30 @@ async def deny(
     if not await ctx.store.decide_approval(decided):
         raise ApprovalError("already_decided", "this approval was decided meanwhile")
     return decided
+
+
+async def regenerate(
+    ctx: Deciding, approval_id: UUID, *, by: Principal | str, args_digest: str | None = None
+) -> ApprovalRecord:
+    """``Agent.regenerate``: the pending action ends ``superseded``; the drive that takes the
+    decision up makes its call anew with fresh arguments (``_loop/regenerating.py``). Who may
+    approve may ask for it; the row must bind to the action the run's log shows."""
+    record = await _open_approval(ctx, approval_id, by, args_digest, bind=True, act="approve")
+    cap = ctx.gates.get(record.capability)
+    if cap is None or cap.regenerate is None or record.executor == "person":
+        raise ApprovalError(
+            "not_regenerable",
+            f"{record.capability} cannot make its arguments anew: approve or deny it",
+        )
+    superseded = record.with_(
+        status="superseded",
+        decided_by=principal_of(by).actor_id,
+        decided_at=ctx.clock.now(),
+        reason="fresh arguments were asked for (a new quote)",
+    )
+    if not await ctx.store.decide_approval(superseded):
+        raise ApprovalError("already_decided", "this approval was decided meanwhile")
+    return superseded
 
 
 async def submit_result(

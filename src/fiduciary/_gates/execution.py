@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -22,6 +22,7 @@ from ..capabilities import CallContext, Capability, Replay
 from ..clock import Clock
 from ..exceptions import CapabilityError
 from ..redaction import Redactor
+from ..steps import StepBooks
 from ..stores.base import AuditRecord, LedgerEntry, LedgerFinish, Store
 from .attempt import Attempt, Outcome, error_content
 
@@ -127,6 +128,26 @@ class Execution:
             recovery=a.recovery,
             ran=(output,),
         )
+
+    def step_books(self, a: Attempt, ctx: CallContext) -> StepBooks:
+        """The ledger rows of the call's steps (``fiduciary.steps``), fenced as its own."""
+        scope, cap = a.scope, a.cap
+
+        async def begin(key: str) -> LedgerEntry | None:
+            entry = LedgerEntry(
+                key, scope.run_id, a.call.tool_use_id, cap.name, "started", self.clock.now()
+            )
+            return await self.store.ledger_begin(entry, epoch=scope.epoch)
+
+        async def finish(
+            key: str, status: Literal["done", "failed"], result: Any, error: str | None
+        ) -> None:
+            safe = self.redactor.redact(result)
+            await self.store.ledger_finish(
+                key, status=status, at=self.clock.now(), result=safe, error=error
+            )
+
+        return StepBooks(begin, finish)
 
     async def _failed(
         self, a: Attempt, started: float, code: str, message: str, *, effect_possible: bool

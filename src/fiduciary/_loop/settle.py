@@ -22,6 +22,7 @@ from ..stores.base import ApprovalRecord
 from .after import conclude, reopen_refreshes
 from .binding import TAMPERED, mismatch
 from .dispatch import dispatch, reject
+from .regenerating import regenerate
 from .state import Drive
 
 __all__ = ["cancel", "settle"]
@@ -109,6 +110,8 @@ async def _settle_approval(d: Drive, use: ToolUsePart, approval_id: UUID) -> App
             record = expired
         if record.status == "pending":
             return record
+    if record.status == "superseded":  # the person asked for fresh arguments
+        return await regenerate(d, use, record)
     call = gates.parse(use.id, use.name, record.approved_args or record.args)
     _resolved(d, use, record)
     if record.status == "denied" and record.executor == "person":

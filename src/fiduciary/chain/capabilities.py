@@ -220,6 +220,10 @@ def chain_capabilities(
         amount_usd=priced("swap", "from_asset"),
         flags={"mutating", "requires_balance", "irreversible"},
         describe=swap_card,
+        # the pool's quote is on the card (its facts), not in the arguments: made anew, the
+        # card quotes again; the arguments, and so the digest, stay the same
+        regenerate=lambda args, ctx: args,
+        quoted_at=lambda args, ctx: ctx.clock.now(),
     )
     async def swap_execute(
         ctx: CallContext,

@@ -25,7 +25,8 @@ A message from the linked person goes to ``inbox.deliver(target, ...)`` (one rat
 serial per target) and its reply is sent back, split at Telegram's 4096-character limit.
 
 Approvals: each pending action of a chat's principal becomes one card with Approve / Deny
-buttons. ``callback_data`` is at most 64 bytes, so a button carries ``a:<token>`` or
+buttons (and New quote, ``r:<token>``, when its capability can make fresh arguments).
+``callback_data`` is at most 64 bytes, so a button carries ``a:<token>`` or
 ``d:<token>``, where the token (16 URL-safe characters, 96 random bits) is kept server side
 bound to (approval id, args digest, chat, principal). A press is honoured only from the card's
 own chat, for an approval of that chat's principal that is still pending with the same args
@@ -54,6 +55,7 @@ from uuid import UUID
 
 from .._logs import logger
 from ..agent import Agent
+from ..capabilities import Capability
 from ..clock import Clock, SystemClock
 from ..events import GuardNote, PendingAction
 from ..exceptions import (
@@ -395,9 +397,8 @@ class TelegramChannel:
                     await self.records.card_sent(card.token, sent)
                     continue
                 notes = await self._notes(approval)
-                sent = await self.client.send(
-                    chat_id, card_text(approval, notes), _buttons(card.token)
-                )
+                buttons = _buttons(card.token, self.agent.gates.get(approval.capability))
+                sent = await self.client.send(chat_id, card_text(approval, notes), buttons)
                 await self.records.card_sent(card.token, sent)
 
     async def _notes(self, approval: ApprovalRecord) -> list[GuardNote]:
@@ -410,7 +411,7 @@ class TelegramChannel:
     async def _press(self, chat: _Chat, query: telegram.CallbackQuery) -> None:
         verb, _, token = (query.data or "").partition(":")
         choice = verb[1:] if verb[:1] == "c" and verb[1:].isdigit() else None
-        known = verb in ("a", "d") or choice is not None
+        known = verb in ("a", "d", "r") or choice is not None
         card = await self.records.card(token) if known and token else None
         if card is None or card.chat_id != chat.chat_id or card.principal != chat.principal:
             await self._refuse(chat, "forged", f"button {query.data!r} is not this chat's")
@@ -433,8 +434,8 @@ class TelegramChannel:
         if choice is not None:
             await self._answer(chat, card, query, str(int(choice) + 1))  # a choice's number
             return
-        if verb == "d":
-            await self._decide(chat, card, query, approve=False)
+        if verb in ("d", "r"):  # r: New quote (fresh arguments, a new card)
+            await self._decide(chat, card, query, approve=False if verb == "d" else None)
         elif approval.tier == "explicit" and approval.amount_usd is not None:
             await self.records.await_amount(chat.chat_id, card.token)
             await self.client.call(query.answer())
@@ -461,11 +462,16 @@ class TelegramChannel:
         card: Card,
         query: telegram.CallbackQuery | None,
         *,
-        approve: bool,
+        approve: bool | None,  # None: a new quote (Agent.regenerate)
         amount: Decimal | None = None,
     ) -> None:
+        said = {True: "Approved.", False: "Denied.", None: "A new quote was asked for."}[approve]
         try:
-            if approve:
+            if approve is None:
+                record = await self.agent.regenerate(
+                    card.approval_id, by=chat.principal, args_digest=card.args_digest
+                )
+            elif approve:
                 record = await self.agent.approve(
                     card.approval_id,
                     by=chat.principal,
@@ -484,9 +490,9 @@ class TelegramChannel:
                 await self.say(chat.chat_id, f"Not approved: {exc.message}")
             return
         if query is not None:
-            await self.client.call(query.answer("Approved." if approve else "Denied."))
+            await self.client.call(query.answer(said))
         await self.client.drop_buttons(card)
-        await self.say(chat.chat_id, "Approved." if approve else "Denied.")
+        await self.say(chat.chat_id, said)
         await self._continue(chat, record.run_id)
 
     async def _question(self, card: Card) -> ApprovalRecord | None:
@@ -571,15 +577,14 @@ def _choices(token: str, approval: ApprovalRecord) -> InlineKeyboardMarkup | Non
     )
 
 
-def _buttons(token: str) -> InlineKeyboardMarkup:
-    return InlineKeyboardMarkup(
-        [
-            [
-                InlineKeyboardButton("Approve", callback_data=f"a:{token}"),
-                InlineKeyboardButton("Deny", callback_data=f"d:{token}"),
-            ]
-        ]
-    )
+def _buttons(token: str, cap: Capability | None = None) -> InlineKeyboardMarkup:
+    row = [
+        InlineKeyboardButton("Approve", callback_data=f"a:{token}"),
+        InlineKeyboardButton("Deny", callback_data=f"d:{token}"),
+    ]
+    if cap is not None and cap.regenerate is not None:  # it can make fresh arguments
+        row.append(InlineKeyboardButton("New quote", callback_data=f"r:{token}"))
+    return InlineKeyboardMarkup([row])
 
 
 def _is_link(text: str | None) -> bool:

@@ -563,6 +563,8 @@ async def _decide(
                 decided = await decided_by(agent)
                 progress = await _progress(store, agent, decided)
     verb = "[green]approved[/]" if decided.status == "approved" else "[red]denied[/]"
+    if decided.status == "superseded":  # a new approval, with fresh arguments, when it resumes
+        verb = "[yellow]superseded, to be made anew with fresh arguments[/]"
     if decided.status == "pending":  # dual control: one vote of N
         verb = f"[yellow]approval recorded ({escape(progress)})[/]"
     shown = show_value(decided.approved_args or decided.args)
@@ -646,3 +648,17 @@ async def approvals_deny(
         return await agent.deny(record.approval_id, by=by, reason=reason)
 
     return await _decide(db, approval, by, agent_spec, deny, apps_engine)
+    return await _decide(db, approval, by, agent_spec, deny)
+
+
+@_command(approvals_app, "regenerate")
+async def approvals_regenerate(
+    approval: ApprovalRef, by: By, db: Db = DEFAULT_DB, agent_spec: AgentSpec = None
+) -> int:
+    """Make a pending action anew with fresh arguments (a swap's new quote): this approval
+    ends superseded; the run, once resumed, waits on a new one."""
+
+    async def regenerate(agent: Agent, record: ApprovalRecord) -> ApprovalRecord:
+        return await agent.regenerate(record.approval_id, by=by)
+
+    return await _decide(db, approval, by, agent_spec, regenerate)

@@ -271,6 +271,14 @@ def pending_card(event: PendingAction) -> Panel:
     table.add_row("amount", _usd(event.amount_usd))
     table.add_row("tier", event.tier + (" (re-type the amount)" if event.acknowledge else ""))
     table.add_row("arguments", escape(args.text))
+    for number, step in enumerate(event.steps or [], start=1):  # a call made of steps
+        amount = "" if step.amount is None else f" · {step.amount} {step.asset or ''}"
+        shown = show_text(f"{step.operation}: {step.description}{amount}").text
+        table.add_row(f"step {number}", escape(shown))
+    if event.quoted_at is not None:
+        table.add_row(
+            "quoted", event.quoted_at.isoformat(timespec="seconds") + " (can be made anew)"
+        )
     for flag in card_flags(event.description, args):
         table.add_row("[bold red]look closely[/]", f"[red]{escape(flag.detail)}[/]")
     if event.modifiable_fields:

@@ -28,11 +28,19 @@ from .schemas import (
     DelegatedByOut,
     DenyBody,
     ListApprovalsQuery,
+    RegenerateBody,
     ResultBody,
 )
 from .state import Server
 
-__all__ = ["approve", "deny", "get_approval", "list_approvals", "submit_result"]
+__all__ = [
+    "approve",
+    "deny",
+    "get_approval",
+    "list_approvals",
+    "regenerate",
+    "submit_result",
+]
 
 
 async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[ApprovalOut]:
@@ -72,7 +80,15 @@ async def _out(server: Server, records: Sequence[ApprovalRecord]) -> list[Approv
                 dual=dual,
                 signature_required=sign is not None
                 and sign.requires(record.tier, record.amount_usd),
-            ).model_copy(update={"delegated_by": above.get(record.run_id, [])})
+            ).model_copy(
+                update={
+                    "delegated_by": above.get(record.run_id, []),
+                    "regenerable": cap is not None and cap.regenerate is not None,
+                    "quoted_at": event.quoted_at if event else None,
+                    "regenerated_from": event.regenerated_from if event else None,
+                    "steps": event.steps if event else None,
+                }
+            )
         )
     return out
 
@@ -158,6 +174,20 @@ async def deny(server: Server, call: Call) -> Response:
         record,
         lambda agent: agent.deny(
             record.approval_id, by=server.decider(call.caller), reason=body.reason
+        ),
+    )
+
+
+async def regenerate(server: Server, call: Call) -> Response:
+    """The approval ends superseded; the run, resumed, waits on a new one with fresh
+    arguments (its ``regenerated_from`` names this one)."""
+    record = await server.visible_approval(call.caller, call.path("approval_id"))
+    body = call.body_as(RegenerateBody)
+    return await _decide(
+        server,
+        record,
+        lambda: server.agent.regenerate(
+            record.approval_id, by=server.decider(call.caller), args_digest=body.args_digest
         ),
     )
 

@@ -36,6 +36,7 @@ from .schemas import (
     ListApprovalsQuery,
     ListRunsQuery,
     MessageBody,
+    RegenerateBody,
     ResultBody,
     RunAccepted,
     RunList,
@@ -190,6 +191,22 @@ OPERATIONS: tuple[Operation[Handler], ...] = (
         scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=DenyBody,
         response=ApprovalOut, problems=("not_found", "already_decided", "expired"),
         tags=("approvals",),
+    ),
+    Operation(
+        "POST", "/approvals/{approval_id}/regenerate", "regenerate",
+        "Make a pending action anew with fresh arguments (a new quote)",
+        approvals.regenerate,
+        scope=auth.APPROVALS_DECIDE, params=(_APPROVAL_ID,), body=RegenerateBody,
+        response=ApprovalOut,
+        problems=(
+            "not_found", "already_decided", "expired", "digest_mismatch", "not_regenerable",
+            "separation_of_duties",
+        ),
+        tags=("approvals",),
+        description="For an action whose capability can make fresh arguments (`regenerable` "
+        "on the card: a swap's stale quote). The approval ends `superseded` and can never be "
+        "approved; the run resumes in the background and waits on a new approval with the "
+        "fresh arguments, whose `regenerated_from` names this one.",
     ),
     Operation(
         "POST", "/approvals/{approval_id}/result", "submitResult",

@@ -56,6 +56,7 @@ PROBLEMS: Mapping[str, tuple[int, str]] = {
     "signature_required": (403, "This approval must be signed with a passkey"),
     "signature_refused": (403, "The passkey signature was refused"),
     "result_refused": (422, "The reported result was checked and refused"),
+    "not_regenerable": (409, "This action cannot make its arguments anew; approve or deny it"),
     # questions (fiduciary.questions)
     "question": (409, "This is a question to the person; answer it"),
     "invalid_answer": (422, "The answer is refused"),

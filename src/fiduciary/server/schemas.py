@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 from ..dual_control import DualControl, Progress
 from ..events import GuardNote
 from ..redaction import Redactor
+from ..steps import CardStep
 from ..stores.base import ApprovalRecord, ApprovalStatus, ApprovalVote, RunRecord, RunStatus
 
 __all__ = [
@@ -77,6 +78,13 @@ class ApproveBody(_Request):
         description="A passkey's WebAuthn assertion over the approval's binding, when the "
         "policy requires a signature (see GET /approvals/{approval_id}/signing-options).",
     )
+
+
+class RegenerateBody(_Request):
+    """Ask for fresh arguments (a new quote) for a pending action whose capability can make
+    them. ``args_digest``, when given, must be the digest the person was shown."""
+
+    args_digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
 
 
 class DenyBody(_Request):
@@ -229,6 +237,22 @@ class ApprovalOut(BaseModel):
         "(proposed_args_digest: the digest of the arguments the run proposed).",
     )
     proposed_args_digest: str = ""
+    regenerable: bool = Field(
+        default=False,
+        description="Fresh arguments (a new quote) can be asked for: POST "
+        "/approvals/{approval_id}/regenerate.",
+    )
+    quoted_at: datetime | None = Field(
+        default=None, description="When the price the arguments rest on was quoted."
+    )
+    regenerated_from: UUID | None = Field(
+        default=None, description="The approval this one replaced (it ended superseded)."
+    )
+    steps: list[CardStep] | None = Field(
+        default=None,
+        description="A call made of steps: each step's operation, description, asset and "
+        "amount, in order; one approval covers them all.",
+    )
     delegated_by: list[DelegatedByOut] = Field(
         default_factory=list,
         description="For an action of a delegated run: the runs that delegated it, its parent "

@@ -85,7 +85,8 @@ RunStatus = Literal[
 ]
 IDLE: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
 """A run in one of these is driven by nobody until a new message continues it."""
-ApprovalStatus = Literal["pending", "approved", "denied", "expired", "client_result"]
+# superseded: its call was regenerated (fresh arguments, a new approval); it can never run
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "client_result", "superseded"]
 LedgerStatus = Literal["started", "done", "failed"]
 
 

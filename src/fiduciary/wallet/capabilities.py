@@ -1,4 +1,4 @@
-"""The paper wallet's capabilities: 15 reads (one of them a preview) and 9 writes.
+"""The paper wallet's capabilities: 15 reads (one of them a preview) and 10 writes.
 
 ``wallet_capabilities(wallet)`` declares them over one ``PaperWallet``. They are the reference
 for capabilities over a real backend: each states its kind, risk, replay policy and flags
@@ -11,12 +11,15 @@ anything is posted (so the core may report them as having no effect).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
+from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from ..capabilities import CallContext, Capability, capability
+from ..steps import Step, StepsReport, run_steps
 from .addresses import plain_recipient
 from .assets import ASSETS, get_asset
 from .errors import WalletError
@@ -78,6 +81,7 @@ WRITES = (
     "claim_rewards",
     "harvest_rewards",
     "swap_execute",
+    "swap_and_save",
     "save_contact",
 )
 
@@ -118,6 +122,29 @@ Address = Annotated[
     AfterValidator(lambda v: v if v is None else plain_recipient(v)),
     Field(description="A 0x address; omit it for your own wallet."),
 ]
+
+
+class SwapAndSave(BaseModel):
+    """A swap to USDC, then a deposit of what it gave."""
+
+    from_asset: AssetName
+    amount: Amount
+    max_slippage_pct: Slippage = None
+    quote_id: Annotated[
+        str | None, Field(description="The quote_id from swap_quote to USDC (within 60 s).")
+    ] = None
+
+
+def _received(receipt: Any, asset: str) -> Decimal:
+    """What a receipt (as JSON) added to the available balance in ``asset``."""
+    changes = receipt.get("changes", []) if isinstance(receipt, dict) else []
+    got = sum(
+        (Decimal(str(c["amount"])) for c in changes if c.get("asset") == asset),
+        Decimal(0),
+    )
+    if got <= 0:
+        raise WalletError("nothing_saved", f"the swap gave no {asset} to save")
+    return got
 
 
 def wallet_capabilities(wallet: PaperWallet) -> list[Capability]:
@@ -283,6 +310,18 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
     def swap_value(args: Any, ctx: CallContext) -> Decimal | None:
         return _usd(wallet, args.from_asset, args.amount)
 
+    def fresh_quote(args: Any, ctx: CallContext) -> dict[str, Any]:
+        """A stale quote's swap made anew: the same swap, with a fresh quote's id."""
+        quote = wallet.quote(
+            _who(ctx), args.from_asset, args.to_asset, args.amount, ctx.clock.now()
+        )
+        return {**args.model_dump(mode="json"), "quote_id": quote.quote_id}
+
+    def quote_made_at(args: Any, ctx: CallContext) -> datetime | None:
+        if args.quote_id is None:
+            return None
+        return wallet.quote_of(_who(ctx), args.quote_id).created_at
+
     def run(ctx: CallContext, op: Operation) -> Receipt:
         return wallet.execute(_who(ctx), op, key=ctx.idempotency_key, at=ctx.clock.now())
 
@@ -417,6 +456,8 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         operation="swap",
         amount_usd=swap_value,
         flags={"mutating", "requires_balance", "irreversible"},
+        regenerate=fresh_quote,  # a quote lives 60 s; the card can ask for a new one
+        quoted_at=quote_made_at,
         describe=lambda a: (
             f"Swap {a.amount} {a.from_asset.upper()}"
             f"{about(a.from_asset, a.amount)} for {a.to_asset.upper()}"
@@ -443,6 +484,47 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         result would fall short of it by more than the slippage stated."""
         slip = None if max_slippage_pct is None else max_slippage_pct / 100
         return run(ctx, Swap(from_asset, to_asset, amount, slip, quote_id))
+
+    def swap_and_save_plan(args: SwapAndSave, ctx: CallContext) -> list[Step]:
+        who, source = _who(ctx), args.from_asset.upper()
+        slip = None if args.max_slippage_pct is None else args.max_slippage_pct / 100
+        expected = None
+        if args.quote_id is not None:
+            with suppress(WalletError):
+                expected = wallet.quote_of(who, args.quote_id).amount_out
+
+        def swap(key: str, earlier: list[Any]) -> Receipt:
+            op = Swap(args.from_asset, "USDC", args.amount, slip, args.quote_id)
+            return wallet.execute(who, op, key=key, at=ctx.clock.now())
+
+        def save(key: str, earlier: list[Any]) -> Receipt:
+            received = _received(earlier[0], "USDC")
+            return wallet.execute(who, Deposit("USDC", received), key=key, at=ctx.clock.now())
+
+        about_usdc = "" if expected is None else f" (about {expected} USDC)"
+        return [
+            Step("swap", f"Swap {args.amount} {source} for USDC", swap, source, args.amount, True),
+            Step("save", f"Save the USDC the swap gives{about_usdc}", save, "USDC", expected, True),
+        ]
+
+    @capability(
+        kind="execute",
+        risk="medium",
+        operation="swap",
+        amount_usd=swap_value,
+        flags={"mutating", "requires_balance", "irreversible"},
+        replay="resume",  # its steps settle a crash themselves, each once (fiduciary.steps)
+        steps=swap_and_save_plan,
+        describe=lambda a: (
+            f"Swap {a.amount} {a.from_asset.upper()}{about(a.from_asset, a.amount)} for USDC, "
+            "then save the USDC: two steps, approved once"
+        ),
+    )
+    async def swap_and_save(args: SwapAndSave, ctx: CallContext) -> StepsReport:
+        """Swap an amount of an asset for USDC, then save that USDC, as two steps run in
+        order (each at most once). If the swap is refused nothing happens; if the save is
+        refused the swap stays done (nothing is undone) and the report says so."""
+        return await run_steps(ctx, swap_and_save_plan(args, ctx))
 
     @capability(
         kind="execute",
@@ -474,5 +556,6 @@ def _writes(wallet: PaperWallet) -> list[Capability]:
         claim_rewards,
         harvest_rewards,
         swap_execute,
+        swap_and_save,
         save_contact,
     ]

@@ -424,12 +424,37 @@ class SwapPreviewGuard(_FinanceGuard):
                 continue
             if abs(quoted - amount) <= quoted * cfg.quote_amount_tolerance:
                 return Verdict.ok()
+        if self._fresh_card_quote(call, pair, amount):
+            return Verdict.confirm(
+                "the quote of this swap was made for its approval card (the person asked for a "
+                "new one), not in this conversation: the person approves it.",
+                for_person="A new quote was made for this card: check the swap before you approve.",
+            )
         return Verdict.block(
             f"no swap_quote for {pair[0]} → {pair[1]} of this amount (within "
             f"{cfg.quote_amount_tolerance * 100:g}%) in the last {cfg.quote_window_seconds} s: "
             "get a quote, show it to the person, then swap with its quote_id.",
             for_person=f"No recent quote for this swap of {pair[0]} to {pair[1]} was shown to "
             "you, so it was not done.",
+        )
+
+    def _fresh_card_quote(
+        self, call: GuardCall, pair: tuple[str, str], amount: Decimal | None
+    ) -> bool:
+        """The call's quote_id names a quote of this principal for this swap, made within the
+        window: a card's fresh quote (``swap_execute``'s ``regenerate``), held for a person."""
+        quote_id = call.args.get("quote_id")
+        if not isinstance(quote_id, str) or amount is None:
+            return False
+        try:
+            quote = self.wallet.quote_of(call.principal.actor_id, quote_id)
+        except WalletError:
+            return False
+        age = (call.now - quote.created_at).total_seconds()
+        return (
+            (quote.from_asset, quote.to_asset) == pair
+            and quote.amount_in == amount
+            and 0 <= age <= self.config.quote_window_seconds
         )
 
 

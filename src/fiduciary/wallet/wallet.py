@@ -292,6 +292,11 @@ class PaperWallet:
             raise WalletError("unknown_quote", f"there is no quote {quote_id!r}; ask for a quote")
         return SwapQuote.model_validate_json(row[0])
 
+    def quote_of(self, principal: str, quote_id: str) -> SwapQuote:
+        """A quote this principal asked for (expired or not); ``WalletError`` if none."""
+        with self.ledger.batch(commit=False) as view:
+            return self.stored_quote(view, principal, quote_id)
+
     # --- contacts ---------------------------------------------------------------------------
     def save_contact(
         self, principal: str, name: str, address: str, *, key: str, at: datetime | None = None

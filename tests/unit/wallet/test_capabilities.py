@@ -53,6 +53,13 @@ EXPECTED: dict[str, tuple[str, str, str, set[str], str | None]] = {
         {"mutating", "requires_balance", "irreversible"},
         "swap",
     ),
+    "swap_and_save": (
+        "execute",
+        "medium",
+        "resume",  # its steps settle a crash themselves, each once
+        {"mutating", "requires_balance", "irreversible"},
+        "swap",
+    ),
     "save_contact": ("execute", "medium", "never", {"mutating"}, None),
 }
 
@@ -108,7 +115,7 @@ async def refusal(call: Caller, wallet: PaperWallet, name: str, args: dict[str, 
 def test_every_capability_is_declared_truthfully(caps: dict[str, Capability]) -> None:
     assert set(caps) == set(READS) | set(WRITES)
     assert len(READS) == 14
-    assert len(WRITES) == 9
+    assert len(WRITES) == 10
     for name, (kind, risk, replay, flags, operation) in EXPECTED.items():
         cap = caps[name]
         assert (cap.kind.value, cap.risk.value, cap.replay.value) == (kind, risk, replay), name

@@ -751,7 +751,17 @@
     }
     const approve = el("button", { type: "button", class: "primary", "data-testid": "approve", text: client ? "Submit result" : "Approve" });
     const deny = el("button", { type: "button", class: "danger", "data-testid": "deny", text: "Deny" });
-    const actions = el("div", { class: "card-actions" }, approve, client ? null : deny);
+    // a card priced from a quote shows the quote's age and can ask for a new one (regenerate)
+    const regen = event.quoted_at ? el("button", { type: "button", "data-testid": "regenerate", text: "New quote" }) : null;
+    const quoteAge = el("span", { class: "muted small quote-age", "data-testid": "quote-age" });
+    const tickAge = () => {
+      const seconds = Math.max(0, Math.round((Date.now() - Date.parse(event.quoted_at)) / 1000));
+      quoteAge.textContent = `quoted ${seconds} s ago`;
+      if (quoteAge.isConnected || !quoteAge.dataset.shown) setTimeout(tickAge, 1000);
+      quoteAge.dataset.shown = "1";
+    };
+    if (event.quoted_at) tickAge();
+    const actions = el("div", { class: "card-actions" }, approve, client ? null : deny, regen, event.quoted_at ? quoteAge : null);
     const notes = el("ul", { class: "notes" });
     for (const note of event.guard_notes) {
       // the sentence the guard wrote for the person (the model's goes to the model)
@@ -764,6 +774,12 @@
     const flags = el("ul", { class: "flags", "data-testid": "flags" });
     for (const flag of cardFlags) flags.append(el("li", { text: flag }));
     const outcome = el("div", { class: "outcome", "data-testid": "card-outcome", hidden: true });
+    // a call made of steps: every step on this one card, approved once (the digest covers them)
+    const steps = el("ol", { class: "steps", "data-testid": "card-steps" });
+    for (const step of event.steps || []) {
+      const amount = step.amount === null || step.amount === undefined ? "" : ` · ${shown(String(step.amount)).text} ${shown(step.asset || "").text}`;
+      steps.append(el("li", { "data-testid": "card-step" }, el("span", { class: "step-op", text: shown(step.operation).text }), ` ${shown(step.description).text}${amount}`, el("span", { class: "step-status muted small", "data-testid": "step-status" })));
+    }
     const node = el(
       "div",
       { class: `card ${event.tier}${cardFlags.length ? " flagged" : ""}`, "data-testid": "pending-card", "data-approval": event.approval_id },
@@ -778,6 +794,7 @@
       cardFlags.length ? el("div", { class: "flags-head", text: "Look closely before you approve:" }) : null,
       cardFlags.length ? flags : null,
       event.guard_notes.length ? notes : null,
+      event.steps && event.steps.length ? steps : null,
       el("pre", { class: "args", "data-testid": "args", text: args.text }),
       el("div", { class: "digest", text: `sha256 ${event.args_digest}` }),
       editRows.childNodes.length ? editRows : null,
@@ -791,6 +808,7 @@
     // edit the server prices the action again, so it alone can tell what the amount is now
     function gate() {
       deny.disabled = busy;
+      if (regen) regen.disabled = busy;
       if (!confirm || confirmRow.hidden) {
         approve.disabled = busy;
         return;
@@ -856,6 +874,18 @@
         setBusy(false);
       }
     });
+    if (regen) regen.addEventListener("click", async () => {
+      setBusy(true);
+      error.textContent = "";
+      try {
+        await api("POST", `/approvals/${event.approval_id}/regenerate`, { args_digest: event.args_digest });
+        decided("a new quote was asked for; a new card follows…");
+      } catch (e) {
+        if (!outcome.hidden) return;
+        error.textContent = e.message;
+        setBusy(false);
+      }
+    });
     deny.addEventListener("click", async () => {
       setBusy(true);
       error.textContent = "";
@@ -873,7 +903,7 @@
     }
     if (!client && window.fiduciaryDual) window.fiduciaryDual.showProgress(node, event.approval_id);
     state.view.cards.set(event.approval_id, {
-      node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null,
+      node, outcome, actions, confirmRow, error, expiresAt: event.expires_at, toolUseId: event.tool_use_id, decision: null, steps,
     });
     add(node, event.seq);
   }
@@ -907,6 +937,10 @@
         lines.push(line("denied", `Denied${who} at `, when(event.at), event.reason ? `: ${shown(event.reason).text}` : ""));
         lines.push(line("after", "Nothing was done."));
         break;
+      case "superseded":
+        lines.push(line("denied", `Replaced${who} at `, when(event.at), " by a new card with a fresh quote."));
+        lines.push(line("after", "Nothing was done with this one."));
+        break;
       case "expired":
         lines.push(line("expired", "Expired at ", when(card.expiresAt), ": nobody decided in time."));
         lines.push(line("after", "Nothing was done."));
@@ -921,6 +955,25 @@
   }
 
   // the approved action's end: "sent at …", or why it failed
+  // each step's outcome beside it on the card: done, failed, outcome unknown, not run
+  function stepOutcomes(card, detail) {
+    if (!card.steps || !card.steps.children.length || typeof detail !== "string") return;
+    let report = null;
+    try {
+      report = JSON.parse(detail.split("\n")[0]);
+    } catch (_) {
+      return;
+    }
+    const said = { done: "done", failed: "failed", unknown: "outcome unknown", not_run: "not run" };
+    for (const step of (report && report.steps) || []) {
+      const item = card.steps.children[step.step - 1];
+      if (!item) continue;
+      item.classList.add(step.status);
+      const why = step.error && step.status === "failed" ? `: ${shown(step.error).text}` : "";
+      item.querySelector(".step-status").textContent = ` — ${said[step.status] || step.status}${why}`;
+    }
+  }
+
   function cardAfter(toolUseId, outcome, at, detail) {
     const card = state.view.decided.get(toolUseId);
     if (!card || card.decision !== "approved") return;
@@ -928,6 +981,7 @@
     if (!after) return;
     after.classList.remove("pending");
     after.classList.add(outcome);
+    stepOutcomes(card, detail);
     if (outcome === "ok") after.replaceChildren("Done at ", when(at));
     else after.replaceChildren(`${outcome === "refused" ? "Refused" : "Failed"} at `, when(at), `: ${short(shown(detail || "").text, 160)}`);
   }

@@ -76,7 +76,7 @@ CREATE TABLE approvals (
     modifiable_fields text[] NOT NULL DEFAULT '{}',
     executor          text NOT NULL CHECK (executor IN ('server', 'client', 'person')),
     status            text NOT NULL CHECK (status IN ('pending', 'approved', 'denied',
-                          'expired', 'client_result')),
+                          'expired', 'client_result', 'superseded')),
     created_at        timestamptz NOT NULL,
     expires_at        timestamptz NOT NULL,
     decided_by        text,
