@@ -42,10 +42,9 @@ def test_the_shipped_pages_are_the_docs_pages(page: str) -> None:
     # the wheel holds only src/fiduciary: the guide's pages are links to docs/, so they cannot
     # drift (the wheel carries their text: test_the_wheel_carries_the_guide)
     shipped = SHIPPED / page
-    assert shipped.is_symlink() and shipped.resolve() == (ROOT / "docs" / page).resolve(), (
-        f"src/fiduciary/mcp/guide/{page} must be a link to docs/{page}: "
-        f"ln -sf ../../../../docs/{page} src/fiduciary/mcp/guide/{page}"
-    )
+    fix = f"ln -sf ../../../../docs/{page} src/fiduciary/mcp/guide/{page}"
+    assert shipped.is_symlink(), fix
+    assert shipped.resolve() == (ROOT / "docs" / page).resolve(), fix
     assert sorted(p.name for p in SHIPPED.glob("*.md")) == sorted(GUIDE_PAGES)
 
 
