@@ -186,7 +186,7 @@ async def regenerate(server: Server, call: Call) -> Response:
     return await _decide(
         server,
         record,
-        lambda: server.agent.regenerate(
+        lambda agent: agent.regenerate(
             record.approval_id, by=server.decider(call.caller), args_digest=body.args_digest
         ),
     )
