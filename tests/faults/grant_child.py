@@ -94,6 +94,10 @@ def saves(effects: Path) -> list[int]:
     if not effects.exists():
         return []
     with sqlite3.connect(effects) as conn:
+        # the file exists from the save's connect on, the table only once its CREATE commits
+        made = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'saves'").fetchone()
+        if made is None:
+            return []
         return [n for (n,) in conn.execute("SELECT n FROM saves ORDER BY key")]
 
 
