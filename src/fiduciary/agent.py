@@ -16,6 +16,7 @@ from uuid import UUID
 from . import questions as _questions
 from ._agent import cancelling as _cancelling
 from ._agent import decisions as _decisions
+from ._agent import delegated as _delegated
 from ._agent.built import Built, Parts, assemble
 from ._agent.following import run_events
 from ._agent.options import DEFAULT_SYSTEM, AgentOptions, option_names, replaced
@@ -252,9 +253,10 @@ class Agent(_Readable):
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
-        return self._parts.runs.stream(
+        runs = self._parts.runs
+        events = runs.stream(
             partial(
-                self._parts.runs.open,
+                runs.open,
                 message,
                 principal,
                 run_id,
@@ -268,6 +270,9 @@ class Agent(_Readable):
                 delegation=delegation,
             )
         )
+        # a run left waiting for a child that ended meanwhile goes on (fiduciary.delegation)
+        parent = delegation.parent_run_id if delegation is not None else None
+        return _delegated.followed(self, run_id, events, _delegated.again(self._plain(), parent))
 
     def resume(
         self,
@@ -288,9 +293,23 @@ class Agent(_Readable):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         ``deps``: the run's deps (fiduciary.deps), when it needs some; by default those given
         to this agent for the run in this process, else its ``deps_factory``'s.
+
+        A delegated run (``run_started.parent_run_id``) is driven with the agent its parent's
+        ``delegates`` table names, found from this agent, the agent of the run a person
+        started (any other agent: ``agent_mismatch``); once it has ended, its waiting parent
+        is resumed with its answer. A run left waiting for a child (``awaiting_child``) goes
+        on here when that child has ended (fiduciary.delegation).
         """
+        return _delegated.resume(
+            self, run_id, self._plain(any_model, deps), claimed=claimed, any_model=any_model
+        )
+
+    def _plain(self, any_model: bool = False, deps: Any = None) -> _delegated.Plain:
+        """A drive of one run to its next stop, as ``resume`` makes it for a run it drives."""
         runs = self._parts.runs
-        return runs.stream(partial(runs.reopen, run_id, claimed, any_model, deps))
+        return lambda run_id, claimed: runs.stream(
+            partial(runs.reopen, run_id, claimed, any_model, deps)
+        )
 
     async def submit(
         self,
@@ -332,7 +351,9 @@ class Agent(_Readable):
         already in the ledger ends with its recorded outcome (``recovery: ledger`` or
         ``unknown``); a client's reported result is recorded; anything else is refused
         (``cancelled``) and never runs. Then ``run_failed`` with reason ``aborted``, status
-        ``cancelled``. A new message continues it like a failed run.
+        ``cancelled``. A new message continues it like a failed run. The runs its open
+        ``delegate`` calls started are cancelled too (with the agents its table names); a
+        delegated run's waiting parent then gets its ``cancelled`` result.
 
         When another process holds the lease: on a store that carries cancel requests
         (PostgreSQL) a request is sent to it (again every second) — the worker or server
@@ -348,7 +369,8 @@ class Agent(_Readable):
         Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
-        return await _cancelling.cancel(
+        here = partial(
+            _cancelling.cancel,
             self._parts.cancelling,
             run_id,
             by=by,
@@ -356,6 +378,8 @@ class Agent(_Readable):
             wait_seconds=wait_seconds,
             claimed=claimed,
         )
+        # the children it waits for are cancelled too, and a waiting parent told
+        return await _delegated.cancel(self, run_id, here, by=by)
 
     def taken_over(self, run_id: UUID) -> AbstractAsyncContextManager[RunRecord | None]:
         """Take a run over from a drive of this agent: a new epoch under its name, so the run
@@ -376,7 +400,7 @@ class Agent(_Readable):
         for a later attempt. To keep doing it, use ``keep_runs_moving``."""
         store, clock = self.store, self._parts.built.options.clock
         return await resume_once(
-            lambda: store.runs_to_resume(now=clock.now()),
+            lambda: _delegated.runs_to_resume(store, clock),
             partial(self._parts.runs.resume_quietly, self.resume, reraise=True),
         )
 
@@ -406,7 +430,7 @@ class Agent(_Readable):
             raise ConfigurationError("every must be positive")
         store, clock = self.store, self._parts.built.options.clock
         await keep_moving(
-            lambda: store.runs_to_resume(now=clock.now()),
+            lambda: _delegated.runs_to_resume(store, clock),
             partial(self._parts.runs.resume_quietly, self.resume, reraise=False),
             self.leaves_alone,
             every=every,

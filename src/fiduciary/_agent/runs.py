@@ -221,6 +221,8 @@ class Runs:
         """Lease an idle run to add a message to it (``run`` and ``submit``)."""
         if existing.principal != who.actor_id:
             raise RunError("forbidden", "this run belongs to another principal")
+        if existing.status == "awaiting_child":
+            raise RunError("state", "the run is waiting for the run it delegated to; wait for it")
         if existing.status in _SUSPENDED:
             raise RunError("state", "the run is waiting for a decision; approve or deny it first")
         if existing.status not in IDLE:

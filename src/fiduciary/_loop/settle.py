@@ -65,7 +65,10 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
                         continue
                     record = await dispatch(d, call)
                 else:
-                    record = await dispatch(d, call, recovery="replayed")
+                    # a call left open by a run awaiting its child (a delegate call) is no
+                    # replay: it runs again once the child has ended (fiduciary.delegation)
+                    waited = d.run.status == "awaiting_child"
+                    record = await dispatch(d, call, recovery=None if waited else "replayed")
                 if record is not None:
                     pending.append(record)
             await d.barrier()  # committed before the next holder reads the daily spend
