@@ -1068,9 +1068,10 @@
     badge.textContent = status ? status.replaceAll("_", " ") : "";
     badge.className = `status ${status || ""}`;
     const waiting = status === "awaiting_approval" || status === "awaiting_client_result" || status === "awaiting_input";
-    $("cancel-run").hidden = !(status === "running" || waiting);
-    $("send").disabled = status === "running" || waiting;
-    $("message").placeholder = waiting ? "Decide the pending action first" : status === "running" ? "The agent is working…" : "Ask the agent…";
+    const delegated = status === "awaiting_child"; // its delegate call waits for the child run
+    $("cancel-run").hidden = !(status === "running" || waiting || delegated);
+    $("send").disabled = status === "running" || waiting || delegated;
+    $("message").placeholder = waiting ? "Decide the pending action first" : delegated ? "Waiting for the run it delegated to…" : status === "running" ? "The agent is working…" : "Ask the agent…";
   }
 
   // --- side panels ----------------------------------------------------------------------
