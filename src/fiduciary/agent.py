@@ -270,9 +270,7 @@ class Agent(_Readable):
                 delegation=delegation,
             )
         )
-        # a run left waiting for a child that ended meanwhile goes on (fiduciary.delegation)
-        parent = delegation.parent_run_id if delegation is not None else None
-        return _delegated.followed(self, run_id, events, _delegated.again(self._plain(), parent))
+        return _delegated.followed(self, run_id, events, _delegated.rerun(runs, delegation))
 
     def resume(
         self,
@@ -293,23 +291,11 @@ class Agent(_Readable):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         ``deps``: the run's deps (fiduciary.deps), when it needs some; by default those given
         to this agent for the run in this process, else its ``deps_factory``'s.
-
-        A delegated run (``run_started.parent_run_id``) is driven with the agent its parent's
-        ``delegates`` table names, found from this agent, the agent of the run a person
-        started (any other agent: ``agent_mismatch``); once it has ended, its waiting parent
-        is resumed with its answer. A run left waiting for a child (``awaiting_child``) goes
-        on here when that child has ended (fiduciary.delegation).
+        A delegated run is driven with the agent its parent's table names, then its waiting
+        parent (``awaiting_child``) resumed with its answer (fiduciary.delegation).
         """
-        return _delegated.resume(
-            self, run_id, self._plain(any_model, deps), claimed=claimed, any_model=any_model
-        )
-
-    def _plain(self, any_model: bool = False, deps: Any = None) -> _delegated.Plain:
-        """A drive of one run to its next stop, as ``resume`` makes it for a run it drives."""
-        runs = self._parts.runs
-        return lambda run_id, claimed: runs.stream(
-            partial(runs.reopen, run_id, claimed, any_model, deps)
-        )
+        plain = _delegated.plain(self._parts.runs, any_model, deps)
+        return _delegated.resume(self, run_id, plain, claimed=claimed, any_model=any_model)
 
     async def submit(
         self,
@@ -352,8 +338,7 @@ class Agent(_Readable):
         ``unknown``); a client's reported result is recorded; anything else is refused
         (``cancelled``) and never runs. Then ``run_failed`` with reason ``aborted``, status
         ``cancelled``. A new message continues it like a failed run. The runs its open
-        ``delegate`` calls started are cancelled too (with the agents its table names); a
-        delegated run's waiting parent then gets its ``cancelled`` result.
+        ``delegate`` calls started are cancelled too (fiduciary.delegation).
 
         When another process holds the lease: on a store that carries cancel requests
         (PostgreSQL) a request is sent to it (again every second) — the worker or server
@@ -369,16 +354,8 @@ class Agent(_Readable):
         Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
-        here = partial(
-            _cancelling.cancel,
-            self._parts.cancelling,
-            run_id,
-            by=by,
-            reason=reason,
-            wait_seconds=wait_seconds,
-            claimed=claimed,
-        )
-        # the children it waits for are cancelled too, and a waiting parent told
+        here = partial(_cancelling.cancel, self._parts.cancelling, run_id, by=by, reason=reason)
+        here = partial(here, wait_seconds=wait_seconds, claimed=claimed)
         return await _delegated.cancel(self, run_id, here, by=by)
 
     def taken_over(self, run_id: UUID) -> AbstractAsyncContextManager[RunRecord | None]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import suppress
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -37,6 +38,7 @@ from ..delegation import (
     _DELEGATING,
     _RESUMING,
     DELEGATE,
+    Delegation,
     child_run_id,
     lineage,
     resumed_by_parent,
@@ -44,6 +46,7 @@ from ..delegation import (
 from ..events import Event, RunStarted, ToolCallEnd, ToolCallRejected, ToolCallStart
 from ..exceptions import RunError
 from ..stores.base import IDLE, RunRecord, Store
+from .runs import Runs
 
 __all__ = [
     "Delegator",
@@ -53,6 +56,8 @@ __all__ = [
     "cancel",
     "deliver",
     "followed",
+    "plain",
+    "rerun",
     "resume",
     "runs_to_resume",
 ]
@@ -248,6 +253,18 @@ async def deliver(agent: Delegator, parent: UUID) -> None:
             pass
     except RunError as exc:
         log.info("run %s: its child's end is left for its own drive (%s)", parent, exc.message)
+
+
+def plain(runs: Runs, any_model: bool = False, deps: Any = None) -> Plain:
+    """A drive of one run to its next stop, as ``Agent.resume`` makes it for a run it drives."""
+    return lambda run_id, claimed: runs.stream(
+        partial(runs.reopen, run_id, claimed, any_model, deps)
+    )
+
+
+def rerun(runs: Runs, delegation: Delegation | None) -> Again:
+    """A later drive of a run ``Agent.run`` started (with ``delegation``, if delegated)."""
+    return again(plain(runs), None if delegation is None else delegation.parent_run_id)
 
 
 def again(plain: Plain, parent: UUID | None) -> Again:
