@@ -171,7 +171,8 @@ async def test_the_childs_writes_wait_for_a_person_and_the_parent_gets_the_answe
     child_id = child_run_id(parent.run_id, "toolu_000_0")
     # the parent waits durably: its drive ended, it holds no lease, its call is open
     waiting = await store.get_run(parent.run_id)
-    assert waiting is not None and waiting.status == "awaiting_child"
+    assert waiting is not None
+    assert waiting.status == "awaiting_child"
     assert waiting.lease_owner is None
     assert not [e for e in first if isinstance(e, ToolCallEnd) and e.name == "delegate"]
     pending = await wait_for_pending(manager, child_id)
@@ -184,7 +185,8 @@ async def test_the_childs_writes_wait_for_a_person_and_the_parent_gets_the_answe
     assert events[-1].text == "the worker said: paid $5"
     assert done == ["5"]
     ends = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "delegate"]
-    assert len(ends) == 1 and ends[0].recovery is None
+    assert len(ends) == 1
+    assert ends[0].recovery is None
 
 
 async def test_a_share_beyond_the_parents_remaining_budget_is_refused() -> None:
