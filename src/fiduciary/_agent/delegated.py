@@ -286,7 +286,7 @@ async def followed(
     async for event in events:
         run_id = event.run_id
         yield event
-    if run_id is None:
+    if run_id is None or agent.options.delegates is None:  # (it cannot have delegated)
         return
     store, clock = agent.store, agent.clock
     for _ in range(_LOOKS):
