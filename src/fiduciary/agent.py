@@ -307,6 +307,7 @@ class Agent(_Readable):
         plan_first: bool = False,
         skill: str | None = None,
         origin: Origin | None = None,
+        delegation: Delegation | None = None,
     ) -> RunRecord:
         """Record a run's message for workers to drive (``fiduciary.worker``), not driving it here.
 
@@ -316,9 +317,8 @@ class Agent(_Readable):
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
         """
-        return await self._parts.runs.submit(
-            message, principal, run_id, capabilities, plan_first, skill, origin
-        )
+        submit = partial(self._parts.runs.submit, delegation=delegation)
+        return await submit(message, principal, run_id, capabilities, plan_first, skill, origin)
 
     async def cancel(
         self,

@@ -30,7 +30,8 @@ has ended (a crash between the two).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
@@ -51,7 +52,7 @@ from .events import (
     Usage,
     UserMessage,
 )
-from .exceptions import CapabilityError, ConfigurationError, RunError
+from .exceptions import CapabilityError, ConfigurationError, ConflictError, RunError
 from .models.base import AssistantMessage, Message, ToolResultsMessage
 from .stores.base import IDLE, Store
 
@@ -74,6 +75,7 @@ __all__ = [
     "handoff_answer",
     "lineage",
     "resumed_by_parent",
+    "settling",
     "with_delegates",
 ]
 
@@ -116,6 +118,17 @@ class DelegatingAgent(Protocol):
     ) -> AsyncGenerator[Event, None]: ...
 
     def resume(self, run_id: UUID) -> AsyncGenerator[Event, None]: ...
+
+    async def submit(
+        self,
+        message: str,
+        *,
+        principal: Any,
+        run_id: UUID | None = ...,
+        capabilities: Iterable[str] | None = ...,
+        plan_first: bool = ...,
+        delegation: Delegation | None = ...,
+    ) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +183,22 @@ def child_run_id(parent_run_id: UUID, tool_use_id: str) -> UUID:
 # the agents of the delegations this task is inside of: a delegation back to one is a cycle
 # (names are no identity: each parent names its delegates in its own table)
 _CHAIN: ContextVar[tuple[object, ...]] = ContextVar("fiduciary_delegation_chain", default=())
+
+
+# set while a drive settles its open calls under the principal's lock: a delegate call then
+# records its child's run without driving it (the child's writes take that lock, across
+# processes on PostgreSQL); the parent waits for it, and it is driven once the lock is released
+_SETTLING: ContextVar[bool] = ContextVar("fiduciary_delegation_settling", default=False)
+
+
+@contextmanager
+def settling() -> Iterator[None]:
+    """Around a section under the principal's lock: a child started there is not driven."""
+    token = _SETTLING.set(True)
+    try:
+        yield
+    finally:
+        _SETTLING.reset(token)
 
 
 # the child run its parent's delegate call is resuming in this task: a delegated run is driven
@@ -303,6 +332,16 @@ async def _start(
     delegation = Delegation(ctx.run_id, call.agent, budget, turns)
     token = _CHAIN.set(agents)
     try:
+        if _SETTLING.get():  # recorded only: driven once the lock is released
+            await child.submit(
+                call.task,
+                principal=ctx.principal,
+                run_id=child_id,
+                capabilities=names,
+                plan_first=plan_first,
+                delegation=delegation,
+            )
+            return
         events = child.run(
             call.task,
             principal=ctx.principal,
@@ -313,6 +352,8 @@ async def _start(
         )
         async for _ in events:
             pass
+    except ConflictError:  # another drive of this call recorded it meanwhile
+        pass
     except RunError as exc:
         if exc.code != "busy":  # busy: another drive of this call created it meanwhile
             raise CapabilityError("delegation_failed", exc.message) from None

@@ -25,7 +25,7 @@ A run whose ``delegate`` call's child has not ended waits ``awaiting_child``, ho
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Mapping
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
@@ -201,20 +201,18 @@ async def _primed(
     a delegated run is driven under: by its parent (``resumed_by_parent``) and in its
     parent's trace. The marks are set only while the drive opens (its first step), not across
     the consumer's iterations."""
-    resuming, delegating = _RESUMING.set(run_id), _DELEGATING.set(parent)
-    try:
-        first = await anext(events, None)
-    except BaseException:
-        await events.aclose()
-        raise
-    finally:
-        _RESUMING.reset(resuming)
-        _DELEGATING.reset(delegating)
-    if first is None:
-        return
-    yield first
-    async for event in events:
-        yield event
+    async with aclosing(events):
+        resuming, delegating = _RESUMING.set(run_id), _DELEGATING.set(parent)
+        try:
+            first = await anext(events, None)
+        finally:
+            _RESUMING.reset(resuming)
+            _DELEGATING.reset(delegating)
+        if first is None:
+            return
+        yield first
+        async for event in events:
+            yield event
 
 
 async def resume(
@@ -283,9 +281,10 @@ async def followed(
     """``events`` (a drive of the run ``run_id``: None, a new run's, read from its events),
     then, while that run waits for a child: the run driven again once a child has ended; a
     child that can move driven here first."""
-    async for event in events:
-        run_id = event.run_id
-        yield event
+    async with aclosing(events):  # (a consumer that stops stops the drive)
+        async for event in events:
+            run_id = event.run_id
+            yield event
     if run_id is None or agent.options.delegates is None:  # (it cannot have delegated)
         return
     store, clock = agent.store, agent.clock

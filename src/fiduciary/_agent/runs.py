@@ -265,6 +265,8 @@ class Runs:
         plan_first: bool,
         skill: str | None,
         origin: Origin | None,
+        *,
+        delegation: Delegation | None = None,
     ) -> RunRecord:
         """``Agent.submit``: the message recorded, for workers to drive."""
         who, skill = self.asked(message, principal, skill)
@@ -275,6 +277,7 @@ class Runs:
                 *(message, who, run_id, capabilities, plan_first, skill, origin),
                 leased=False,
                 started=started_fields(self.outputs, self.deps, spec, None),
+                delegation=delegation,
             )
             return run
         run, transcript = await self.continued(existing, who)
