@@ -352,6 +352,7 @@
       }
     }
     follow();
+    refreshLists(); // (the status its events cannot tell: awaiting_child)
   }
 
   function saveSoon() {
@@ -1086,6 +1087,9 @@
             short(run.title || run.run_id, 40),
             el("span", { class: "sub" }, `${run.status.replaceAll("_", " ")} · `, when(run.updated_at)))),
       );
+      // a run waiting for the run it delegated to: no event says so, its record does
+      const open = runs.runs.find((run) => run.run_id === state.runId);
+      if (open && open.status === "awaiting_child" && state.status === "running") setStatus("awaiting_child");
       const pending = approvals.approvals;
       $("pending-count").textContent = String(pending.length);
       $("pending-count").className = pending.length ? "badge hot" : "badge";
