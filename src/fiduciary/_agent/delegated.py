@@ -215,7 +215,7 @@ async def _primed(
             yield event
 
 
-async def resume(
+def resume(
     agent: Delegator,
     run_id: UUID,
     plain: Plain,
@@ -224,7 +224,22 @@ async def resume(
     any_model: bool,
 ) -> AsyncGenerator[Event, None]:
     """``Agent.resume``: a delegated run with the agent its parent's table names, then its
-    end delivered; any other run driven by ``plain``, then ``followed``."""
+    end delivered; any other run driven by ``plain``, then ``followed``. An agent with no
+    delegates table drives no delegated run but one its parent's call marks, and waits for
+    no child: ``plain`` alone."""
+    if agent.options.delegates is None:
+        return plain(run_id, claimed)
+    return _resume(agent, run_id, plain, claimed=claimed, any_model=any_model)
+
+
+async def _resume(
+    agent: Delegator,
+    run_id: UUID,
+    plain: Plain,
+    *,
+    claimed: RunRecord | None,
+    any_model: bool,
+) -> AsyncGenerator[Event, None]:
     store = agent.store
     started = await _started(store, run_id)
     parent = None if started is None else started.parent_run_id
@@ -272,7 +287,7 @@ def again(plain: Plain, parent: UUID | None) -> Again:
     return lambda run_id: _primed(plain(run_id, None), run_id, parent)
 
 
-async def followed(
+def followed(
     agent: Delegator,
     run_id: UUID | None,
     events: AsyncGenerator[Event, None],
@@ -280,12 +295,23 @@ async def followed(
 ) -> AsyncGenerator[Event, None]:
     """``events`` (a drive of the run ``run_id``: None, a new run's, read from its events),
     then, while that run waits for a child: the run driven again once a child has ended; a
-    child that can move driven here first."""
+    child that can move driven here first. (An agent with no delegates table: ``events``.)"""
+    if agent.options.delegates is None:  # it cannot have delegated
+        return events
+    return _followed(agent, run_id, events, drive_again)
+
+
+async def _followed(
+    agent: Delegator,
+    run_id: UUID | None,
+    events: AsyncGenerator[Event, None],
+    drive_again: Again,
+) -> AsyncGenerator[Event, None]:
     async with aclosing(events):  # (a consumer that stops stops the drive)
         async for event in events:
             run_id = event.run_id
             yield event
-    if run_id is None or agent.options.delegates is None:  # (it cannot have delegated)
+    if run_id is None:
         return
     store, clock = agent.store, agent.clock
     for _ in range(_LOOKS):
