@@ -316,6 +316,7 @@ class Agent(_Readable):
         An idle run given as ``run_id`` is leased, gets the ``user_message`` that continues it
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
+        ``delegation``: a new run a delegate call records (fiduciary.delegation).
         """
         submit = partial(self._parts.runs.submit, delegation=delegation)
         return await submit(message, principal, run_id, capabilities, plan_first, skill, origin)
