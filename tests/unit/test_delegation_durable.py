@@ -237,3 +237,27 @@ async def test_a_handoff_from_a_waiting_child_ends_the_parent_with_its_answer() 
     assert isinstance(events[-1], RunCompleted)
     assert events[-1].text == "paid $5"  # the child's answer as the parent's own
     assert len(delegate_ends(events)) == 1
+
+
+async def test_a_refused_delegation_leaves_nothing_waiting() -> None:
+    """A refusal (here a share beyond the parent's budget) is the call's error result: no
+    child, no wait; the parent's model reads it and answers."""
+    store, done = MemoryStore(), list[str]()
+    worker = make_agent(None, store, ManualClock(), capabilities=[paying(done)])
+    task = {"agent": "worker", "task": "pay the invoice", "budget_usd": "5"}
+    manager = make_agent(
+        None,
+        store,
+        ManualClock(),
+        Script("settle", [ToolCalls([Call("delegate", task)]), Reply(relaying)]),
+        capabilities=[paying([])],
+        delegates={"worker": worker},
+        budget_usd="1.00",
+    )
+    events = await collect(manager.run("settle my invoice", principal="alice"))
+    (end,) = delegate_ends(events)
+    assert end.is_error
+    assert "over_budget" in end.output
+    assert isinstance(events[-1], RunCompleted)
+    assert [r.status for r in await store.list_runs()] == ["completed"]  # no child, no wait
+    assert done == []
