@@ -261,3 +261,49 @@ async def test_a_refused_delegation_leaves_nothing_waiting() -> None:
     assert isinstance(events[-1], RunCompleted)
     assert [r.status for r in await store.list_runs()] == ["completed"]  # no child, no wait
     assert done == []
+
+
+async def test_a_chain_of_two_waits_and_is_delivered_level_by_level() -> None:
+    """manager → worker → payer, the payer's payment waiting for a person: both delegating
+    runs wait; the payer's end reaches the worker, the worker's the manager, once each."""
+    store, done = MemoryStore(), list[str]()
+    payer = make_agent(
+        None,
+        store,
+        ManualClock(),
+        Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid $5")]),
+        capabilities=[paying(done)],
+    )
+    ask = {"agent": "payer", "task": "pay the invoice"}
+    worker = make_agent(
+        None,
+        store,
+        ManualClock(),
+        Script("invoice", [ToolCalls([Call("delegate", ask)]), Reply(relaying)]),
+        capabilities=[paying([])],
+        delegates={"payer": payer},
+    )
+    task = {"agent": "worker", "task": "see to the invoice"}
+    manager = make_agent(
+        None,
+        store,
+        ManualClock(),
+        Script("settle", [ToolCalls([Call("delegate", task)]), Reply(relaying)]),
+        capabilities=[paying([])],
+        delegates={"worker": worker},
+    )
+    first = (await collect(manager.run("settle my invoice", principal="alice")))[0]
+    middle = child_run_id(first.run_id, "toolu_000_0")
+    leaf = child_run_id(middle, "toolu_000_0")
+    assert await _status(store, first.run_id, "awaiting_child")
+    assert await _status(store, middle, "awaiting_child")
+    assert await _status(store, leaf, "awaiting_approval")
+    (pending,) = await manager.pending_approvals(run_id=leaf)
+    await payer.approve(pending.approval_id, by="alice", confirm_amount=Decimal("5"))
+    assert first.run_id not in await manager.resume_all()  # its child's end brought it
+    events = await store.read_events(first.run_id)
+    assert isinstance(events[-1], RunCompleted)
+    assert events[-1].text == "the worker said: the worker said: paid $5"
+    assert len(delegate_ends(events)) == 1
+    assert len(delegate_ends(await store.read_events(middle))) == 1
+    assert done == ["5"]
