@@ -5,7 +5,9 @@
 The manager may look invoices up and pay them; it delegates the paying to ``billing``
 (``Agent(..., delegates={"billing": billing})``). The billing agent's run is a run of its own,
 linked to the manager's, acting for the same person: its payment waits for that person like
-any other, shown here with the manager's task it serves, and the manager waits for its answer.
+any other, shown here with the manager's task it serves, and the manager waits for its answer
+durably (status ``awaiting_child``: no drive, no lease); once the person approved, resuming the
+billing run (with the manager, whose table names billing) ends it and delivers its answer.
 Billing could also close an account, but the manager may not, so billing may not either: its
 attempt is refused. A scripted model plays both agents, offline.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from decimal import Decimal
+from uuid import UUID
 
 from fiduciary import Agent, Operation, Policy, capability
 from fiduciary.delegation import children, lineage
@@ -98,13 +101,9 @@ def build() -> tuple[Agent, Agent]:
     return manager, billing
 
 
-async def approve_when_asked(billing: Agent) -> None:
+async def approve_when_asked(billing: Agent) -> list[UUID]:
     """The person's side: a card shows the child's pending payment with the manager's task."""
-    while True:
-        pending = await billing.pending_approvals(principal=PRINCIPAL)
-        if pending:
-            break
-        await asyncio.sleep(0.01)  # a console would be told; this example looks again
+    pending = await billing.pending_approvals(principal=PRINCIPAL)
     for approval in pending:
         runs = await lineage(billing.store, approval.run_id)
         usd = approval.amount_usd
@@ -114,18 +113,24 @@ async def approve_when_asked(billing: Agent) -> None:
         await billing.approve(
             approval.approval_id, by=PRINCIPAL, confirm_amount=approval.amount_usd
         )
+    return [approval.run_id for approval in pending]
 
 
 async def main() -> None:
     manager, billing = build()
     message = "Please pay my electricity invoice, INV-7."
     print(f"> {message}")
-    person = asyncio.create_task(approve_when_asked(billing))
-    async for event in manager.run(message, principal=PRINCIPAL):
-        if isinstance(event, RunCompleted):
-            print(event.text)
-    await person
-    [child] = await children(manager.store, event.run_id)
+    started = [event async for event in manager.run(message, principal=PRINCIPAL)]
+    run_id = started[0].run_id
+    status = (await manager.get_run(run_id)).status
+    print(f"  the manager's run is {status}: it waits for billing, holding nothing")
+    for child in await approve_when_asked(billing):
+        async for _ in manager.resume(child):  # billing's run, then the manager's
+            pass
+    for logged in await manager.store.read_events(run_id):
+        if isinstance(logged, RunCompleted):
+            print(logged.text)
+    [child] = await children(manager.store, run_id)
     for logged in await manager.store.read_events(child):
         if isinstance(logged, ToolCallRejected):
             print(f"  billing was refused {logged.name}: {logged.reason}")

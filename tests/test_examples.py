@@ -171,6 +171,7 @@ def test_the_eval_file_passes_offline_against_the_wallet_agent() -> None:
 
 MANAGER_WORKER = """\
 > Please pay my electricity invoice, INV-7.
+  the manager's run is awaiting_child: it waits for billing, holding nothing
   billing waits for a person: pay_invoice $120.00
     delegated for: Please pay my electricity invoice, INV-7.
   approved by alice

@@ -16,6 +16,7 @@ from uuid import UUID
 from . import questions as _questions
 from ._agent import cancelling as _cancelling
 from ._agent import decisions as _decisions
+from ._agent import delegated as _delegated
 from ._agent.built import Built, Parts, assemble
 from ._agent.following import run_events
 from ._agent.options import DEFAULT_SYSTEM, AgentOptions, option_names, replaced
@@ -326,9 +327,10 @@ class Agent(_Decisions):
         fails meanwhile, the stream raises ``StoreError`` once the run's lease is released:
         every event yielded is committed, and the run can be resumed (a sweep does it).
         """
-        return self._parts.runs.stream(
+        runs = self._parts.runs
+        events = runs.stream(
             partial(
-                self._parts.runs.open,
+                runs.open,
                 message,
                 principal,
                 run_id,
@@ -342,6 +344,7 @@ class Agent(_Decisions):
                 delegation=delegation,
             )
         )
+        return _delegated.followed(self, run_id, events, _delegated.rerun(runs, delegation))
 
     def resume(
         self,
@@ -362,9 +365,11 @@ class Agent(_Decisions):
         see ``check_resumable``. Raises ``StoreError`` if the store fails, as ``run``.
         ``deps``: the run's deps (fiduciary.deps), when it needs some; by default those given
         to this agent for the run in this process, else its ``deps_factory``'s.
+        A delegated run is driven with the agent its parent's table names, then its waiting
+        parent (``awaiting_child``) resumed with its answer (fiduciary.delegation).
         """
-        runs = self._parts.runs
-        return runs.stream(partial(runs.reopen, run_id, claimed, any_model, deps))
+        plain = _delegated.plain(self._parts.runs, any_model, deps)
+        return _delegated.resume(self, run_id, plain, claimed=claimed, any_model=any_model)
 
     async def submit(
         self,
@@ -376,6 +381,7 @@ class Agent(_Decisions):
         plan_first: bool = False,
         skill: str | None = None,
         origin: Origin | None = None,
+        delegation: Delegation | None = None,
     ) -> RunRecord:
         """Record a run's message for workers to drive (``fiduciary.worker``), not driving it here.
 
@@ -384,10 +390,10 @@ class Agent(_Decisions):
         An idle run given as ``run_id`` is leased, gets the ``user_message`` that continues it
         (with the same checks as ``run``: ``forbidden``, ``state``, ``busy``) and is released.
         Returns the run as recorded; its ``last_seq`` is the ``user_message``'s seq.
+        ``delegation``: a new run a delegate call records (fiduciary.delegation).
         """
-        return await self._parts.runs.submit(
-            message, principal, run_id, capabilities, plan_first, skill, origin
-        )
+        submit = partial(self._parts.runs.submit, delegation=delegation)
+        return await submit(message, principal, run_id, capabilities, plan_first, skill, origin)
 
     async def cancel(
         self,
@@ -406,7 +412,8 @@ class Agent(_Decisions):
         already in the ledger ends with its recorded outcome (``recovery: ledger`` or
         ``unknown``); a client's reported result is recorded; anything else is refused
         (``cancelled``) and never runs. Then ``run_failed`` with reason ``aborted``, status
-        ``cancelled``. A new message continues it like a failed run.
+        ``cancelled``. A new message continues it like a failed run. The runs its open
+        ``delegate`` calls started are cancelled too (fiduciary.delegation).
 
         When another process holds the lease: on a store that carries cancel requests
         (PostgreSQL) a request is sent to it (again every second) — the worker or server
@@ -422,14 +429,9 @@ class Agent(_Decisions):
         Raises ``RunError``: ``not_found``, ``forbidden`` (not the run's principal nor
         ``admin``), ``state`` (already completed, failed or cancelled), ``busy``.
         """
-        return await _cancelling.cancel(
-            self._parts.cancelling,
-            run_id,
-            by=by,
-            reason=reason,
-            wait_seconds=wait_seconds,
-            claimed=claimed,
-        )
+        here = partial(_cancelling.cancel, self._parts.cancelling, run_id, by=by, reason=reason)
+        here = partial(here, wait_seconds=wait_seconds, claimed=claimed)
+        return await _delegated.cancel(self, run_id, here, by=by)
 
     def taken_over(self, run_id: UUID) -> AbstractAsyncContextManager[RunRecord | None]:
         """Take a run over from a drive of this agent: a new epoch under its name, so the run
@@ -450,7 +452,7 @@ class Agent(_Decisions):
         for a later attempt. To keep doing it, use ``keep_runs_moving``."""
         store, clock = self.store, self._parts.built.options.clock
         return await resume_once(
-            lambda: store.runs_to_resume(now=clock.now()),
+            lambda: _delegated.runs_to_resume(store, clock),
             partial(self._parts.runs.resume_quietly, self.resume, reraise=True),
         )
 
@@ -480,7 +482,7 @@ class Agent(_Decisions):
             raise ConfigurationError("every must be positive")
         store, clock = self.store, self._parts.built.options.clock
         await keep_moving(
-            lambda: store.runs_to_resume(now=clock.now()),
+            lambda: _delegated.runs_to_resume(store, clock),
             partial(self._parts.runs.resume_quietly, self.resume, reraise=False),
             self.leaves_alone,
             every=every,

@@ -13,19 +13,25 @@ what is left (the parent's own spend and every earlier child's count), or all of
 delegation deeper than ``DEPTH_LIMIT`` or back to an agent already in the chain is refused.
 
 Crash safety comes from the ids: the child's run id is derived from the parent's run id and
-the call's ``tool_use_id``, and the call is replayable. A parent resumed after a crash runs
-the call again, which finds the child's run instead of starting another: a finished child
-gives its recorded answer, one still going is resumed (or awaited, if another process drives
-it), one waiting for a person is awaited. The parent's ``tool_call_end`` is written once, so
-the child's answer reaches it once. While the child waits for a person the parent stays
-``running`` (its drive waits in the call, its lease renewed); the child's approval is an
-ordinary pending approval of the same principal.
+the call's ``tool_use_id``, and the call is replayable. The call drives the child it starts to
+its first stop; a child that has not ended then (it waits for a person, or its drive was cut
+off) leaves the parent waiting durably: the call stays open, the parent's drive ends with the
+run ``awaiting_child``, holding no lease and nothing in memory. The call runs again when the
+parent is resumed, and finds the child's run instead of starting another: an ended child
+gives its recorded answer, one still going leaves the parent waiting again. The parent's
+``tool_call_end`` is written once, so the child's answer reaches it once.
+
+Who drives what (``fiduciary._agent.delegated``): a delegated run is driven with the agent its
+parent's table names, found from the agent of the run a person started; whoever drives a
+child to its end resumes its waiting parent, and a sweep finds a waiting parent whose child
+has ended (a crash between the two).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
@@ -34,8 +40,8 @@ from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._gates.attempt import AwaitingRun
 from .capabilities import CallContext, Capability, Kind, capability
-from .clock import Clock
 from .events import (
     Event,
     RunCompleted,
@@ -46,7 +52,7 @@ from .events import (
     Usage,
     UserMessage,
 )
-from .exceptions import CapabilityError, ConfigurationError, RunError
+from .exceptions import CapabilityError, ConfigurationError, ConflictError, RunError
 from .models.base import AssistantMessage, Message, ToolResultsMessage
 from .stores.base import IDLE, Store
 
@@ -65,18 +71,17 @@ __all__ = [
     "delegate_capability",
     "delegated_spend",
     "delegating_run",
+    "ended",
     "handoff_answer",
     "lineage",
     "resumed_by_parent",
+    "settling",
     "with_delegates",
 ]
 
 DELEGATE = "delegate"  # the capability's name
 DEPTH_LIMIT = 3  # delegations nested below a run started by a person (the seed's callback depth)
-# how often a parent waiting for its child looks at the child's run again (a person's decision
-# or another process's drive is not announced to this process on every store)
-POLL_SECONDS = 0.1
-# a child may wait for a person for days; the call's timeout is only a backstop
+# the call drives its child to its first stop (the child's own calls have their timeouts)
 TIMEOUT_SECONDS = 7 * 24 * 3600.0
 _COMMIT_WAITS = 500  # x 10 ms: the parent's log is committed within 5 ms unless the store lags
 _IDS = UUID("6d1c3f5e-8a51-4b7e-9a0e-2f8f4d3c1b29")
@@ -113,6 +118,17 @@ class DelegatingAgent(Protocol):
     ) -> AsyncGenerator[Event, None]: ...
 
     def resume(self, run_id: UUID) -> AsyncGenerator[Event, None]: ...
+
+    async def submit(
+        self,
+        message: str,
+        *,
+        principal: Any,
+        run_id: UUID | None = ...,
+        capabilities: Iterable[str] | None = ...,
+        plan_first: bool = ...,
+        delegation: Delegation | None = ...,
+    ) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +183,22 @@ def child_run_id(parent_run_id: UUID, tool_use_id: str) -> UUID:
 # the agents of the delegations this task is inside of: a delegation back to one is a cycle
 # (names are no identity: each parent names its delegates in its own table)
 _CHAIN: ContextVar[tuple[object, ...]] = ContextVar("fiduciary_delegation_chain", default=())
+
+
+# set while a drive settles its open calls under the principal's lock: a delegate call then
+# records its child's run without driving it (the child's writes take that lock, across
+# processes on PostgreSQL); the parent waits for it, and it is driven once the lock is released
+_SETTLING: ContextVar[bool] = ContextVar("fiduciary_delegation_settling", default=False)
+
+
+@contextmanager
+def settling() -> Iterator[None]:
+    """Around a section under the principal's lock: a child started there is not driven."""
+    token = _SETTLING.set(True)
+    try:
+        yield
+    finally:
+        _SETTLING.reset(token)
 
 
 # the child run its parent's delegate call is resuming in this task: a delegated run is driven
@@ -232,10 +264,12 @@ def delegate_capability(
             if await owner.store.get_run(child_id) is None:
                 await _committed(owner.store, ctx.run_id, ctx.tool_use_id)
                 await _start(owner, child, call, ctx, child_id)
-            result = await _outcome(child, call.agent, child_id, ctx.clock)
-            return result.model_copy(update={"handoff": call.handoff})
+            result = await ended(child.store, call.agent, child_id)
         finally:
             _DELEGATING.reset(token)
+        if result is None:  # the parent waits for it, durably (awaiting_child)
+            raise AwaitingRun(child_id)
+        return result.model_copy(update={"handoff": call.handoff})
 
     return capability(
         name=DELEGATE,
@@ -298,6 +332,16 @@ async def _start(
     delegation = Delegation(ctx.run_id, call.agent, budget, turns)
     token = _CHAIN.set(agents)
     try:
+        if _SETTLING.get():  # recorded only: driven once the lock is released
+            await child.submit(
+                call.task,
+                principal=ctx.principal,
+                run_id=child_id,
+                capabilities=names,
+                plan_first=plan_first,
+                delegation=delegation,
+            )
+            return
         events = child.run(
             call.task,
             principal=ctx.principal,
@@ -308,6 +352,8 @@ async def _start(
         )
         async for _ in events:
             pass
+    except ConflictError:  # another drive of this call recorded it meanwhile
+        pass
     except RunError as exc:
         if exc.code != "busy":  # busy: another drive of this call created it meanwhile
             raise CapabilityError("delegation_failed", exc.message) from None
@@ -326,45 +372,14 @@ async def _committed(store: Store, run_id: UUID, tool_use_id: str) -> None:
     raise CapabilityError("delegation_failed", "the parent's log did not record this call")
 
 
-async def _outcome(
-    child: DelegatingAgent, name: str, child_id: UUID, clock: Clock
-) -> DelegateResult:
-    """The child's answer once it has ended: resumed here when nobody drives it, awaited while
-    another process drives it or a person has yet to decide one of its actions."""
-    store = child.store
-    while True:
-        run = await store.get_run(child_id)
-        if run is None:
-            raise CapabilityError("delegation_failed", "the delegated run is missing")
-        if run.status in IDLE:
-            return await _result(store, name, child_id, run.status)
-        if await _drivable(store, child_id, clock):
-            token = _RESUMING.set(child_id)
-            try:
-                async for _ in child.resume(child_id):
-                    pass
-            except RunError as exc:
-                if exc.code != "busy":
-                    raise CapabilityError("delegation_failed", exc.message) from None
-            finally:
-                _RESUMING.reset(token)
-            continue
-        await asyncio.sleep(POLL_SECONDS)  # a person or another process moves it: look again
-
-
-async def _drivable(store: Store, run_id: UUID, clock: Clock) -> bool:
-    """Whether resuming the child now moves it: nobody holds a live lease on it (a crashed
-    process's lapses), and it is not waiting only for decisions nobody made yet."""
-    run = await store.get_run(run_id)
+async def ended(store: Store, name: str, child_id: UUID) -> DelegateResult | None:
+    """The child's answer once it has ended (completed, failed or cancelled); None before."""
+    run = await store.get_run(child_id)
     if run is None:
-        return False
-    lease_until = run.lease_until if run.lease_owner is not None else None
-    if lease_until is not None and lease_until > clock.now():
-        return False
-    if run.status == "running":
-        return True
-    pending = await store.list_approvals(run_id=run_id, status="pending")
-    return not pending
+        raise CapabilityError("delegation_failed", "the delegated run is missing")
+    if run.status not in IDLE:
+        return None
+    return await _result(store, name, child_id, run.status)
 
 
 async def _result(store: Store, name: str, run_id: UUID, status: str) -> DelegateResult:

@@ -166,18 +166,27 @@ async def test_the_childs_writes_wait_for_a_person_and_the_parent_gets_the_answe
         [paying([])],
         {"worker": worker},
     )
-    run = manager.run("settle my invoice", principal="alice")
-    parent = started_of([await anext(run)])
+    first = await collect(manager.run("settle my invoice", principal="alice"))
+    parent = started_of(first)
     child_id = child_run_id(parent.run_id, "toolu_000_0")
-    rest = asyncio_task(collect(run))
+    # the parent waits durably: its drive ended, it holds no lease, its call is open
+    waiting = await store.get_run(parent.run_id)
+    assert waiting is not None
+    assert waiting.status == "awaiting_child"
+    assert waiting.lease_owner is None
+    assert not [e for e in first if isinstance(e, ToolCallEnd) and e.name == "delegate"]
     pending = await wait_for_pending(manager, child_id)
     assert pending.principal == "alice"
-    # the decision only: the parent's waiting delegate call resumes the child
     await worker.approve(pending.approval_id, by="alice", confirm_amount=pending.amount_usd)
-    events = await rest
+    # the child is resumed (with the worker: the manager's table names it), then the parent
+    await collect(manager.resume(child_id))
+    events = await log(store, parent.run_id)
     assert isinstance(events[-1], RunCompleted)
     assert events[-1].text == "the worker said: paid $5"
     assert done == ["5"]
+    ends = [e for e in events if isinstance(e, ToolCallEnd) and e.name == "delegate"]
+    assert len(ends) == 1
+    assert ends[0].recovery is None
 
 
 async def test_a_share_beyond_the_parents_remaining_budget_is_refused() -> None:

@@ -221,6 +221,8 @@ class Runs:
         """Lease an idle run to add a message to it (``run`` and ``submit``)."""
         if existing.principal != who.actor_id:
             raise RunError("forbidden", "this run belongs to another principal")
+        if existing.status == "awaiting_child":
+            raise RunError("state", "the run is waiting for the run it delegated to; wait for it")
         if existing.status in _SUSPENDED:
             raise RunError("state", "the run is waiting for a decision; approve or deny it first")
         if existing.status not in IDLE:
@@ -263,6 +265,8 @@ class Runs:
         plan_first: bool,
         skill: str | None,
         origin: Origin | None,
+        *,
+        delegation: Delegation | None = None,
     ) -> RunRecord:
         """``Agent.submit``: the message recorded, for workers to drive."""
         who, skill = self.asked(message, principal, skill)
@@ -273,6 +277,7 @@ class Runs:
                 *(message, who, run_id, capabilities, plan_first, skill, origin),
                 leased=False,
                 started=started_fields(self.outputs, self.deps, spec, None),
+                delegation=delegation,
             )
             return run
         run, transcript = await self.continued(existing, who)

@@ -30,6 +30,7 @@ from ..stores.base import ApprovalRecord, AuditRecord, LedgerEntry, LedgerFinish
 
 __all__ = [
     "Attempt",
+    "AwaitingRun",
     "CallScope",
     "Outcome",
     "ParsedCall",
@@ -131,6 +132,16 @@ class Attempt:
         return self.call.args
 
 
+class AwaitingRun(Exception):  # noqa: N818 (control flow, not an error)
+    """Raised by a handler whose result is another run's end (a ``delegate`` call whose child
+    has not ended): the call stays open, its run waits ``awaiting_child`` holding nothing, and
+    the call runs again when that run has ended (``fiduciary.delegation``)."""
+
+    def __init__(self, run_id: UUID) -> None:
+        super().__init__(f"waiting for run {run_id}")
+        self.run_id = run_id
+
+
 @dataclass(frozen=True, slots=True)
 class Refused:
     """The call does not run: its ``tool_call_rejected`` and (a known capability's) audit row."""
@@ -175,6 +186,9 @@ class Outcome:
     # (the validated output,) of a call whose handler ran and succeeded here: what the
     # post-execution guards judge; None for an error or a result the ledger recorded
     ran: tuple[Any] | None = None
+    # the run whose end will be this call's result (``AwaitingRun``): no result yet, nothing
+    # is recorded, and the call's run waits for that one
+    awaiting: UUID | None = None
 
     @property
     def draft(self) -> ToolCallEndDraft:

@@ -24,7 +24,7 @@ from ..exceptions import CapabilityError
 from ..redaction import Redactor
 from ..steps import StepBooks
 from ..stores.base import AuditRecord, LedgerEntry, LedgerFinish, Store
-from .attempt import Attempt, Outcome, error_content
+from .attempt import Attempt, AwaitingRun, Outcome, error_content
 
 __all__ = ["Execution"]
 
@@ -93,6 +93,8 @@ class Execution:
                 raise
             # 9 validate output (extra fields dropped)
             output = cap.dump_output(raw)
+        except AwaitingRun as exc:  # its result is another run's end: the call stays open
+            return Outcome(call, "", awaiting=exc.run_id)
         except CapabilityError as exc:
             if a.tier == "auto" and cap.is_write and a.recovery is None:
                 # refused before any effect: its reservation no longer counts (a replayed call

@@ -97,7 +97,7 @@ class Driver(Drive):
             self.emit(TurnRetractedDraft(from_seq=t.partial_from))
         if t.unresolved or t.refreshing:  # (a refresh a crash cut off runs again)
             pending = await settle(self)
-            if pending:
+            if pending or self.awaiting:
                 self._suspend(pending)
                 return
         if t.turns_since_user == 0 and await blocked(self, "input", t.user_text):
@@ -135,7 +135,7 @@ class Driver(Drive):
                 remember_reply(self, text)
                 return
             pending = await dispatch_writes(self, writes)
-            if pending:
+            if pending or self.awaiting:
                 self._suspend(pending)
                 return
             if over_retries(self):  # too many answers that were not the run's output type
@@ -144,7 +144,9 @@ class Driver(Drive):
     def _suspend(self, pending: list[ApprovalRecord]) -> None:
         executors = {p.executor for p in pending}
         status: RunStatus = (
-            "awaiting_approval"
+            "awaiting_child"  # only runs it delegated to (fiduciary.delegation): no person
+            if not pending
+            else "awaiting_approval"
             if "server" in executors
             else "awaiting_input"  # a question to the person (fiduciary.questions)
             if "person" in executors

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from .._logs import logger
 from ..capabilities import args_digest
+from ..delegation import settling
 from ..events import ActionResolvedDraft, GuardNote, RunFailedDraft, TurnRetractedDraft
 from ..exceptions import FiduciaryError
 from ..gates import Attempt, ParsedCall
@@ -44,34 +45,39 @@ async def settle(d: Drive) -> list[ApprovalRecord]:
     """Close the calls left open; the approvals still pending."""
     pending: list[ApprovalRecord] = []
     gates = d.rt.gates
-    async with d.rt.principal_lock(d.principal.actor_id) as held:
-        d.held = held
-        try:
-            await reopen_refreshes(d)
-            for use in d.t.unresolved:
-                approval_id = d.t.approvals.get(use.id)
-                if approval_id is not None:
-                    record = await _settle_approval(d, use, approval_id)
+    # a child run a delegate call starts here is driven after the lock (fiduciary.delegation)
+    with settling():
+        async with d.rt.principal_lock(d.principal.actor_id) as held:
+            d.held = held
+            try:
+                await reopen_refreshes(d)
+                for use in d.t.unresolved:
+                    approval_id = d.t.approvals.get(use.id)
+                    if approval_id is not None:
+                        record = await _settle_approval(d, use, approval_id)
+                        if record is not None:
+                            pending.append(record)
+                        continue
+                    call = gates.parse(use.id, use.name, use.input)
+                    cap = call.cap
+                    if cap is not None and cap.replay.value != "safe" and call.args is not None:
+                        resumed = d.attempt(call, recovery="replayed")
+                        if await gates.resumable(resumed):  # its handler settles it
+                            await conclude(d, await gates.execute(resumed))
+                            continue
+                        if d.end(await gates.recorded(d.attempt(call))):
+                            continue
+                        record = await dispatch(d, call)
+                    else:
+                        # a call left open by a run awaiting its child (a delegate call) is no
+                        # replay: it runs again once the child has ended (fiduciary.delegation)
+                        waited = d.run.status == "awaiting_child"
+                        record = await dispatch(d, call, recovery=None if waited else "replayed")
                     if record is not None:
                         pending.append(record)
-                    continue
-                call = gates.parse(use.id, use.name, use.input)
-                cap = call.cap
-                if cap is not None and cap.replay.value != "safe" and call.args is not None:
-                    resumed = d.attempt(call, recovery="replayed")
-                    if await gates.resumable(resumed):  # its handler settles it
-                        await conclude(d, await gates.execute(resumed))
-                        continue
-                    if d.end(await gates.recorded(d.attempt(call))):
-                        continue
-                    record = await dispatch(d, call)
-                else:
-                    record = await dispatch(d, call, recovery="replayed")
-                if record is not None:
-                    pending.append(record)
-            await d.barrier()  # committed before the next holder reads the daily spend
-        finally:
-            d.held = None
+                await d.barrier()  # committed before the next holder reads the daily spend
+            finally:
+                d.held = None
     return pending
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Literal
+from uuid import UUID
 
 from ..capabilities import Kind, Principal
 from ..context.tokens import LastRequest
@@ -91,6 +92,9 @@ class Drive:
             deps=deps,
         )
         self.held: Held | None = None  # the principal lock, while a section of writes runs
+        # the runs whose end open calls of this drive wait for (``AwaitingRun``: a delegate
+        # call's child); the drive then ends with the run ``awaiting_child``
+        self.awaiting: set[UUID] = set()
         self.output = output
         self.answer: Valid[Any] | None = None  # the typed answer the last turn gave, validated
         # the same for every turn of a drive (no user message arrives during one)
@@ -127,6 +131,9 @@ class Drive:
 
     def record(self, verdict: Verdict) -> ApprovalRecord | None:
         """Emit a call's verdict with its audit row (and its approval, when it waits for one)."""
+        if isinstance(verdict, Outcome) and verdict.awaiting is not None:
+            self.awaiting.add(verdict.awaiting)  # no result yet: nothing to record
+            return None
         audit = () if verdict.audit is None else (verdict.audit,)
         if isinstance(verdict, Pending):
             self.emit(verdict.draft, approvals=(verdict.record,), audit=audit)

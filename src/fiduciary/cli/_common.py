@@ -51,7 +51,7 @@ def apps_engine(name: str | None) -> str:
 
 _FINISHED: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled"})
 _WAITING: frozenset[RunStatus] = frozenset(
-    {"awaiting_approval", "awaiting_client_result", "awaiting_input"}
+    {"awaiting_approval", "awaiting_client_result", "awaiting_input", "awaiting_child"}
 )
 _MIN_PREFIX = 6
 _SCAN = 1_000_000  # the Store contract has no prefix lookup: resolve over every row

@@ -170,8 +170,9 @@ class McpGateway:
                 waiting = await self.agent.pending_approvals(run_id=run_id)
                 if not [a for a in waiting if a.expires_at > now]:
                     await _drain(proxy.resume(run_id))  # decided or expired: settle it here
-            elif run.status == "running":
-                await _drain(proxy.resume(run_id))  # after a crash: the ledger decides
+            elif run.status in ("running", "awaiting_child"):
+                # after a crash: the ledger decides; a delegated run that ended is delivered
+                await _drain(proxy.resume(run_id))
         except RunError as exc:
             if exc.code != "busy":
                 raise

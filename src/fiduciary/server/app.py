@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from .._agent.delegated import runs_to_resume
 from .._agent.sweep import SWEEP_SECONDS, sweep_forever
 from .._version import __version__
 from ..agent import Agent
@@ -160,7 +161,8 @@ async def _keep_runs_moving(server: Server, every: float) -> None:
     agent = server.agent
 
     async def find() -> list[RunRecord]:
-        return await agent.store.runs_to_resume(now=agent.clock.now())
+        # (and the runs waiting for a delegated run that has ended: fiduciary.delegation)
+        return await runs_to_resume(agent.store, agent.clock)
 
     def start(run: RunRecord) -> None:
         if not server.drives.is_driving(run.run_id) and not agent.leaves_alone(run.run_id):

@@ -539,6 +539,7 @@ class UIChat:
                 "awaiting_approval",
                 "awaiting_client_result",
                 "awaiting_input",
+                "awaiting_child",  # its delegate call's child has not ended
             )
             for part in ui.finish("tool-calls" if waits else "other"):
                 yield encode_part(part)

@@ -79,6 +79,7 @@ RunStatus = Literal[
     "awaiting_approval",
     "awaiting_client_result",
     "awaiting_input",
+    "awaiting_child",  # a delegate call waits for the run it delegated to (fiduciary.delegation)
     "completed",
     "failed",
     "cancelled",

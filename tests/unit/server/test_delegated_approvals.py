@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -23,6 +24,7 @@ from fiduciary.testing import (
     allow_all,
     collect,
 )
+from tests.waiting import eventually
 
 from .conftest import AppFactory, bearer, client_for
 
@@ -82,7 +84,18 @@ async def test_a_childs_card_names_its_parent(make_app: AppFactory) -> None:
             headers=bearer(key),
         )
         assert decided.status_code == 200, decided.text
-    events = await rest
+        # the parent's own drive ended waiting for its child, holding nothing
+        await rest
+        # the server resumes the decided child (with the manager's worker), then the parent
+        await eventually(
+            lambda: _completed(store, parent), what="the parent to get the child's answer"
+        )
+    events = await store.read_events(parent)
     final = events[-1]
     assert isinstance(final, RunCompleted)
     assert final.text == "done"
+
+
+async def _completed(store: MemoryStore, run_id: UUID) -> bool:
+    run = await store.get_run(run_id)
+    return run is not None and run.status == "completed"

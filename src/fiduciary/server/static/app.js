@@ -353,6 +353,7 @@
       }
     }
     follow();
+    refreshLists(); // (the status its events cannot tell: awaiting_child)
   }
 
   function saveSoon() {
@@ -1141,9 +1142,10 @@
     badge.textContent = status ? status.replaceAll("_", " ") : "";
     badge.className = `status ${status || ""}`;
     const waiting = status === "awaiting_approval" || status === "awaiting_client_result" || status === "awaiting_input";
-    $("cancel-run").hidden = !(status === "running" || waiting);
-    $("send").disabled = status === "running" || waiting;
-    $("message").placeholder = waiting ? "Decide the pending action first" : status === "running" ? "The agent is working…" : "Ask the agent…";
+    const delegated = status === "awaiting_child"; // its delegate call waits for the child run
+    $("cancel-run").hidden = !(status === "running" || waiting || delegated);
+    $("send").disabled = status === "running" || waiting || delegated;
+    $("message").placeholder = waiting ? "Decide the pending action first" : delegated ? "Waiting for the run it delegated to…" : status === "running" ? "The agent is working…" : "Ask the agent…";
   }
 
   // --- side panels ----------------------------------------------------------------------
@@ -1158,6 +1160,9 @@
             short(run.title || run.run_id, 40),
             el("span", { class: "sub" }, `${run.status.replaceAll("_", " ")} · `, when(run.updated_at)))),
       );
+      // a run waiting for the run it delegated to: no event says so, its record does
+      const open = runs.runs.find((run) => run.run_id === state.runId);
+      if (open && open.status === "awaiting_child" && state.status === "running") setStatus("awaiting_child");
       const pending = approvals.approvals;
       $("pending-count").textContent = String(pending.length);
       $("pending-count").className = pending.length ? "badge hot" : "badge";

@@ -26,7 +26,7 @@ CREATE TABLE runs (
     principal   text NOT NULL,
     status      text NOT NULL CHECK (status IN ('running', 'awaiting_approval',
                     'awaiting_client_result', 'completed', 'failed', 'cancelled',
-                    'awaiting_input')),
+                    'awaiting_input', 'awaiting_child')),
     created_at  timestamptz NOT NULL,
     updated_at  timestamptz NOT NULL,
     last_seq    bigint NOT NULL DEFAULT 0 CHECK (last_seq >= 0),
