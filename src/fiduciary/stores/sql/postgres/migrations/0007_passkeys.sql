@@ -1,4 +1,4 @@
--- Migration 0006: passkeys in the run store — the registered credentials, the signatures made
+-- Migration 0007: passkeys in the run store — the registered credentials, the signatures made
 -- with them and the registration challenges handed out, so that several servers on one
 -- database share them (fiduciary.passkeys' PasskeyRegistry reads and writes these tables).
 --
