@@ -89,6 +89,9 @@ async def _node(store: Store, run_id: UUID, *, depth: int, seen: frozenset[UUID]
 
 async def ancestors(store: Store, run_id: UUID) -> list[Ancestor]:
     """The runs above ``run_id``, the one a person started first (empty: a person started it)."""
+    first = await store.read_events(run_id, limit=1)
+    if not first or not isinstance(first[0], RunStarted) or first[0].parent_run_id is None:
+        return []  # a person started it (or its log has not begun: nothing above to show)
     found: list[Ancestor] = []
     for link in (await lineage(store, run_id))[1:]:
         record = await store.get_run(link.run_id)

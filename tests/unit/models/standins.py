@@ -51,7 +51,7 @@ def mcp_session(config_arg):
         if listed:
             first = {{"name": listed[0]["name"], "arguments": {{}}}}
             called = ask(3, "tools/call", first)["result"]
-        unknown = ask(4, "resources/list", {{}})
+        unknown = ask(4, "prompts/list", {{}})
         proc.stdin.close()
         proc.wait()
         seen[name] = {{"server": init["result"]["serverInfo"]["name"], "tools": listed,

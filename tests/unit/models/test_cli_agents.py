@@ -325,7 +325,8 @@ def test_the_proposals_server_is_fiduciarys_mcp_server_with_tools_that_run_nothi
             "method": "tools/call",
             "params": {"name": "send", "arguments": {"to": "x"}},
         },
-        {"jsonrpc": "2.0", "id": 4, "method": "resources/list"},
+        {"jsonrpc": "2.0", "id": 4, "method": "prompts/list"},
+        {"jsonrpc": "2.0", "id": 5, "method": "resources/list"},
     ]
     answers: dict[int, Any] = {}
     with subprocess.Popen(
@@ -344,7 +345,7 @@ def test_the_proposals_server_is_fiduciarys_mcp_server_with_tools_that_run_nothi
                 answers[answer["id"]] = answer
         server.stdin.close()
         server.wait(timeout=60)
-    assert sorted(answers) == [1, 2, 3, 4]
+    assert sorted(answers) == [1, 2, 3, 4, 5]
     assert answers[1]["result"]["protocolVersion"] == "2025-03-26"
     assert answers[1]["result"]["serverInfo"]["name"] == "fiduciary"
     assert answers[1]["result"]["instructions"] == DEFERRED_RESULT
@@ -352,6 +353,9 @@ def test_the_proposals_server_is_fiduciarys_mcp_server_with_tools_that_run_nothi
     assert answers[3]["result"]["content"] == [{"type": "text", "text": DEFERRED_RESULT}]
     assert answers[3]["result"]["isError"] is False
     assert answers[4]["error"]["code"] == -32601  # no runs here: nothing but tools
+    # and fiduciary's own documentation, so the CLI's short prompt can point at it
+    listed = [r["uri"] for r in answers[5]["result"]["resources"]]
+    assert listed == ["docs://guide", "docs://api"]
 
 
 def test_the_proposals_server_needs_its_spec() -> None:
