@@ -37,6 +37,10 @@ PassphraseFile = Annotated[
     ),
 ]
 
+ConfigFile = Annotated[
+    Path, typer.Option("--config", help="The chain configuration (from deploy).")
+]
+
 
 def _require_extra() -> None:
     try:
@@ -161,9 +165,7 @@ async def deploy_command(
 @_command(chain_app, "reconcile")
 async def reconcile_command(
     address: Annotated[str, typer.Option("--address", help="The account to reconcile.")],
-    config_file: Annotated[
-        Path, typer.Option("--config", help="The chain configuration (from deploy).")
-    ] = Path("chain.json"),
+    config_file: ConfigFile = Path("chain.json"),
     db: Db = DEFAULT_DB,
 ) -> int:
     """Compare the account's recorded intents with the chain (receipts and the token's
@@ -186,9 +188,7 @@ async def reconcile_command(
 @_command(chain_app, "watch")
 async def watch_command(
     address: Annotated[str, typer.Option("--address", help="The wallet whose links are paid.")],
-    config_file: Annotated[
-        Path, typer.Option("--config", help="The chain configuration (from deploy).")
-    ] = Path("chain.json"),
+    config_file: ConfigFile = Path("chain.json"),
     db: Db = DEFAULT_DB,
     once: Annotated[bool, typer.Option("--once", help="Read once and exit.")] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between reads.")] = 2.0,
