@@ -17,12 +17,14 @@ whatever its amount (it can never lower a tier, and a read is not held).
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 from uuid import UUID
 
+from ._text import NOTES_MARKER
 from .capabilities import Capability, Kind, Principal
 
 __all__ = [
@@ -93,6 +95,15 @@ class CallRecord:
     ok: bool | None = None  # None: no outcome (yet)
     output: str | None = None
 
+    def body(self) -> Any:
+        """The output's JSON body (the guard notes after it left out); None if it has none."""
+        if not self.output:
+            return None
+        try:
+            return json.loads(self.output.split(NOTES_MARKER, 1)[0])
+        except ValueError:
+            return None
+
 
 @dataclass(slots=True)
 class RunHistory:
@@ -138,6 +149,10 @@ class GuardCall:
     history: RunHistory
     now: datetime
     output: Any = None
+
+    def earlier(self) -> list[CallRecord]:
+        """The run's calls before this one (the log already holds this call's start)."""
+        return [c for c in self.history.calls if c.tool_use_id != self.tool_use_id]
 
 
 class Guard(Protocol):

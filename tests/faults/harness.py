@@ -16,6 +16,8 @@ import os
 import select
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Awaitable, Collection, Sequence
@@ -54,6 +56,21 @@ BACKENDS: tuple[Backend, ...] = ("sqlite", "postgres")
 Phase = Literal["start", "decide", "resume", "followup"]
 Where = Literal["before_write", "after_write", "before_effect", "after_effect"]
 PRINCIPAL = "alice"
+ROOT = Path(__file__).parents[2]
+
+
+def run_child(script: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """Run the child ``script`` with ``args`` from the repository's root (it may import the
+    tests' modules) to its end or its death; its exit code and output."""
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 @dataclass(frozen=True)

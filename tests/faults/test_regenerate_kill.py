@@ -5,30 +5,21 @@ exactly one approval that can be approved."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .harness import run_child
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 CHILD = Path(__file__).with_name("regenerate_child.py")
-ROOT = Path(__file__).parents[2]
 
 
 def child(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(CHILD), *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=ROOT,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # the child imports the test's script
-    )
+    return run_child(CHILD, *args)
 
 
 def test_killed_between_supersede_and_the_new_card_one_approval_lives(tmp_path: Path) -> None:

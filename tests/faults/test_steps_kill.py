@@ -7,26 +7,19 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .harness import run_child
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 CHILD = Path(__file__).with_name("steps_child.py")
-ROOT = Path(__file__).parents[2]
 
 
 def child(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(CHILD), *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=ROOT,
-        check=False,
-    )
+    return run_child(CHILD, *args)
 
 
 def test_killed_after_the_first_step_the_resume_runs_the_second_once(tmp_path: Path) -> None:

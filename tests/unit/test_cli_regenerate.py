@@ -5,52 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
-from uuid import UUID
 
 from rich.console import Console
 
-from fiduciary import Policy
+from fiduciary import Agent
 from fiduciary.cli.terminal import pending_card
-from fiduciary.events import PendingAction
+from fiduciary.events import Event, PendingAction
 from fiduciary.steps import CardStep
 from fiduciary.stores.sqlite import SQLiteStore
-from fiduciary.testing import ScriptedModel, collect
-from fiduciary.wallet import PaperWallet, build_wallet_agent
-from tests.unit.wallet.test_regenerate import swap_script
+from fiduciary.testing import collect
+from fiduciary.wallet import PaperWallet
+from tests.unit.wallet.test_regenerate import swap_agent
 
 from .test_cli import approval, cli
 
 
-async def _start(db: Path) -> PendingAction:
+async def _cards(db: Path, drive: Callable[[Agent], AsyncIterator[Event]]) -> list[PendingAction]:
+    """The cards ``drive`` shows with the swap agent over the store and wallet in ``db``."""
     store = SQLiteStore(db)
     try:
         with PaperWallet(db) as wallet:
-            agent = build_wallet_agent(
-                store,
-                wallet,
-                model=ScriptedModel([swap_script()]),
-                policy=Policy(preset="conservative", daily_autonomous_limit_usd=None),
-            )
-            events = await collect(agent.run("swap 500 USDC for SUI", principal="ann"))
-    finally:
-        await store.close()
-    (card,) = [e for e in events if isinstance(e, PendingAction)]
-    return card
-
-
-async def _resume(db: Path, run_id: UUID) -> list[PendingAction]:
-    store = SQLiteStore(db)
-    try:
-        with PaperWallet(db) as wallet:
-            agent = build_wallet_agent(
-                store,
-                wallet,
-                model=ScriptedModel([swap_script()]),
-                policy=Policy(preset="conservative", daily_autonomous_limit_usd=None),
-            )
-            events = await collect(agent.resume(run_id))
+            events = await collect(drive(swap_agent(store, wallet)))
     finally:
         await store.close()
     return [e for e in events if isinstance(e, PendingAction)]
@@ -58,7 +36,7 @@ async def _resume(db: Path, run_id: UUID) -> list[PendingAction]:
 
 def test_approvals_regenerate_supersedes_and_the_resume_makes_a_new_card(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
-    card = asyncio.run(_start(db))
+    (card,) = asyncio.run(_cards(db, lambda a: a.run("swap 500 USDC for SUI", principal="ann")))
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(pending_card(card))
     assert "quoted" in out.getvalue()
@@ -68,7 +46,7 @@ def test_approvals_regenerate_supersedes_and_the_resume_makes_a_new_card(tmp_pat
     assert "superseded" in result.output
     assert approval(db, card.approval_id).status == "superseded"
 
-    (fresh,) = asyncio.run(_resume(db, card.run_id))
+    (fresh,) = asyncio.run(_cards(db, lambda a: a.resume(card.run_id)))
     assert fresh.regenerated_from == card.approval_id
     again = cli("approvals", "regenerate", str(card.approval_id), "--by", "ann", "--db", db)
     assert again.exit_code != 0

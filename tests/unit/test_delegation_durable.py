@@ -51,28 +51,41 @@ def relaying(results: Results) -> str:
     return f"no answer: {results.errors.get('delegate', '')}"
 
 
-def pair(
-    store: Store, done: list[str], *, handoff: bool = False, **worker_options: Any
-) -> tuple[Agent, Agent]:
-    """A manager delegating a $5 payment (it waits for a person) to its worker."""
-    worker = make_agent(
+def paying_agent(store: Store, done: list[str], **options: Any) -> Agent:
+    """An agent whose model pays $5 (the payment waits for a person) into ``done``."""
+    return make_agent(
         None,
         store,
         ManualClock(),
         Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid $5")]),
         capabilities=[paying(done)],
-        **worker_options,
+        **options,
     )
-    task = {"agent": "worker", "task": "pay the invoice", "handoff": handoff}
-    manager = make_agent(
+
+
+def delegator(
+    store: Store, task: dict[str, Any], to: Agent, *, script: str = "settle", **options: Any
+) -> Agent:
+    """An agent whose model (its script named ``script``) delegates ``task`` to ``to`` (the
+    agent ``task`` names) and relays the answer."""
+    return make_agent(
         None,
         store,
         ManualClock(),
-        Script("settle", [ToolCalls([Call("delegate", task)]), Reply(relaying)]),
+        Script(script, [ToolCalls([Call("delegate", task)]), Reply(relaying)]),
         capabilities=[paying([])],
-        delegates={"worker": worker},
+        delegates={task["agent"]: to},
+        **options,
     )
-    return manager, worker
+
+
+def pair(
+    store: Store, done: list[str], *, handoff: bool = False, **worker_options: Any
+) -> tuple[Agent, Agent]:
+    """A manager delegating a $5 payment (it waits for a person) to its worker."""
+    worker = paying_agent(store, done, **worker_options)
+    task = {"agent": "worker", "task": "pay the invoice", "handoff": handoff}
+    return delegator(store, task, worker), worker
 
 
 async def waiting_pair(
@@ -245,15 +258,7 @@ async def test_a_refused_delegation_leaves_nothing_waiting() -> None:
     store, done = MemoryStore(), list[str]()
     worker = make_agent(None, store, ManualClock(), capabilities=[paying(done)])
     task = {"agent": "worker", "task": "pay the invoice", "budget_usd": "5"}
-    manager = make_agent(
-        None,
-        store,
-        ManualClock(),
-        Script("settle", [ToolCalls([Call("delegate", task)]), Reply(relaying)]),
-        capabilities=[paying([])],
-        delegates={"worker": worker},
-        budget_usd="1.00",
-    )
+    manager = delegator(store, task, worker, budget_usd="1.00")
     events = await collect(manager.run("settle my invoice", principal="alice"))
     (end,) = delegate_ends(events)
     assert end.is_error
@@ -267,31 +272,11 @@ async def test_a_chain_of_two_waits_and_is_delivered_level_by_level() -> None:
     """manager → worker → payer, the payer's payment waiting for a person: both delegating
     runs wait; the payer's end reaches the worker, the worker's the manager, once each."""
     store, done = MemoryStore(), list[str]()
-    payer = make_agent(
-        None,
-        store,
-        ManualClock(),
-        Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid $5")]),
-        capabilities=[paying(done)],
-    )
+    payer = paying_agent(store, done)
     ask = {"agent": "payer", "task": "pay the invoice"}
-    worker = make_agent(
-        None,
-        store,
-        ManualClock(),
-        Script("invoice", [ToolCalls([Call("delegate", ask)]), Reply(relaying)]),
-        capabilities=[paying([])],
-        delegates={"payer": payer},
-    )
+    worker = delegator(store, ask, payer, script="invoice")
     task = {"agent": "worker", "task": "see to the invoice"}
-    manager = make_agent(
-        None,
-        store,
-        ManualClock(),
-        Script("settle", [ToolCalls([Call("delegate", task)]), Reply(relaying)]),
-        capabilities=[paying([])],
-        delegates={"worker": worker},
-    )
+    manager = delegator(store, task, worker)
     first = (await collect(manager.run("settle my invoice", principal="alice")))[0]
     middle = child_run_id(first.run_id, "toolu_000_0")
     leaf = child_run_id(middle, "toolu_000_0")

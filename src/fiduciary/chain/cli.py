@@ -5,14 +5,21 @@ web3 is imported only when a command runs."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..cli._common import DEFAULT_DB, CliError, Db, _command
 from ..exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from web3 import AsyncWeb3
+
+    from .config import ChainConfig
 
 __all__ = ["register"]
 
@@ -30,6 +37,10 @@ PassphraseFile = Annotated[
     ),
 ]
 
+ConfigFile = Annotated[
+    Path, typer.Option("--config", help="The chain configuration (from deploy).")
+]
+
 
 def _require_extra() -> None:
     try:
@@ -38,6 +49,42 @@ def _require_extra() -> None:
         raise CliError(
             "this command needs the chain extra: pip install 'fiduciary[chain]'"
         ) from None
+
+
+def _account_and_config(address: str, config_file: Path, db: Path) -> tuple[str, ChainConfig]:
+    """``--address`` checked and the configuration read, the database there; else a clear
+    error."""
+    from .addresses import checked_recipient
+    from .config import load_config
+    from .errors import ChainError
+
+    try:
+        account = checked_recipient(address)
+        config = load_config(config_file)
+    except ChainError as exc:
+        raise CliError(f"--address: {exc.message}") from None
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    if not db.exists():
+        raise CliError(f"no database at {db}")
+    return account, config
+
+
+@asynccontextmanager
+async def _node(config: ChainConfig) -> AsyncIterator[AsyncWeb3[Any]]:
+    """A connection to the node of ``config``, checked to be on its chain; disconnected on
+    leaving, an unreachable node a clear error."""
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+    w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
+    try:
+        if await w3.eth.chain_id != config.chain_id:
+            raise CliError(f"the node at {config.rpc_url} is not on chain {config.chain_id}")
+        yield w3
+    except OSError:
+        raise CliError(f"cannot reach the chain node at {config.rpc_url}") from None
+    finally:
+        await w3.provider.disconnect()
 
 
 @_command(chain_app, "new-key")
@@ -118,40 +165,18 @@ async def deploy_command(
 @_command(chain_app, "reconcile")
 async def reconcile_command(
     address: Annotated[str, typer.Option("--address", help="The account to reconcile.")],
-    config_file: Annotated[
-        Path, typer.Option("--config", help="The chain configuration (from deploy).")
-    ] = Path("chain.json"),
+    config_file: ConfigFile = Path("chain.json"),
     db: Db = DEFAULT_DB,
 ) -> int:
     """Compare the account's recorded intents with the chain (receipts and the token's
     Transfer logs) and list every difference; exit 1 if there is any."""
     _require_extra()
-    from web3 import AsyncHTTPProvider, AsyncWeb3
-
-    from .addresses import checked_recipient
-    from .config import load_config
-    from .errors import ChainError
     from .intents import SQLiteIntentBook
     from .reconcile import reconcile
 
-    try:
-        account = checked_recipient(address)
-        config = load_config(config_file)
-    except ChainError as exc:
-        raise CliError(f"--address: {exc.message}") from None
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from None
-    if not db.exists():
-        raise CliError(f"no database at {db}")
-    w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
-    try:
-        if await w3.eth.chain_id != config.chain_id:
-            raise CliError(f"the node at {config.rpc_url} is not on chain {config.chain_id}")
+    account, config = _account_and_config(address, config_file, db)
+    async with _node(config) as w3:
         found = await reconcile(w3, config, SQLiteIntentBook(db), account)
-    except OSError:
-        raise CliError(f"cannot reach the chain node at {config.rpc_url}") from None
-    finally:
-        await w3.provider.disconnect()
     for difference in found:
         typer.echo(f"{difference.kind}: {difference.tx_hash} ({difference.detail})")
     typer.echo(
@@ -163,9 +188,7 @@ async def reconcile_command(
 @_command(chain_app, "watch")
 async def watch_command(
     address: Annotated[str, typer.Option("--address", help="The wallet whose links are paid.")],
-    config_file: Annotated[
-        Path, typer.Option("--config", help="The chain configuration (from deploy).")
-    ] = Path("chain.json"),
+    config_file: ConfigFile = Path("chain.json"),
     db: Db = DEFAULT_DB,
     once: Annotated[bool, typer.Option("--once", help="Read once and exit.")] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between reads.")] = 2.0,
@@ -174,23 +197,11 @@ async def watch_command(
     the logs from the saved cursor (blocks with the configured confirmations), print each
     Transfer found and what it did (paid, late, again, unmatched)."""
     _require_extra()
-    from web3 import AsyncHTTPProvider, AsyncWeb3
-
     from .addresses import checked_recipient
-    from .config import load_config
-    from .errors import ChainError
     from .payments import Incoming, SQLiteReceivables
     from .watch import PaymentWatcher
 
-    try:
-        account = checked_recipient(address)
-        config = load_config(config_file)
-    except ChainError as exc:
-        raise CliError(f"--address: {exc.message}") from None
-    except ConfigurationError as exc:
-        raise CliError(str(exc)) from None
-    if not db.exists():
-        raise CliError(f"no database at {db}")
+    account, config = _account_and_config(address, config_file, db)
     book = SQLiteReceivables(
         db,
         chain_id=config.chain_id,
@@ -211,11 +222,8 @@ async def watch_command(
             f"{found.tx_hash} (block {found.block})",
         )
 
-    w3 = AsyncWeb3(AsyncHTTPProvider(config.rpc_url))
-    watcher = PaymentWatcher(w3, config, book)
-    try:
-        if await w3.eth.chain_id != config.chain_id:
-            raise CliError(f"the node at {config.rpc_url} is not on chain {config.chain_id}")
+    async with _node(config) as w3:
+        watcher = PaymentWatcher(w3, config, book)
         if once:
             for found in await watcher.poll():
                 report(found)
@@ -227,10 +235,6 @@ async def watch_command(
             )
         else:
             await watcher.run(interval=interval, report=report)
-    except OSError:
-        raise CliError(f"cannot reach the chain node at {config.rpc_url}") from None
-    finally:
-        await w3.provider.disconnect()
     return 0
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ._sqlite import immediate
 from .keys import SignedTx
 
 __all__ = ["Intent", "IntentBook", "IntentStatus", "SQLIntentBook", "SQLiteIntentBook"]
@@ -263,18 +264,8 @@ class SQLiteIntentBook(SQLIntentBook):
 
     @contextmanager
     def _transaction(self, chain_id: int, sender: str) -> Iterator[Tx]:
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")  # one reserver per database at a time
-            try:
-                yield _SQLiteTx(con)
-            except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+        with immediate(self._connect()) as con:
+            yield _SQLiteTx(con)
 
 
 class _SQLiteTx:

@@ -1,6 +1,7 @@
 """The chain wallet's payment links and invoices, under the paper wallet's capability names:
 ``list_payment_links`` and ``list_invoices`` (reads), ``create_payment_link``,
-``create_invoice``, ``cancel_payment_link`` and ``cancel_invoice`` (writes a person confirms).
+``create_invoice``, ``cancel_payment_link`` and ``cancel_invoice`` (writes a person confirms),
+declared in ``fiduciary.invoicing``.
 
 They move no money. A link or invoice asks for the stablecoin only, in whole cents, and
 answers with ``pay_to`` (the wallet's address) and ``pay_exactly`` (the amount plus its tag
@@ -11,16 +12,17 @@ it paid when a Transfer of exactly that reaches the wallet.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from ..capabilities import CallContext, Capability, capability
+from ..capabilities import Capability
 from ..exceptions import ConfigurationError
-from ..receivables import DueDays, LineItem, Memo, ReceivableKind, Reference, StatusFilter
+from ..invoicing import InvoicingTerms, invoicing_capabilities
+from ..receivables import LineItem, ReceivableKind, ReceivableStatus
 from .errors import ChainError
 from .payments import ChainReceivable, ChainReceivables, SQLiteReceivables
 from .wallet import ChainWallet
@@ -31,6 +33,30 @@ Asset = Annotated[str, Field(description="The asset to receive: the USD stableco
 Amount = Annotated[
     Decimal, Field(gt=0, description='The amount to receive, in whole cents (e.g. "12.50").')
 ]
+
+_DOCS = {
+    "list_payment_links": """
+        The person's payment links, newest first: reference, amount, the exact amount to
+        pay and where, status (open, paid, cancelled, overdue), and once paid the payer and
+        the transaction; transfers that arrived after it was paid or cancelled are listed.""",
+    "list_invoices": """
+        The person's invoices, newest first, with their line items, total, the exact amount
+        to pay and where, due date and status (open, paid, cancelled, overdue).""",
+    "create_payment_link": """
+        Create a link asking a payer for an amount of the stablecoin. Give the payer
+        pay_to and pay_exactly: the digits below the cent are its reference, so the payer must
+        send exactly that amount. It is marked paid when that transfer is on chain.""",
+    "create_invoice": """
+        Create an invoice: line items (description, quantity, unit_price), their total as
+        the amount due, a memo and a due date (30 days unless stated). The payer sends
+        pay_exactly to pay_to.""",
+    "cancel_payment_link": """
+        Cancel an open payment link; a payment that still arrives is reported, not counted
+        as paying it. Refused once paid.""",
+    "cancel_invoice": """
+        Cancel an open invoice; a payment that still arrives is reported. Refused once
+        paid.""",
+}
 
 
 def open_receivables(
@@ -55,157 +81,78 @@ def open_receivables(
     return SQLiteReceivables(path, **mine)
 
 
-def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[Capability]:
-    """The six link and invoice capabilities over ``books`` (``wallet``'s account)."""
-    symbol = wallet.config.token_symbol
+class _ChainBooks:
+    """``ChainReceivables`` as ``fiduciary.invoicing`` reads and writes them: priced in the
+    stablecoin only, each call in a worker thread (the store blocks)."""
 
-    def usd(amount: Decimal) -> Decimal | None:
-        return wallet.usd_value(symbol, amount)
+    def __init__(self, wallet: ChainWallet, books: ChainReceivables) -> None:
+        self.wallet = wallet
+        self.books = books
+        self.symbol = wallet.config.token_symbol
 
-    def items_total(a: Any) -> Decimal:
-        return sum((LineItem.model_validate(i).total for i in a.line_items), Decimal(0))
+    def usd(self, asset: str, amount: Decimal) -> Decimal | None:
+        return self.wallet.usd_value(self.symbol, amount)  # a link asks for the stablecoin only
+
+    def existing_usd(self, reference: str, at: datetime) -> Decimal | None:
+        try:
+            found = self.books.get(reference, at=at)
+        except ChainError:
+            return None
+        return self.usd(self.symbol, found.amount)
+
+    async def of_principal(
+        self, principal: str, kind: ReceivableKind, *, at: datetime, status: ReceivableStatus | None
+    ) -> list[ChainReceivable]:
+        return await asyncio.to_thread(
+            self.books.of_principal, principal, kind, at=at, status=status
+        )
 
     async def create(
-        ctx: CallContext,
+        self,
+        principal: str,
         kind: ReceivableKind,
         asset: str,
-        due_in_days: int | None,
-        memo: str,
         *,
-        amount: Decimal | None = None,
-        line_items: list[LineItem] | None = None,
+        amount: Decimal | None,
+        memo: str,
+        due: datetime | None,
+        line_items: list[LineItem] | None,
+        key: str,
+        at: datetime,
     ) -> ChainReceivable:
-        if asset.upper() != symbol.upper():
-            raise ChainError("unknown_asset", f"links and invoices on chain ask for {symbol} only")
-        now = ctx.clock.now()
+        if asset.upper() != self.symbol.upper():
+            raise ChainError(
+                "unknown_asset", f"links and invoices on chain ask for {self.symbol} only"
+            )
         # payments are read from the next block on: none before the link exists can pay it
-        from_block = await wallet.w3.eth.block_number + 1
+        from_block = await self.wallet.w3.eth.block_number + 1
         return await asyncio.to_thread(
-            books.create,
-            ctx.principal.actor_id,
+            self.books.create,
+            principal,
             kind,
-            asset=symbol,
+            asset=self.symbol,
             amount=amount,
             memo=memo,
-            due=None if due_in_days is None else now + timedelta(days=due_in_days),
+            due=due,
             line_items=list(line_items or []),
-            key=ctx.idempotency_key,
-            at=now,
+            key=key,
+            at=at,
             from_block=from_block,
         )
 
-    @capability(
-        kind="execute",
-        risk="low",
-        tier="confirm",
-        amount_usd=lambda a, ctx: usd(a.amount),
-        flags={"mutating"},
-        describe=lambda a: (
-            f"Create a payment link asking for {a.amount} {a.asset.upper()} on chain "
-            f"{wallet.config.chain_id}"
-            + (f" for {a.memo!r}" if a.memo else "")
-            + (f", due in {a.due_in_days} days" if a.due_in_days else "")
-        ),
-    )
-    async def create_payment_link(
-        ctx: CallContext, asset: Asset, amount: Amount, memo: Memo = "", due_in_days: DueDays = None
+    async def cancel(
+        self, principal: str, kind: ReceivableKind, reference: str, *, at: datetime
     ) -> ChainReceivable:
-        """Create a link asking a payer for an amount of the stablecoin. Give the payer
-        pay_to and pay_exactly: the digits below the cent are its reference, so the payer must
-        send exactly that amount. It is marked paid when that transfer is on chain."""
-        return await create(ctx, "link", asset, due_in_days, memo, amount=amount)
+        return await asyncio.to_thread(self.books.cancel, principal, kind, reference, at=at)
 
-    @capability(
-        kind="execute",
-        risk="low",
-        tier="confirm",
-        amount_usd=lambda a, ctx: usd(items_total(a)),
-        flags={"mutating"},
-        describe=lambda a: (
-            f"Create an invoice for {items_total(a)} {a.asset.upper()} "
-            f"({len(a.line_items)} line item{'s' if len(a.line_items) != 1 else ''}) on chain "
-            f"{wallet.config.chain_id}"
-            + (f" for {a.memo!r}" if a.memo else "")
-            + (f", due in {a.due_in_days} days" if a.due_in_days else "")
-        ),
+
+def payment_capabilities(wallet: ChainWallet, books: ChainReceivables) -> list[Capability]:
+    """The six link and invoice capabilities over ``books`` (``wallet``'s account)."""
+    terms = InvoicingTerms(
+        asset=Asset,
+        amount=Amount,
+        record=ChainReceivable,
+        docs=_DOCS,
+        where=f" on chain {wallet.config.chain_id}",
     )
-    async def create_invoice(
-        ctx: CallContext,
-        asset: Asset,
-        line_items: Annotated[list[LineItem], Field(min_length=1, max_length=50)],
-        memo: Memo = "",
-        due_in_days: DueDays = 30,
-    ) -> ChainReceivable:
-        """Create an invoice: line items (description, quantity, unit_price), their total as
-        the amount due, a memo and a due date (30 days unless stated). The payer sends
-        pay_exactly to pay_to."""
-        return await create(ctx, "invoice", asset, due_in_days, memo, line_items=line_items)
-
-    reads, cancels = _reads(books), _cancels(wallet, books)
-    return [*reads, create_payment_link, cancels[0], create_invoice, cancels[1]]
-
-
-def _reads(books: ChainReceivables) -> list[Capability]:
-    @capability(kind="read")
-    async def list_payment_links(
-        ctx: CallContext, status: StatusFilter = None
-    ) -> list[ChainReceivable]:
-        """The person's payment links, newest first: reference, amount, the exact amount to
-        pay and where, status (open, paid, cancelled, overdue), and once paid the payer and
-        the transaction; transfers that arrived after it was paid or cancelled are listed."""
-        return await asyncio.to_thread(
-            books.of_principal, ctx.principal.actor_id, "link", at=ctx.clock.now(), status=status
-        )
-
-    @capability(kind="read")
-    async def list_invoices(ctx: CallContext, status: StatusFilter = None) -> list[ChainReceivable]:
-        """The person's invoices, newest first, with their line items, total, the exact amount
-        to pay and where, due date and status (open, paid, cancelled, overdue)."""
-        return await asyncio.to_thread(
-            books.of_principal, ctx.principal.actor_id, "invoice", at=ctx.clock.now(), status=status
-        )
-
-    return [list_payment_links, list_invoices]
-
-
-def _cancels(wallet: ChainWallet, books: ChainReceivables) -> list[Capability]:
-    symbol = wallet.config.token_symbol
-
-    def existing(a: Any, ctx: CallContext) -> Decimal | None:
-        try:
-            found = books.get(a.reference, at=ctx.clock.now())
-        except ChainError:
-            return None
-        return wallet.usd_value(symbol, found.amount)
-
-    @capability(
-        kind="execute",
-        risk="low",
-        tier="confirm",
-        amount_usd=existing,
-        flags={"mutating"},
-        describe=lambda a: f"Cancel the payment link {a.reference}",
-    )
-    async def cancel_payment_link(ctx: CallContext, reference: Reference) -> ChainReceivable:
-        """Cancel an open payment link; a payment that still arrives is reported, not counted
-        as paying it. Refused once paid."""
-        return await asyncio.to_thread(
-            books.cancel, ctx.principal.actor_id, "link", reference, at=ctx.clock.now()
-        )
-
-    @capability(
-        kind="execute",
-        risk="low",
-        tier="confirm",
-        amount_usd=existing,
-        flags={"mutating"},
-        describe=lambda a: f"Cancel the invoice {a.reference}",
-    )
-    async def cancel_invoice(ctx: CallContext, reference: Reference) -> ChainReceivable:
-        """Cancel an open invoice; a payment that still arrives is reported. Refused once
-        paid."""
-        return await asyncio.to_thread(
-            books.cancel, ctx.principal.actor_id, "invoice", reference, at=ctx.clock.now()
-        )
-
-    return [cancel_payment_link, cancel_invoice]
+    return invoicing_capabilities(_ChainBooks(wallet, books), terms)

@@ -43,6 +43,7 @@ from ..receivables import (
     make_reference,
     shown_status,
 )
+from ._sqlite import immediate
 from .errors import ChainError
 
 __all__ = [
@@ -498,18 +499,8 @@ class SQLiteReceivables(ChainReceivables):
 
     @contextmanager
     def _transaction(self) -> Iterator[Tx]:
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")  # one writer of the file at a time
-            try:
-                yield _SQLiteTx(con)
-            except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+        with immediate(self._connect()) as con:
+            yield _SQLiteTx(con)
 
 
 class _SQLiteTx:

@@ -17,13 +17,11 @@ price is not known to the wei before the block.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .._text import NOTES_MARKER
-from ..guards import CallRecord, GuardCall, GuardTier, Phase, Verdict
+from ..guards import GuardCall, GuardTier, Phase, Verdict
 from .config import ChainConfig
 
 __all__ = ["ChainBalancePromiseGuard", "ChainSwapPriceGuard", "chain_post_guards"]
@@ -38,19 +36,6 @@ def _decimal(value: Any) -> Decimal | None:
         return Decimal(str(value))
     except (InvalidOperation, ValueError):
         return None
-
-
-def _body(output: str | None) -> Any:
-    if not output:
-        return None
-    try:
-        return json.loads(output.split(NOTES_MARKER, 1)[0])
-    except ValueError:
-        return None
-
-
-def _earlier(call: GuardCall) -> list[CallRecord]:
-    return [c for c in call.history.calls if c.tool_use_id != call.tool_use_id]
 
 
 class ChainBalancePromiseGuard:
@@ -111,12 +96,12 @@ class ChainBalancePromiseGuard:
         return None
 
     def _last_read(self, call: GuardCall) -> Decimal | None:
-        for record in reversed(_earlier(call)):
+        for record in reversed(call.earlier()):
             if record.name != "balance_check" or not record.ok:
                 continue
             if record.input.get("address"):
                 continue  # another address's balance: not the wallet's
-            report = _body(record.output)
+            report = record.body()
             if isinstance(report, Mapping) and isinstance(report.get("balances"), Mapping):
                 return _decimal(report["balances"].get(self.symbol))
             return None
@@ -173,10 +158,10 @@ class ChainSwapPriceGuard:
             str(call.args.get("from_asset", "")).upper(),
             str(call.args.get("to_asset", "")).upper(),
         )
-        for record in reversed(_earlier(call)):
+        for record in reversed(call.earlier()):
             if record.name != "swap_quote" or not record.ok:
                 continue
-            quote = _body(record.output)
+            quote = record.body()
             if not isinstance(quote, Mapping):
                 continue
             if (str(quote.get("from_asset")).upper(), str(quote.get("to_asset")).upper()) != pair:

@@ -9,11 +9,14 @@ with the same checks, and the feature continues what waited on it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 from uuid import UUID
 
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from ..agent import Agent
+from ..capabilities import Principal
 from ..delegation import lineage
 from ..dual_control import as_voted, progress, rule_for
 from ..events import GuardNote, PendingAction, RunStarted
@@ -32,6 +35,8 @@ from .schemas import (
     ResultBody,
 )
 from .state import Server
+
+_Body = TypeVar("_Body", bound=BaseModel)
 
 __all__ = [
     "approve",
@@ -127,8 +132,15 @@ async def _owner(server: Server, record: ApprovalRecord) -> tuple[Agent, OtherDe
 
 
 async def _decide(
-    server: Server, record: ApprovalRecord, decide: Callable[[Agent], Awaitable[ApprovalRecord]]
+    server: Server,
+    call: Call,
+    body_type: type[_Body],
+    decide: Callable[[Agent, UUID, _Body, Principal], Awaitable[ApprovalRecord]],
 ) -> Response:
+    """Decide the approval ``call``'s path names (one ``call.caller`` may see) with ``decide``
+    (the agent, the approval id, the parsed body, who decides), then let its run go on."""
+    record = await server.visible_approval(call.caller, call.path("approval_id"))
+    body = call.body_as(body_type)
     agent, owner = await _owner(server, record)
 
     async def go_on(decided: ApprovalRecord) -> None:
@@ -138,7 +150,7 @@ async def _decide(
             server.resume(record.run_id, record.principal)
 
     try:
-        decided = await decide(agent)
+        decided = await decide(agent, record.approval_id, body, server.decider(call.caller))
     except ApprovalError as exc:
         # the run records the expiry (or the refused report) and tells the model
         if exc.code in ("expired", "result_refused"):
@@ -150,14 +162,13 @@ async def _decide(
 
 
 async def approve(server: Server, call: Call) -> Response:
-    record = await server.visible_approval(call.caller, call.path("approval_id"))
-    body = call.body_as(ApproveBody)
     return await _decide(
         server,
-        record,
-        lambda agent: agent.approve(
-            record.approval_id,
-            by=server.decider(call.caller),
+        call,
+        ApproveBody,
+        lambda agent, approval_id, body, by: agent.approve(
+            approval_id,
+            by=by,
             edits=body.edits,
             confirm_amount=body.confirm_amount,
             args_digest=body.args_digest,
@@ -167,38 +178,31 @@ async def approve(server: Server, call: Call) -> Response:
 
 
 async def deny(server: Server, call: Call) -> Response:
-    record = await server.visible_approval(call.caller, call.path("approval_id"))
-    body = call.body_as(DenyBody)
     return await _decide(
         server,
-        record,
-        lambda agent: agent.deny(
-            record.approval_id, by=server.decider(call.caller), reason=body.reason
-        ),
+        call,
+        DenyBody,
+        lambda agent, approval_id, body, by: agent.deny(approval_id, by=by, reason=body.reason),
     )
 
 
 async def regenerate(server: Server, call: Call) -> Response:
     """The approval ends superseded; the run, resumed, waits on a new one with fresh
     arguments (its ``regenerated_from`` names this one)."""
-    record = await server.visible_approval(call.caller, call.path("approval_id"))
-    body = call.body_as(RegenerateBody)
     return await _decide(
         server,
-        record,
-        lambda agent: agent.regenerate(
-            record.approval_id, by=server.decider(call.caller), args_digest=body.args_digest
+        call,
+        RegenerateBody,
+        lambda agent, approval_id, body, by: agent.regenerate(
+            approval_id, by=by, args_digest=body.args_digest
         ),
     )
 
 
 async def submit_result(server: Server, call: Call) -> Response:
-    record = await server.visible_approval(call.caller, call.path("approval_id"))
-    body = call.body_as(ResultBody)
     return await _decide(
         server,
-        record,
-        lambda agent: agent.submit_result(
-            record.approval_id, body.result, by=server.decider(call.caller)
-        ),
+        call,
+        ResultBody,
+        lambda agent, approval_id, body, by: agent.submit_result(approval_id, body.result, by=by),
     )

@@ -106,11 +106,6 @@ class FinanceGuardConfig:
 # --- helpers shared by the guards ---------------------------------------------------------------
 
 
-def _earlier(call: GuardCall) -> list[CallRecord]:
-    """The run's calls before this one (the log already holds this call's start)."""
-    return [c for c in call.history.calls if c.tool_use_id != call.tool_use_id]
-
-
 def _last_message(call: GuardCall) -> str:
     messages = call.history.user_messages
     return messages[-1] if messages else ""
@@ -308,7 +303,7 @@ class BalanceFreshnessGuard(_FinanceGuard):
     def check(self, call: GuardCall) -> Verdict:
         if "requires_balance" not in call.capability.flags:
             return Verdict.ok()
-        earlier = _earlier(call)
+        earlier = call.earlier()
         reads = [i for i, c in enumerate(earlier) if c.name in self.config.balance_reads and c.ok]
         if not reads:
             return Verdict.block(
@@ -411,7 +406,7 @@ class SwapPreviewGuard(_FinanceGuard):
             str(call.args.get("to_asset", "")).upper(),
         )
         cfg = self.config
-        for record in reversed(_earlier(call)):
+        for record in reversed(call.earlier()):
             if record.name != "swap_quote" or not record.ok:
                 continue
             age = (call.now - record.at).total_seconds()
@@ -553,7 +548,7 @@ class StaleDataGuard(_FinanceGuard):
     def check(self, call: GuardCall) -> Verdict:
         if "requires_balance" not in call.capability.flags:
             return Verdict.ok()
-        reads = [c for c in _earlier(call) if c.name in self.config.balance_reads and c.ok]
+        reads = [c for c in call.earlier() if c.name in self.config.balance_reads and c.ok]
         if not reads:
             return Verdict.ok()  # balance_freshness speaks to that
         age = (call.now - reads[-1].at).total_seconds()

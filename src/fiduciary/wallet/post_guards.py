@@ -24,33 +24,21 @@ is not, and this is what notices.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .._text import NOTES_MARKER
 from ..guards import CallRecord, GuardCall, GuardTier, Phase, Verdict
-from .guards import FinanceGuardConfig, _decimal, _earlier, _upper
+from .guards import FinanceGuardConfig, _decimal, _upper
 from .wallet import PaperWallet
 
 __all__ = ["BalancePromiseGuard", "SwapPriceGuard", "post_guards"]
 
 
-def _body(output: str | None) -> Any:
-    """A recorded result's JSON body (guard notes after it left out); None if it has none."""
-    if not output:
-        return None
-    try:
-        return json.loads(output.split(NOTES_MARKER, 1)[0])
-    except ValueError:
-        return None
-
-
 def _own_available(record: CallRecord) -> dict[str, Decimal] | None:
     """The available balances a successful balance read of the person's own wallet showed."""
-    report = _body(record.output)
+    report = record.body()
     if not isinstance(report, Mapping) or report.get("whose") != "yours":
         return None
     shown: dict[str, Decimal] = {}
@@ -129,7 +117,7 @@ class BalancePromiseGuard(_PostGuard):
         return Verdict.ok()
 
     def _last_read(self, call: GuardCall) -> dict[str, Decimal] | None:
-        for record in reversed(_earlier(call)):
+        for record in reversed(call.earlier()):
             if record.name == "balance_check" and record.ok:
                 return _own_available(record)
         return None
@@ -175,10 +163,10 @@ class SwapPriceGuard(_PostGuard):
         pair = (_upper(call.args.get("from_asset")), _upper(call.args.get("to_asset")))
         quote_id = call.args.get("quote_id")
         amount = _decimal(call.args.get("amount"))
-        for record in reversed(_earlier(call)):
+        for record in reversed(call.earlier()):
             if record.name != "swap_quote" or not record.ok:
                 continue
-            quote = _body(record.output)
+            quote = record.body()
             if not isinstance(quote, Mapping):
                 continue
             if quote_id:

@@ -40,6 +40,15 @@ async def card(http: httpx.AsyncClient, key: str, approval_id: str) -> dict[str,
     return body
 
 
+async def approve(
+    http: httpx.AsyncClient, key: str, approval_id: str, digest: str
+) -> httpx.Response:
+    """``key`` approves ``approval_id`` through the general route, naming ``digest``."""
+    return await http.post(
+        f"/approvals/{approval_id}/approve", json={"args_digest": digest}, headers=bearer(key)
+    )
+
+
 async def test_approved_through_the_general_route_the_grant_lets_the_save_run(
     make_app: AppFactory, keys: Keys, store: Store, tmp_path: Path
 ) -> None:
@@ -55,25 +64,13 @@ async def test_approved_through_the_general_route_the_grant_lets_the_save_run(
         assert [a["approval_id"] for a in listed] == [approval_id]
         assert saves(effects) == []
         # bob may not see it; a wrong digest decides nothing
-        refused = await http.post(
-            f"/approvals/{approval_id}/approve",
-            json={"args_digest": shown["args_digest"]},
-            headers=bearer(keys.bob),
-        )
+        refused = await approve(http, keys.bob, approval_id, shown["args_digest"])
         problem(refused, 404, "not_found")
-        wrong = await http.post(
-            f"/approvals/{approval_id}/approve",
-            json={"args_digest": "0" * 64},
-            headers=bearer(keys.alice),
-        )
+        wrong = await approve(http, keys.alice, approval_id, "0" * 64)
         assert wrong.status_code == 409, wrong.text
         assert (await card(http, keys.alice, approval_id))["status"] == "pending"
         assert await engine.tables.grants("sweeper") == []
-        decided = await http.post(
-            f"/approvals/{approval_id}/approve",
-            json={"args_digest": shown["args_digest"]},
-            headers=bearer(keys.alice),
-        )
+        decided = await approve(http, keys.alice, approval_id, shown["args_digest"])
         assert decided.status_code == 200, decided.text
         assert decided.json()["status"] == "approved"
         [grant] = await engine.tables.grants("sweeper")
@@ -81,11 +78,7 @@ async def test_approved_through_the_general_route_the_grant_lets_the_save_run(
         assert saves(effects) == [1]  # the message run went on: its save ran within the grant
         run = (await http.get(f"/runs/{run_id}", headers=bearer(keys.alice))).json()
         assert run["status"] == "completed"
-        again = await http.post(
-            f"/approvals/{approval_id}/approve",
-            json={"args_digest": shown["args_digest"]},
-            headers=bearer(keys.alice),
-        )
+        again = await approve(http, keys.alice, approval_id, shown["args_digest"])
         problem(again, 409, "already_decided")
     assert saves(effects) == [1]
 
@@ -131,11 +124,7 @@ async def test_an_expired_grant_request_is_refused_and_grants_nothing(
         shown = await card(http, keys.alice, approval_id)
         assert isinstance(engine.clock, ManualClock)
         engine.clock.set(datetime.fromisoformat(shown["expires_at"]) + timedelta(seconds=1))
-        late = await http.post(
-            f"/approvals/{approval_id}/approve",
-            json={"args_digest": shown["args_digest"]},
-            headers=bearer(keys.alice),
-        )
+        late = await approve(http, keys.alice, approval_id, shown["args_digest"])
         problem(late, 410, "expired")
         assert await engine.tables.grants("sweeper") == []
     assert saves(effects) == []

@@ -13,14 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from fiduciary import Agent, ManualClock, Policy
+from fiduciary import ManualClock, Policy
 from fiduciary.events import ActionResolved, PendingAction, ToolCallEnd
 from fiduciary.exceptions import StoreError
-from fiduciary.stores.base import Store
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, collect
 from fiduciary.wallet import PaperWallet, build_wallet_agent
-from tests.unit.wallet.test_regenerate import swap_script
+from tests.unit.wallet.test_regenerate import swap_agent
 
 from .conftest import AppFactory, Keys, all_events, bearer, problem, settle, start_run
 
@@ -31,16 +30,6 @@ pytestmark = pytest.mark.timeout(60)
 def wallet(clock: ManualClock) -> Iterator[PaperWallet]:
     with PaperWallet(clock=clock) as opened:
         yield opened
-
-
-def swap_agent(store: Store, wallet: PaperWallet, clock: ManualClock) -> Agent:
-    return build_wallet_agent(
-        store,
-        wallet,
-        model=ScriptedModel([swap_script()]),
-        policy=Policy(preset="conservative", daily_autonomous_limit_usd=None),
-        clock=clock,
-    )
 
 
 async def test_a_card_is_made_anew_over_http(

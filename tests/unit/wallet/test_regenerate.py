@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from fiduciary import ManualClock, Policy
+from fiduciary import Agent, ManualClock, Policy
+from fiduciary.clock import Clock
 from fiduciary.events import ActionResolved, PendingAction, ToolCallEnd
 from fiduciary.exceptions import ApprovalError
 from fiduciary.stores.base import Store
@@ -48,7 +49,7 @@ def swap_script() -> Script:
     )
 
 
-def swap_agent(store: Store, wallet: PaperWallet, clock: ManualClock) -> Any:
+def swap_agent(store: Store, wallet: PaperWallet, clock: Clock | None = None) -> Agent:
     return build_wallet_agent(
         store,
         wallet,
