@@ -10,6 +10,13 @@ import pytest
 
 from tests.postgres_support import create_database, require_postgres
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # an xdist worker finds COLUMNS=80 and LINES=24 in its environment, which a run in one
+    # process does not have: a console built when its module is imported (``fiduciary apps``)
+    # would keep 80 columns whatever a test's CliRunner sets later. Left out, as in one process.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
 
 @pytest.fixture
 def postgres_dsn() -> str:
