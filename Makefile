@@ -42,9 +42,13 @@ $(NODE_STAMP): package.json package-lock.json
 
 chain-tools: $(NODE_STAMP)
 
+# The suite on PYTEST_WORKERS processes (pytest-xdist; 0: in this one process), the tests thought
+# longest handed out first (tests/conftest.py), one or two at a time (--maxschedchunk=1: not in
+# chunks of hundreds, which gave one worker every long test), so that no long test starts last.
+PYTEST_WORKERS ?= 2
 test: $(DEVSTAMP)
 	@$(MAKE) --no-print-directory chain-tools
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --maxschedchunk=1 $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .

@@ -1,5 +1,10 @@
 """A server and a signed-in browser page, for the console's real-browser tests: the app served by
-uvicorn on a free loopback socket, Debian's Chromium driven by Playwright, the API key typed in."""
+uvicorn on a free loopback socket, Debian's Chromium driven by Playwright, the API key typed in.
+
+One Chromium serves every test of the session (``shared_browser``; the browser tests run on the
+session's event loop, ``tests/browser/conftest.py``): its start-up took ~2 s a test. Each test
+has a browser context of its own, which starts as empty as a new browser (no cookies, storage,
+cache or permissions of another test's)."""
 
 from __future__ import annotations
 
@@ -24,8 +29,10 @@ __all__ = [
     "Page",
     "SignedIn",
     "chromium_or_skip",
+    "close_shared_browser",
     "overflow",
     "screenshots",
+    "shared_browser",
     "signed_in",
 ]
 
@@ -43,7 +50,7 @@ ARGS = [
 
 try:
     from playwright._impl._api_structures import Clip
-    from playwright.async_api import Page, async_playwright
+    from playwright.async_api import Browser, Page, Playwright, async_playwright
 except ImportError:  # pragma: no cover
     if os.environ.get("CI") == "true":
         raise
@@ -60,6 +67,40 @@ def chromium_or_skip() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must have Chromium at {CHROMIUM} (.ci/run installs it)")
     pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set FIDUCIARY_CHROMIUM)")
+
+
+_browsers: dict[asyncio.AbstractEventLoop, tuple[Playwright, Browser]] = {}
+
+
+async def shared_browser() -> Browser:
+    """The Chromium of the running event loop, started on first use (again if it died)."""
+    chromium_or_skip()
+    loop = asyncio.get_running_loop()
+    found = _browsers.get(loop)
+    if found is not None and found[1].is_connected():
+        return found[1]
+    await close_shared_browser()
+    pw = await async_playwright().start()
+    try:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    except BaseException:
+        await pw.stop()
+        raise
+    _browsers[loop] = (pw, browser)
+    return browser
+
+
+async def close_shared_browser() -> None:
+    """Stop the running event loop's Chromium, if it has one (at the session's end)."""
+    found = _browsers.pop(asyncio.get_running_loop(), None)
+    if found is None:
+        return
+    pw, browser = found
+    try:
+        if browser.is_connected():
+            await browser.close()
+    finally:
+        await pw.stop()
 
 
 def _free_socket() -> socket.socket:
@@ -99,14 +140,15 @@ async def signed_in(
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         with anyio.fail_after(seconds):
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                width, height = viewport
-                page = await browser.new_page(
-                    viewport={"width": width, "height": height},
-                    timezone_id=timezone_id,
-                    locale="en-US",
-                )
+            browser = await shared_browser()
+            width, height = viewport
+            context = await browser.new_context(
+                viewport={"width": width, "height": height},
+                timezone_id=timezone_id,
+                locale="en-US",
+            )
+            try:
+                page = await context.new_page()
                 page.set_default_timeout(20_000)
                 shown = SignedIn(page)
                 page.on("pageerror", lambda exc: shown.errors.append(str(exc)))
@@ -115,7 +157,8 @@ async def signed_in(
                 await page.get_by_test_id("sign-in").click()
                 yield shown
                 assert shown.errors == []
-                await browser.close()
+            finally:
+                await context.close()
     finally:
         server.should_exit = True
         await serving

@@ -15,7 +15,7 @@ from fiduciary.demo import DEMO_PRINCIPAL, Billing, build_demo_agent
 from fiduciary.server import OPERATIONS, MemoryKeyStore, create_app
 from fiduciary.stores.memory import MemoryStore
 
-from .served_page import ARGS, CHROMIUM, chromium_or_skip
+from .served_page import chromium_or_skip, shared_browser
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -23,7 +23,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 async def test_docs_render_every_operation_from_the_package_and_try_one_with_a_key() -> None:
     chromium_or_skip()  # (importing served_page skipped the test without playwright)
     import uvicorn
-    from playwright.async_api import async_playwright
 
     keys = MemoryKeyStore()
     key, _ = await keys.create(DEMO_PRINCIPAL, ["runs:read"])
@@ -38,9 +37,11 @@ async def test_docs_render_every_operation_from_the_package_and_try_one_with_a_k
     problems: list[str] = []  # script errors, console errors (a CSP refusal is one)
     try:
         with anyio.fail_after(150):
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            context = await (await shared_browser()).new_context(
+                viewport={"width": 1280, "height": 900}
+            )
+            try:
+                page = await context.new_page()
                 page.set_default_timeout(20_000)
                 page.on("request", lambda r: requested.append(r.url))
                 page.on("pageerror", lambda exc: problems.append(str(exc)))
@@ -74,7 +75,8 @@ async def test_docs_render_every_operation_from_the_package_and_try_one_with_a_k
                 body = me.locator(".live-responses-table .response-col_description pre")
                 await body.first.wait_for()
                 assert f'"principal": "{DEMO_PRINCIPAL}"' in await body.first.inner_text()
-                await browser.close()
+            finally:
+                await context.close()
     finally:
         server.should_exit = True
         await serving

@@ -26,7 +26,7 @@ def test_the_wallet_carries_over_until_reset(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     again = fiduciary("demo", "--yes", "--db", db)
     assert total_before(again.stdout) != total_before(first.stdout)  # the last demo's books
-    fresh = fiduciary("demo", "--yes", "--reset", "--db", db)
+    fresh = fiduciary("demo", "--yes", "--reset", "--db", db, columns=200)
     assert fresh.returncode == 0, fresh.stderr
     assert f"Deleted {db}: a fresh start." in " ".join(fresh.stdout.split())
     assert total_before(fresh.stdout) == total_before(first.stdout)

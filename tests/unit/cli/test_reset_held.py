@@ -75,14 +75,14 @@ def test_reset_refuses_a_served_database_and_keeps_the_keys(tmp_path: Path) -> N
         served.communicate(timeout=60)
     assert set(run_ids(db)) == {*before, run_id}  # the run made meanwhile is kept
 
-    reset = fiduciary("demo", "--reset", "--yes", "--db", db)
+    reset = fiduciary("demo", "--reset", "--yes", "--db", db, columns=200)
 
     assert reset.returncode == 0, reset.stderr
     shown = " ".join(reset.stdout.split())
     assert f"Deleted {db} (its 1 API key kept: --reset-keys deletes them): a fresh start." in shown
     assert key_ids(db) == [key_id]
     assert len(run_ids(db)) == 1  # this demo's run only
-    again = fiduciary("demo", "--reset", "--reset-keys", "--yes", "--db", db)
+    again = fiduciary("demo", "--reset", "--reset-keys", "--yes", "--db", db, columns=200)
     assert again.returncode == 0, again.stderr
     assert f"Deleted {db}: a fresh start." in " ".join(again.stdout.split())
     assert key_ids(db) == []
