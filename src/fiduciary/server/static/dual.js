@@ -93,8 +93,15 @@
     }
   }, 5000);
 
-  // the card of an approval whose run this principal cannot open: a member of its group
-  function openVote(approval) {
+  // the card of an approval whose run this principal cannot open: a member of its group. The
+  // pending list's copy may predate a vote or an edit: the card shows the approval as it is now
+  async function openVote(listed) {
+    let approval = listed;
+    try {
+      approval = await fc.api("GET", `/approvals/${listed.approval_id}`);
+    } catch (_) {
+      // the list's copy: the approve call still checks the digest against the current set
+    }
     const dialog = $("vote-dialog");
     const error = el("p", { class: "error", role: "alert" });
     const approve = el("button", { type: "button", class: "primary", "data-testid": "approve", text: "Approve" });
