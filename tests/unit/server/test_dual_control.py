@@ -4,53 +4,22 @@ with the reason, any member's deny denies, the action runs once at the N-th appr
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
 
-from fiduciary import Agent, ManualClock, Policy
-from fiduciary.demo import Billing
-from fiduciary.dual_control import DualControl
+from fiduciary import ManualClock
 from fiduciary.events import RunCompleted
 from fiduciary.server import Server
-from fiduciary.stores.base import Store
-from fiduciary.testing import ScriptedModel, allow_all
 
-from ..conftest import Effects, toy_capabilities
-from .conftest import Keys, all_events, bearer, problem, scripts, settle, start_run
+from ..conftest import Effects
+from .conftest import Keys, all_events, bearer, problem, settle, start_run
+from .dual_support import agent, card, carol
 
 pytestmark = pytest.mark.timeout(30)
 
-FINANCE = DualControl(
-    "finance", frozenset({"alice", "bob", "carol"}), required=2, at_or_above_usd=Decimal(50)
-)
-
-
-@pytest.fixture
-def agent(store: Store, clock: ManualClock, effects: Effects, billing: Billing) -> Agent:
-    return Agent(
-        model=ScriptedModel(scripts()),
-        capabilities=[*billing.capabilities(), *toy_capabilities(effects)],
-        store=store,
-        clock=clock,
-        authorize=allow_all,
-        policy=Policy(dual_control=[FINANCE]),
-    )
-
-
-@pytest.fixture
-async def carol(keys: Keys) -> str:
-    key, _ = await keys.store.create("carol", ["runs:read", "approvals:decide"])
-    return key
-
-
-async def card(client: httpx.AsyncClient, key: str, approval_id: str) -> dict[str, Any]:
-    response = await client.get(f"/approvals/{approval_id}", headers=bearer(key))
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
+__all__ = ["agent", "carol"]  # the fixtures (dual_support)
 
 
 async def pending_send(

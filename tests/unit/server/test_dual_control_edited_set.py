@@ -15,45 +15,17 @@ import pytest
 
 from fiduciary import Agent, ManualClock, Policy
 from fiduciary.capabilities import args_digest
-from fiduciary.demo import Billing
-from fiduciary.dual_control import DualControl
 from fiduciary.server import Server
 from fiduciary.stores.base import Store
 from fiduciary.testing import ScriptedModel, allow_all
 
 from ..conftest import Effects, toy_capabilities
 from .conftest import Keys, bearer, problem, scripts, settle, start_run
+from .dual_support import FINANCE, agent, card, carol
 
 pytestmark = pytest.mark.timeout(30)
 
-FINANCE = DualControl(
-    "finance", frozenset({"alice", "bob", "carol"}), required=2, at_or_above_usd=Decimal(50)
-)
-
-
-@pytest.fixture
-def agent(store: Store, clock: ManualClock, effects: Effects, billing: Billing) -> Agent:
-    return Agent(
-        model=ScriptedModel(scripts()),
-        capabilities=[*billing.capabilities(), *toy_capabilities(effects)],
-        store=store,
-        clock=clock,
-        authorize=allow_all,
-        policy=Policy(dual_control=[FINANCE]),
-    )
-
-
-@pytest.fixture
-async def carol(keys: Keys) -> str:
-    key, _ = await keys.store.create("carol", ["runs:read", "approvals:decide"])
-    return key
-
-
-async def card(client: httpx.AsyncClient, key: str, approval_id: str) -> dict[str, Any]:
-    response = await client.get(f"/approvals/{approval_id}", headers=bearer(key))
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
+__all__ = ["agent", "carol"]  # the fixtures (dual_support)
 
 
 async def test_every_view_shows_the_edited_set_and_approving_it_joins_it(
