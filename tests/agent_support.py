@@ -16,7 +16,7 @@ from typing import Any
 from fiduciary import Agent, CallContext, Clock, capability
 from fiduciary.capabilities import Capability
 from fiduciary.stores.base import Store
-from fiduciary.testing import MemoryStore, Script, ScriptedModel, allow_all
+from fiduciary.testing import Call, MemoryStore, Reply, Script, ScriptedModel, ToolCalls, allow_all
 
 
 @dataclass
@@ -82,3 +82,35 @@ def make_agent(
         options["clock"] = clock
     options.update(overrides)
     return Agent(**options)
+
+
+def invoice_payer() -> Capability:
+    """``pay(usd)``: an execute capability priced at its amount (a card above the threshold)."""
+
+    @capability(kind="execute", operation="pay", amount_usd=lambda args, ctx: Decimal(args.usd))
+    def pay(usd: str) -> dict[str, str]:
+        """Pay an invoice."""
+        return {"paid": usd}
+
+    return pay
+
+
+def billing_manager(options: dict[str, Any], *, paid: str = "paid") -> Agent:
+    """A manager whose scripted model hands "pay the invoice" to its delegate ``billing``, a
+    worker whose model pays $5 and answers ``paid``; both with ``options`` (store, clock, ...)."""
+    worker = Agent(
+        model=ScriptedModel(
+            [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply(paid)])]
+        ),
+        capabilities=[invoice_payer()],
+        **options,
+    )
+    task = {"agent": "billing", "task": "pay the invoice"}
+    return Agent(
+        model=ScriptedModel(
+            [Script("settle", [ToolCalls([Call("delegate", task)]), Reply("done")])]
+        ),
+        capabilities=[invoice_payer()],
+        delegates={"billing": worker},
+        **options,
+    )

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fiduciary import Agent, capability
-from fiduciary.capabilities import Capability
 from fiduciary.delegation import child_run_id
 from fiduciary.server import MemoryKeyStore, create_app
 from fiduciary.stores.sqlite import SQLiteStore
 from fiduciary.testing import Call, Reply, Script, ScriptedModel, ToolCalls, allow_all, collect
+from tests.agent_support import billing_manager
 
 from .served_page import signed_in
 
@@ -71,34 +70,10 @@ async def test_a_delegation_links_parent_and_child(tmp_path: Path) -> None:
         await store.close()
 
 
-def paying() -> Capability:
-    @capability(kind="execute", operation="pay", amount_usd=lambda args, ctx: Decimal(args.usd))
-    def pay(usd: str) -> dict[str, str]:
-        """Pay an invoice."""
-        return {"paid": usd}
-
-    return pay
-
-
 async def test_a_childs_pending_action_says_whose_task_it_serves(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "console.sqlite3")
     options: dict[str, Any] = {"store": store, "authorize": allow_all}
-    worker = Agent(
-        model=ScriptedModel(
-            [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid")])]
-        ),
-        capabilities=[paying()],
-        **options,
-    )
-    task = {"agent": "billing", "task": "pay the invoice"}
-    manager = Agent(
-        model=ScriptedModel(
-            [Script("settle", [ToolCalls([Call("delegate", task)]), Reply("done")])]
-        ),
-        capabilities=[paying()],
-        delegates={"billing": worker},
-        **options,
-    )
+    manager = billing_manager(options)
     run = manager.run("settle my invoice", principal="alice")
     await anext(run)
     waiting = asyncio.ensure_future(collect(run))  # the parent waits for its child's decision

@@ -4,26 +4,20 @@ it, up to the person's own (the parent's context), and deciding it lets the pare
 from __future__ import annotations
 
 import asyncio
-from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 import pytest
 
-from fiduciary import Agent, ManualClock, capability
-from fiduciary.capabilities import Capability
+from fiduciary import ManualClock
 from fiduciary.delegation import child_run_id
 from fiduciary.events import RunCompleted
 from fiduciary.testing import (
-    Call,
     MemoryStore,
-    Reply,
-    Script,
-    ScriptedModel,
-    ToolCalls,
     allow_all,
     collect,
 )
+from tests.agent_support import billing_manager
 from tests.waiting import eventually
 
 from .conftest import AppFactory, bearer, client_for
@@ -31,34 +25,10 @@ from .conftest import AppFactory, bearer, client_for
 pytestmark = pytest.mark.timeout(30)
 
 
-def paying() -> Capability:
-    @capability(kind="execute", operation="pay", amount_usd=lambda args, ctx: Decimal(args.usd))
-    def pay(usd: str) -> dict[str, str]:
-        """Pay an invoice."""
-        return {"paid": usd}
-
-    return pay
-
-
 async def test_a_childs_card_names_its_parent(make_app: AppFactory) -> None:
     store = MemoryStore()
     options: dict[str, Any] = {"store": store, "clock": ManualClock(), "authorize": allow_all}
-    worker = Agent(
-        model=ScriptedModel(
-            [Script("invoice", [ToolCalls([Call("pay", {"usd": "5"})]), Reply("paid $5")])]
-        ),
-        capabilities=[paying()],
-        **options,
-    )
-    task = {"agent": "billing", "task": "pay the invoice"}
-    manager = Agent(
-        model=ScriptedModel(
-            [Script("settle", [ToolCalls([Call("delegate", task)]), Reply("done")])]
-        ),
-        capabilities=[paying()],
-        delegates={"billing": worker},
-        **options,
-    )
+    manager = billing_manager(options, paid="paid $5")
     run = manager.run("settle my invoice", principal="alice")
     parent = (await anext(run)).run_id
     rest = asyncio.ensure_future(collect(run))
